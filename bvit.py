@@ -1,0 +1,262 @@
+"""bViT: a single-block recurrent Vision Transformer (and, with more blocks, the plain ViT / DeiT).
+
+Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al.,
+arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et al.).
+
+Idea. A ViT stacks `depth` independently parameterized blocks. bViT applies ONE block `depth`
+times: z_{k+1} = F(z_k), so the parameter count no longer grows with depth, and the depth can be
+changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks serve the `depth`
+steps in contiguous phases: 1 is bViT, `depth` is the untied ViT/DeiT baseline (parameter names
+as in timm, so a timm ViT state dict loads with strict=True), 4 is a four-phase (Raptor-style) model.
+Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
+
+Equations (SPEC section 0): z_0 = [cls; patch_embed(x)] + pos_embed
+    z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
+    logits = head(norm(z)[:, 0])            (or the token mean without a class token)
+
+Measured: see README.md "Results" (commands and hardware there).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def drop_path(x, p: float, training: bool):
+    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
+    probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    if p == 0.0 or not training:
+        return x
+    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
+    return x * keep / (1.0 - p)
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on (B, N, D) using scaled_dot_product_attention."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        qkv = self.qkv(x).view(B, N, 3, self.num_heads, D // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
+        x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
+        return self.proj(x.transpose(1, 2).reshape(B, N, D))
+
+
+class Mlp(nn.Module):
+    """Linear(D, r*D) -> GELU -> Linear(r*D, D)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (SPEC section 0)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads)
+        self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.drop_path = drop_path
+
+    def forward(self, x):
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_path, self.training)
+
+
+class BViT(nn.Module):
+    """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases.
+
+    Step k (0-based) of L uses block floor(k * num_blocks / L) (SPEC section 1), recomputed for
+    any `depth` given at call time. num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
+
+    Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
+    targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
+    loss None without targets, else the mean over `stages` of the stage cross-entropies
+    (weighted by `stage_weights`; one stage = plain cross-entropy). `model.aux` holds the
+    detached per-stage losses of the last call.
+
+    Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
+    divisible by num_heads, depth not divisible by stages, non-positive depth, ...).
+    """
+
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1,
+                 stage_weights=None, detach_stages=False, step_embed=False, init="default"):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if depth < 1 or num_blocks < 1 or num_blocks > depth:
+            raise ValueError(f"need 1 <= num_blocks <= depth, got num_blocks={num_blocks}, depth={depth}")
+        if init != "default":
+            raise ValueError(f"init={init!r} is not implemented yet; allowed: 'default'")
+        self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
+        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
+        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.stages, self.detach_stages = stages, detach_stages
+        self.stage_weights = self._check_stages(depth, stages, stage_weights)
+        num_patches = (img_size // patch_size) ** 2
+
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
+        # Optional learned per-step embedding added before each step (our choice, for ablations;
+        # bViT itself has no step signal: behaviour changes come from the evolving state).
+        self.step_embed = nn.Parameter(torch.zeros(depth, 1, embed_dim)) if step_embed else None
+        # Stochastic depth: linear in the step index as in DeiT; for shared blocks we use the
+        # rate of the block's phase midpoint (our choice, since one block serves many steps).
+        rates = [drop_path_rate * (i + 0.5) / num_blocks for i in range(num_blocks)] if num_blocks > 1 \
+            else [drop_path_rate]
+        if num_blocks == depth:  # exactly DeiT/timm: linspace(0, rate, depth)
+            rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r) for r in rates)
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self.aux = {}
+        self._init_weights()
+
+    def _init_weights(self):
+        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
+        w = self.patch_embed.proj.weight
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+
+    @staticmethod
+    def _check_stages(depth, stages, stage_weights):
+        if stages < 1 or depth % stages:
+            raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
+        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
+        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
+            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
+        return [v / sum(w) for v in w]
+
+    def phase_map(self, depth=None):
+        """Block index used by each of the `depth` steps: [floor(k * num_blocks / depth)]."""
+        depth = depth or self.depth
+        return [k * self.num_blocks // depth for k in range(depth)]
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
+        if x.shape[-2:] != (self.img_size, self.img_size):
+            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + self.pos_embed
+
+    def classify(self, z):
+        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+
+    def forward(self, x, targets=None, depth=None):
+        depth = self.depth if depth is None else depth
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if self.step_embed is not None and depth > self.step_embed.shape[0]:
+            raise ValueError(f"step_embed was trained for {self.step_embed.shape[0]} steps; got depth={depth}")
+        # Deep supervision (Training Crossroads, "stage-wise"): read out after each stage.
+        stages = self.stages if targets is not None else 1
+        if depth % stages:
+            raise ValueError(f"depth={depth} must be divisible by stages={stages} when computing a loss")
+        readouts = {(s + 1) * depth // stages - 1 for s in range(stages)}
+        z, stage_logits = self.embed(x), []
+        for k, b in enumerate(self.phase_map(depth)):
+            if self.step_embed is not None:
+                z = z + self.step_embed[k]
+            z = self.blocks[b](z)
+            if k in readouts:
+                stage_logits.append(self.classify(z))
+                if self.detach_stages and k < depth - 1:
+                    z = z.detach()  # our variant: no gradient flows between stages
+        logits = stage_logits[-1]
+        if targets is None:
+            return logits, None
+        losses = torch.stack([F.cross_entropy(l.float(), targets) for l in stage_logits])
+        self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
+        loss = (losses * losses.new_tensor(self.stage_weights)).sum()
+        return logits, loss
+
+    def num_params(self, exclude_embeddings=False):
+        """Number of distinct parameters (a shared block counts once)."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.pos_embed.numel()
+        return n
+
+    def flops_per_image(self, depth=None):
+        """Analytic forward FLOPs per image (2 x multiply-adds of matmuls; norms, softmax, GELU and
+        additions are ignored). Patch embed N*D*C*p^2; per step with T tokens:
+        qkv 3TD^2 + scores T^2 D + weighted sum T^2 D + proj TD^2 + MLP 2rTD^2; head D*classes."""
+        depth = depth or self.depth
+        D, p = self.embed_dim, self.patch_size
+        N = (self.img_size // p) ** 2
+        T = N + int(self.cls_token is not None)
+        hidden = int(D * self.mlp_ratio)
+        per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
+        macs = N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes
+        return 2 * macs
+
+
+# Named configurations (SPEC section 0). bvit_*: one shared block; vit_*: depth untied blocks.
+_SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
+
+
+def _sized(size, untied, **kw):
+    dim, heads = _SIZES[size]
+    kw.setdefault("depth", 24 if size == "l" else 12)
+    if untied:
+        kw.setdefault("num_blocks", kw["depth"])
+    return BViT(embed_dim=dim, num_heads=heads, **kw)
+
+
+def bvit_ti(**kw): return _sized("ti", False, **kw)
+def bvit_s(**kw): return _sized("s", False, **kw)
+def bvit_b(**kw): return _sized("b", False, **kw)
+def bvit_l(**kw): return _sized("l", False, **kw)
+def vit_ti(**kw): return _sized("ti", True, **kw)
+def vit_s(**kw): return _sized("s", True, **kw)
+def vit_b(**kw): return _sized("b", True, **kw)
+def vit_l(**kw): return _sized("l", True, **kw)

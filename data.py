@@ -1,0 +1,175 @@
+"""Datasets and loaders for rvits: CIFAR-100, ImageNet (ImageFolder) and synthetic images.
+
+- `cifar100`: the standard `cifar-100-python` pickles (train, test, meta), read directly, so a
+  copy whose bytes differ from the official archive (e.g. ../shared/data) works. `--download`
+  fetches the official archive through torchvision.
+- `imagenet`: ImageFolder layout `train/<class>/*`, `val/<class>/*`.
+- `synthetic`: deterministic random images, for smoke tests and benchmarks only.
+
+The data root defaults to $RVITS_DATA, else ./data (SPEC section 7). Each DDP rank sees a
+disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
+labels int64 (B,). A GPU-resident CIFAR loader (SPEC section 7) plugs in at `build_loader`.
+"""
+import os
+import pickle
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torchvision.transforms import v2
+
+CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+DATASETS = ("cifar100", "imagenet", "synthetic")
+
+
+class DataError(Exception):
+    """A dataset is missing or unreadable; the message says where we looked and what to do."""
+
+
+def default_root():
+    return os.environ.get("RVITS_DATA", "./data")
+
+
+def load_cifar100(root, train, download=False):
+    """Read CIFAR-100 from `root/cifar-100-python/{train,test}` (or `root` itself).
+
+    Returns (images uint8 (N, 3, 32, 32), labels int64 (N,)) with the 100 fine labels.
+    Raises DataError when the files are missing (naming the directory and `--download`) or corrupt.
+    """
+    split = "train" if train else "test"
+    candidates = [os.path.join(root, "cifar-100-python"), root]
+    folder = next((c for c in candidates if os.path.isfile(os.path.join(c, split))), None)
+    if folder is None and download:
+        from torchvision.datasets import CIFAR100  # official archive, md5-checked by torchvision
+        CIFAR100(root, train=train, download=True)
+        folder = candidates[0]
+    if folder is None:
+        raise DataError(f"CIFAR-100 not found: no '{split}' file in {candidates[0]} or {root}; "
+                        "pass --data-dir DIR containing cifar-100-python/ (or set RVITS_DATA), "
+                        "or add --download to fetch it")
+    path = os.path.join(folder, split)
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="latin1")
+        images = torch.as_tensor(d["data"], dtype=torch.uint8).view(-1, 3, 32, 32)
+        labels = torch.as_tensor(d["fine_labels"], dtype=torch.int64)
+    except Exception as e:  # truncated pickle, wrong keys, wrong sizes
+        raise DataError(f"CIFAR-100 file {path} is unreadable ({type(e).__name__}: {e}); "
+                        "delete it and re-run with --download, or point --data-dir at a good copy")
+    if len(images) != len(labels) or len(images) == 0:
+        raise DataError(f"CIFAR-100 file {path} holds {len(images)} images and {len(labels)} labels")
+    return images, labels
+
+
+class TensorImages(Dataset):
+    """uint8 images (N, C, H, W) + labels (N,), with a per-image torchvision v2 transform."""
+
+    def __init__(self, images, labels, transform):
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.transform(self.images[i]), self.labels[i]
+
+
+class SyntheticImages(Dataset):
+    """`n` random uint8 images (3, size, size); image i is a pure function of (seed, i) and its
+    label is i % num_classes, so every rank and every run sees the same data."""
+
+    def __init__(self, n, size, num_classes, transform, seed=0):
+        self.n, self.size, self.num_classes, self.transform, self.seed = n, size, num_classes, transform, seed
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        img = torch.randint(0, 256, (3, self.size, self.size), generator=g, dtype=torch.uint8)
+        return self.transform(img), torch.tensor(i % self.num_classes)
+
+
+def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True):
+    """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
+
+    CIFAR training: random crop 32 with 4 px padding + horizontal flip; ImageNet training:
+    RandomResizedCrop + flip; evaluation: CIFAR as is, ImageNet resize to img_size/0.875 +
+    center crop. `randaug` > 0 adds RandAugment(num_ops=2, magnitude=randaug).
+    """
+    ops = [v2.ToImage()]
+    if train and augment:
+        if dataset == "imagenet":
+            ops += [v2.RandomResizedCrop(img_size, antialias=True), v2.RandomHorizontalFlip()]
+        else:
+            ops += [v2.RandomCrop(img_size, padding=img_size // 8), v2.RandomHorizontalFlip()]
+        if randaug:
+            ops.append(v2.RandAugment(num_ops=2, magnitude=randaug))
+    elif dataset == "imagenet":
+        ops += [v2.Resize(int(img_size / 0.875), antialias=True), v2.CenterCrop(img_size)]
+    ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    return v2.Compose(ops)
+
+
+def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
+                   synthetic_size=(50_000, 10_000), num_classes=100, seed=0):
+    """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
+
+    img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR must stay 32.
+    Raises DataError for a missing/corrupt dataset and ValueError for an unknown name.
+    """
+    root = data_dir or default_root()
+    if name == "cifar100":
+        if img_size not in (None, 32):
+            raise ValueError(f"cifar100 images are 32x32; got --img-size {img_size}")
+        img_size = 32
+        t_train = build_transform(True, 32, CIFAR_MEAN, CIFAR_STD, name, randaug, augment)
+        t_val = build_transform(False, 32, CIFAR_MEAN, CIFAR_STD, name)
+        train = TensorImages(*load_cifar100(root, True, download), t_train)
+        val = TensorImages(*load_cifar100(root, False, download), t_val)
+        return train, val, 100, img_size
+    if name == "imagenet":
+        from torchvision.datasets import ImageFolder
+        img_size = img_size or 224
+        for split in ("train", "val"):
+            if not os.path.isdir(os.path.join(root, split)):
+                raise DataError(f"ImageNet not found: no '{split}/' folder in {root}; pass --data-dir "
+                                "DIR with train/<class>/*.JPEG and val/<class>/*.JPEG")
+        t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment)
+        t_val = build_transform(False, img_size, IMAGENET_MEAN, IMAGENET_STD, name)
+        try:
+            train = ImageFolder(os.path.join(root, "train"), t_train)
+            val = ImageFolder(os.path.join(root, "val"), t_val)
+        except (FileNotFoundError, OSError) as e:
+            raise DataError(f"ImageNet folder {root} is unusable: {e}")
+        if train.classes != val.classes:
+            raise DataError(f"ImageNet train/ and val/ in {root} have different class folders")
+        return train, val, len(train.classes), img_size
+    if name == "synthetic":
+        img_size = img_size or 32
+        # No augmentation: random images gain nothing from it, and without it a run is a pure
+        # function of the seed (the 1-process vs 2-process DDP test relies on that).
+        t_train = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
+        t_val = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
+        n_train, n_val = synthetic_size
+        return (SyntheticImages(n_train, img_size, num_classes, t_train, seed),
+                SyntheticImages(n_val, img_size, num_classes, t_val, seed + 1), num_classes, img_size)
+    raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+
+
+def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
+    """DataLoader over this rank's disjoint shard.
+
+    Training: DistributedSampler (shuffled with `seed`, call `loader.sampler.set_epoch(e)`),
+    drop_last so every rank takes the same number of steps; `batch_size` is per rank.
+    Evaluation: rank r takes items r, r + world, ... (no padding, so counts summed over ranks
+    are exact).
+    """
+    if train:
+        sampler = DistributedSampler(dataset, world_size, rank, shuffle=True, seed=seed, drop_last=True)
+        return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, drop_last=True,
+                          persistent_workers=workers > 0, generator=torch.Generator(),
+                          pin_memory=torch.cuda.is_available())
+    shard = Subset(dataset, range(rank, len(dataset), world_size))
+    return DataLoader(shard, batch_size, shuffle=False, num_workers=workers,
+                      persistent_workers=workers > 0, pin_memory=torch.cuda.is_available())

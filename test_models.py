@@ -1,0 +1,243 @@
+"""Tests for rvits: the mathematics of each model, and the training script end to end.
+
+CPU only, tiny configurations. Tests that need the real datasets look in $RVITS_DATA (else
+../shared/data beside the repository) and skip with the reason when they are absent.
+Run: RVITS_DATA=../shared/data python -m pytest -q
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bvit
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DATA = os.environ.get("RVITS_DATA") or os.path.join(ROOT, "..", "shared", "data")
+HAVE_CIFAR = os.path.isfile(os.path.join(DATA, "cifar-100-python", "train"))
+needs_cifar = pytest.mark.skipif(not HAVE_CIFAR, reason=f"real CIFAR-100 not found in {DATA} (set RVITS_DATA)")
+
+TINY = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4)
+
+
+def tiny(**kw):
+    torch.manual_seed(0)
+    return bvit.BViT(**{**TINY, **kw}).eval()
+
+
+def images(b=3, size=16):
+    return torch.randn(b, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def run_blocks(model, x, block_ids):
+    """Reference forward: embed, apply the given blocks in order, classify."""
+    z = model.embed(x)
+    for b in block_ids:
+        z = model.blocks[b](z)
+    return model.classify(z)
+
+
+# ----------------------------------------------------------------------------- bvit.py
+def test_shapes_and_loss_contract():
+    m = tiny(depth=4)
+    logits, loss = m(images())
+    assert logits.shape == (3, 10) and loss is None
+    logits, loss = m(images(), targets=torch.tensor([1, 2, 3]))
+    assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+def test_recurrent_block_is_one_storage_and_params_do_not_grow_with_depth():
+    m2, m12 = tiny(depth=2), tiny(depth=12)
+    assert len(m12.blocks) == 1 and m12.phase_map() == [0] * 12
+    assert m2.num_params() == m12.num_params()
+    # every step runs the very same tensors: the model is the block applied 12 times
+    x = images()
+    assert torch.allclose(m12(x)[0], run_blocks(m12, x, [0] * 12), atol=1e-6)
+
+
+def test_param_count_formula():
+    D, H, C, p, N, nb = 32, 128, 10, 4, 16, 3
+    block = 2 * 2 * D + (3 * D * D + 3 * D) + (D * D + D) + (D * H + H) + (H * D + D)
+    expected = (3 * p * p * D + D) + D + (N + 1) * D + nb * block + 2 * D + (D * C + C)
+    assert tiny(depth=6, num_blocks=nb).num_params() == expected
+
+
+def test_depth_override_uses_the_same_weights():
+    m = tiny(depth=4)
+    x = images()
+    for d in (1, 3, 9):
+        assert torch.allclose(m(x, depth=d)[0], run_blocks(m, x, [0] * d), atol=1e-6)
+
+
+def test_phase_map_four_blocks():
+    m = tiny(depth=12, num_blocks=4)
+    assert m.phase_map() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert m.phase_map(8) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert m.phase_map(6) == [0, 0, 1, 2, 2, 3]
+    x = images()
+    assert torch.allclose(m(x, depth=8)[0], run_blocks(m, x, [0, 0, 1, 1, 2, 2, 3, 3]), atol=1e-6)
+    # untied (num_blocks == depth): block k at step k, the plain ViT
+    assert tiny(depth=5, num_blocks=5).phase_map() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 2.0, 3.0]])
+def test_deep_supervision_loss_is_weighted_mean_of_stage_cross_entropies(weights):
+    m = tiny(depth=6, stages=3, stage_weights=weights)
+    x, y = images(), torch.tensor([0, 4, 9])
+    logits, loss = m(x, y)
+    z, ces = m.embed(x), []
+    for k in range(6):
+        z = m.blocks[0](z)
+        if k in (1, 3, 5):
+            ces.append(F.cross_entropy(m.classify(z), y))
+    w = torch.tensor(weights or [1.0, 1.0, 1.0])
+    assert torch.allclose(loss, (torch.stack(ces) * w).sum() / w.sum(), atol=1e-6)
+    assert torch.allclose(logits, m(x)[0])  # returned logits are the last step's
+    assert set(m.aux) == {"stage0_loss", "stage1_loss", "stage2_loss"}
+
+
+def test_detach_stages_cuts_gradient_between_stages():
+    m = tiny(depth=4, stages=2, detach_stages=True).train()
+    x, y = images(), torch.tensor([0, 1, 2])
+    z = m.embed(x)
+    # with detaching, the embedding only receives gradient from stage 0's two steps; compare
+    # against a hand-built version in which stage 1 starts from a detached state
+    _, loss = m(x, y)
+    loss.backward()
+    g = m.pos_embed.grad.clone()
+    m.zero_grad()
+    z1 = m.blocks[0](m.blocks[0](z))
+    l0 = F.cross_entropy(m.classify(z1), y)
+    l0.backward()
+    assert torch.allclose(g, 0.5 * m.pos_embed.grad, atol=1e-6)
+
+
+def test_soft_targets_equal_hard_targets():
+    m = tiny(depth=2, stages=2)
+    x, y = images(), torch.tensor([3, 1, 7])
+    assert torch.allclose(m(x, y)[1], m(x, F.one_hot(y, 10).float())[1], atol=1e-6)
+
+
+def test_flop_count_matches_torch_flop_counter():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    for kw in (dict(depth=3), dict(depth=4, class_token=False, mlp_ratio=2.0)):
+        m = tiny(**kw)
+        # the math backend runs attention as two bmm's, which the counter sees on CPU
+        with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH):
+            m(images(b=1))
+        assert m.flops_per_image() == fc.get_total_flops()
+    assert m.flops_per_image(depth=8) > m.flops_per_image()
+
+
+def test_bad_sizes_raise_value_error():
+    with pytest.raises(ValueError, match="patch_size"):
+        tiny(img_size=18)
+    with pytest.raises(ValueError, match="num_heads"):
+        tiny(num_heads=5)
+    with pytest.raises(ValueError, match="stages"):
+        tiny(depth=6, stages=4)
+    with pytest.raises(ValueError, match="depth"):
+        tiny(depth=4)(images(), depth=0)
+
+
+@pytest.mark.parametrize("variant", ["cls", "gap", "layerscale"])
+def test_untied_model_loads_timm_state_dict_and_matches_logits(variant):
+    timm = pytest.importorskip("timm")
+    kw = dict(img_size=32, patch_size=4, num_classes=10, embed_dim=64, depth=3, num_heads=4)
+    tkw, ours = {}, {}
+    if variant == "gap":
+        tkw, ours = dict(class_token=False, global_pool="avg", fc_norm=False), dict(class_token=False)
+    if variant == "layerscale":
+        tkw, ours = dict(init_values=0.1), dict(layer_scale=0.1)
+    torch.manual_seed(0)
+    ref = timm.models.vision_transformer.VisionTransformer(**kw, **tkw).eval()
+    m = bvit.BViT(**kw, num_blocks=3, **ours).eval()
+    m.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(m(x)[0], ref(x), atol=1e-5)
+
+
+def test_size_helpers():
+    assert bvit.bvit_s(num_classes=100).embed_dim == 384 and len(bvit.bvit_s().blocks) == 1
+    assert len(bvit.vit_b().blocks) == 12 and bvit.vit_l().depth == 24
+    assert bvit.vit_ti(img_size=32, patch_size=4).num_heads == 3
+
+
+# ----------------------------------------------------------------------------- train.py
+def train(args, nproc=1, timeout=600):
+    cmd = [sys.executable, os.path.join(ROOT, "train.py")]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(nproc), os.path.join(ROOT, "train.py")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def read_log(out):
+    with open(os.path.join(out, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+TINY_RUN = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu",
+            "--workers", "0", "--val-subset", "64", "--eval-batch-size", "64"]
+
+
+def test_two_process_ddp_equals_one_process_with_same_global_batch(tmp_path):
+    common = TINY_RUN + ["--data", "synthetic", "--batch-size", "16", "--max-steps", "3",
+                         "--label-smoothing", "0.1"]
+    one = train(common + ["--out-dir", str(tmp_path / "one")])
+    assert one.returncode == 0, one.stderr
+    two = train(common + ["--out-dir", str(tmp_path / "two")], nproc=2)
+    assert two.returncode == 0, two.stderr
+    a = torch.load(tmp_path / "one" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "two" / "ckpt.pt", weights_only=True)["model"]
+    init = bvit.BViT(img_size=32, patch_size=4, num_classes=100, embed_dim=32, num_heads=2, depth=2)
+    moved = 0
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+        moved += not torch.equal(a[k], init.state_dict()[k])
+    assert moved > 0  # the runs trained something
+
+
+@needs_cifar
+def test_short_run_on_real_cifar_lowers_the_loss(tmp_path):
+    out = tmp_path / "run"
+    r = train(TINY_RUN[:-4] + ["--data", "cifar100", "--data-dir", DATA, "--embed-dim", "64",
+                              "--num-heads", "2", "--depth", "4", "--batch-size", "64",
+                              "--max-steps", "60", "--val-subset", "500", "--eval-depths", "2,8",
+                              "--out-dir", str(out)])
+    assert r.returncode == 0, r.stderr
+    log = read_log(out)
+    epoch, depths = log[0], log[1:]
+    for key in ("epoch", "step", "lr", "train_loss", "val_loss", "val_acc1", "val_acc5",
+                "img_per_s", "epoch_time_s"):
+        assert key in epoch
+    assert epoch["step"] == 60
+    assert epoch["val_loss"] < math.log(100) - 0.1  # below the loss of a uniform guess
+    assert epoch["val_acc5"] > 5.0 + 3.0  # chance top-5 is 5%
+    assert [d["depth"] for d in depths] == [2, 8]
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["step"] == 60 and ck["args"]["model"] == "bvit"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--data", "cifar100", "--data-dir", "/nonexistent/rvits"], "/nonexistent/rvits"),
+    (["--model", "nosuch"], "--model"),
+    (["--depth", "0"], "--depth"),
+    (["--patch-size", "5"], "--patch-size 5"),
+    (["--stages", "4", "--depth", "6"], "--stages"),
+    (["--eval-depths", "3,x"], "--eval-depths"),
+    (["--amp", "fp16", "--device", "cpu"], "fp16"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, flags, says):
+    r = train(["--data", "synthetic", "--out-dir", str(tmp_path)] + flags)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert says in lines[0]
