@@ -229,6 +229,15 @@ def evaluate(model, loader, device, amp_ctx, depth=None):
     return {"val_loss": loss / n, "val_acc1": 100 * a1 / n, "val_acc5": 100 * a5 / n}
 
 
+def model_log(model):
+    """Model-specific values for log.jsonl: the last step's auxiliary terms (`model.aux`, e.g. the
+    per-stage losses) and whatever `model.log_extras()` returns (e.g. reViT's gate table)."""
+    out = {k: float(v) for k, v in getattr(model, "aux", {}).items()}
+    if hasattr(model, "log_extras"):
+        out.update(model.log_extras())
+    return out
+
+
 class Fail(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
 
@@ -394,7 +403,7 @@ def main(argv=None):
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
                "train_loss": loss_sum.item() / (n_steps * world),
                **evaluate(raw_model, val_loader, device, amp_ctx),
-               "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time}
+               "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)}
         if ema is not None:
             rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
         epoch += 1
