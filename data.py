@@ -157,19 +157,63 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
 
 
+class Seeded(Dataset):
+    """Wraps a dataset so that item `(i, seed)` is transformed under `torch.manual_seed(seed)`.
+
+    The augmentation of every image is then a pure function of (run seed, epoch, index): the same
+    for any number of loader workers, and reproduced exactly when a run resumes mid-epoch.
+    """
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, item):
+        i, seed = item
+        with torch.random.fork_rng(devices=[]):  # leave the caller's RNG stream untouched
+            torch.manual_seed(seed)
+            return self.dataset[i]
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler (this rank's disjoint shard, reshuffled by `set_epoch`) that yields
+    `(index, per-sample seed)` pairs for `Seeded` and can start mid-epoch (`set_start(n)`, n
+    samples of this rank already consumed), so a resumed run sees exactly the data it would have."""
+
+    def __init__(self, dataset, world_size, rank, seed):
+        super().__init__(dataset, world_size, rank, shuffle=True, seed=seed, drop_last=True)
+        self.start = 0
+
+    def set_start(self, n):
+        self.start = n
+
+    def __iter__(self):
+        base = (self.seed * 1_000_003 + self.epoch) * 100_003
+        for i in list(super().__iter__())[self.start:]:
+            yield i, (base + i) % (2 ** 63)
+
+    def __len__(self):
+        return self.num_samples - self.start
+
+
 def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
     """DataLoader over this rank's disjoint shard.
 
-    Training: DistributedSampler (shuffled with `seed`, call `loader.sampler.set_epoch(e)`),
-    drop_last so every rank takes the same number of steps; `batch_size` is per rank.
+    Training: a ResumableSampler (shuffled with `seed`; call `loader.sampler.set_epoch(e)` and,
+    to resume mid-epoch, `loader.sampler.set_start(batches_done * batch_size)`), drop_last so
+    every rank takes the same number of steps; `batch_size` is per rank.
     Evaluation: rank r takes items r, r + world, ... (no padding, so counts summed over ranks
     are exact).
     """
+    pin = torch.cuda.is_available()
     if train:
-        sampler = DistributedSampler(dataset, world_size, rank, shuffle=True, seed=seed, drop_last=True)
-        return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, drop_last=True,
-                          persistent_workers=workers > 0, generator=torch.Generator(),
-                          pin_memory=torch.cuda.is_available())
+        sampler = ResumableSampler(dataset, world_size, rank, seed)
+        # own generator: starting an iterator must not draw from the global RNG (exact resume)
+        return DataLoader(Seeded(dataset), batch_size, sampler=sampler, num_workers=workers,
+                          drop_last=True, persistent_workers=workers > 0, pin_memory=pin,
+                          generator=torch.Generator())
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     return DataLoader(shard, batch_size, shuffle=False, num_workers=workers,
-                      persistent_workers=workers > 0, pin_memory=torch.cuda.is_available())
+                      persistent_workers=workers > 0, pin_memory=pin, generator=torch.Generator())

@@ -9,9 +9,11 @@ MixUp/CutMix and RandAugment (torchvision v2), EMA, an atomic checkpoint every e
 --resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl and OUT/ckpt.pt (SPEC s8).
 """
 import argparse
+import datetime
 import json
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -37,8 +39,38 @@ def build_bvit(args, common):
                      detach_stages=args.detach_stages, step_embed=args.step_embed, **common)
 
 
+def build_revit(args, common):
+    import revit
+    if not 0 <= args.depth_dropout < 1:
+        raise ValueError(f"--depth-dropout {args.depth_dropout} must be in [0, 1)")
+    return revit.ReViT(experts=args.experts, depth_dropout=args.depth_dropout, lambda_bal=args.lambda_bal,
+                       lambda_z=args.lambda_z, lambda_div=args.lambda_div, **common)
+
+
 # The model registry: name -> builder(args, common kwargs). New model files add one line here.
 MODELS = {"vit": build_bvit, "bvit": build_bvit}
+MODELS["revit"] = build_revit
+
+
+def build_srvit(args, common):
+    import srvit
+    return srvit.SRViT(recursions=args.recursions, **common)  # --depth: layers of the recursion body
+
+
+MODELS["srvit"] = build_srvit
+
+
+def build_odevit(args, common):
+    import odevit
+    # For odevit a depth counts solver steps (block evaluations = steps x 1, 2, 2, 4 for euler,
+    # midpoint, heun, rk4); --ode-steps sets it (default --depth), and args.depth follows so that
+    # the log, args.json and the checkpoint state the trained number of steps.
+    args.depth = common["depth"] = args.ode_steps or common["depth"]
+    return odevit.ODEViT(solver=args.solver, horizon=args.horizon, field=args.field, extend=args.extend,
+                         stages=args.stages, stage_weights=args.stage_weights, **common)
+
+
+MODELS["odevit"] = build_odevit
 
 
 class Parser(argparse.ArgumentParser):
@@ -105,6 +137,35 @@ def get_parser():
     a("--gap", action="store_true", help="global average pooling instead of a class token")
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III), off by default")
     a("--drop-path", type=non_negative, default=0.0, help="stochastic depth rate")
+    a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
+      "init (SPEC s6): default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
+      "a 3x3 impulse (shift) filter on the position embedding")
+    # SR-ViT (srvit.py)
+    a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
+      "applied, outputs mixed per token (default 4); --eval-depths then counts recursions")
+    # reViT (revit.py)
+    a("--experts", type=positive(int), default=4, help="revit: FFN experts merged per step by "
+      "normalized depth (default 4; 1 = the tied bViT block)")
+    a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
+      "dropping each step in training (elastic depth; dropped = identity), in [0, 1), 0 = off")
+    a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the expert usage "
+      "balance loss E*sum_e mean_k(g_e)^2 (E > 1 only)")
+    a("--lambda-z", type=non_negative, default=1e-3, help="revit: weight of the router z-loss "
+      "mean_k logsumexp(logits)^2 (E > 1 only)")
+    a("--lambda-div", type=non_negative, default=1e-3, help="revit: weight of the mean pairwise "
+      "cosine similarity of the experts' parameters (E > 1 only)")
+    # ODEViT (odevit.py)
+    a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
+      "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
+    a("--ode-steps", type=positive(int), help="odevit: solver steps (default --depth); for odevit "
+      "a depth (--depth, --eval-depths) counts solver steps, not block evaluations")
+    a("--horizon", type=positive(float), help="odevit: integration horizon T (default: the number "
+      "of steps, so h = T/steps = 1, which with euler is the bViT recurrence)")
+    a("--field", default="subtracted", choices=["subtracted", "blackbox"], help="odevit: "
+      "dz/dt = F(z) - z (default) or the black-box dz/dt = F(z)")
+    a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
+      "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
+      "over the trained T (h = T/L)")
     # data
     a("--data", default="cifar100", choices=data.DATASETS)
     a("--data-dir", help="dataset root (default $RVITS_DATA, else ./data)")
@@ -135,8 +196,18 @@ def get_parser():
     a("--device", default="auto", help="auto, cpu, cuda")
     a("--seed", type=int, default=0)
     a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
-    a("--resume", help="checkpoint to continue from")
-    a("--eval-depths", type=int_list, help="after training, evaluate at these depths, e.g. 3,6,12")
+    a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams)")
+    a("--save-every", type=positive(int), help="also checkpoint every N optimizer steps mid-epoch")
+    a("--max-nonfinite", type=positive(int), default=20,
+      help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
+    a("--dist-timeout", type=positive(float), default=600.0,
+      help="seconds a process waits for its peers before failing (DDP)")
+    a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
+      "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
+      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
+    a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
+      "(default 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
+      "writes only depth_eval.json (+ PNG) in --out-dir")
     return p
 
 
@@ -177,7 +248,8 @@ def param_groups(model, weight_decay):
     """No weight decay on biases, norms, embeddings and other 1-D parameters (timm/DeiT)."""
     decay, no_decay = [], []
     for name, prm in model.named_parameters():
-        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "step_embed"):
+        # "bias" by name too: stacked expert biases (reViT) are 2-D
+        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "step_embed", "bias"):
             no_decay.append(prm)
         else:
             decay.append(prm)
@@ -206,6 +278,29 @@ def save_atomic(obj, path):
     tmp = path + ".tmp"
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def load_checkpoint(path, args):
+    """torch.load(weights_only=True) with one clear error per way a checkpoint can be wrong."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise Fail(f"--resume {path}: no such file")
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" in str(e):  # a class or function reference: code could run
+            glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
+            raise Fail(f"--resume {path}: refused, it holds a pickled Python object ({glob}) and rvits "
+                       "loads only tensors and plain values (weights_only=True); do not load files you do not trust")
+        raise Fail(f"--resume {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
+    except Exception as e:
+        raise Fail(f"--resume {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
+                   f"{str(e).splitlines()[0] if str(e) else ''})")
+    keys = {"model", "optimizer", "scheduler", "scaler", "epoch", "batch", "step", "rng", "args"}
+    if not isinstance(ck, dict) or not keys <= set(ck):
+        raise Fail(f"--resume {path}: not an rvits training checkpoint (missing {sorted(keys - set(ck or {}))})")
+    if ck["args"].get("model") != args.model:
+        raise Fail(f"--resume {path}: checkpoint of --model {ck['args'].get('model')}, not {args.model}")
+    return ck
 
 
 @torch.no_grad()
@@ -242,10 +337,63 @@ class Fail(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
 
 
+# Flags that --eval-only always takes from the command line, never from the checkpoint.
+EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers", "data_dir",
+                  "download", "eval_batch_size", "val_subset", "compile"}
+
+
+def eval_only_args(p, args, argv):
+    """--eval-only: rebuild the checkpoint's model from its saved flags; flags given on the command
+    line win (e.g. --extend refine, or another --solver), run flags are always the command line's."""
+    if not args.resume:
+        p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
+    unset = object()
+    given = argparse.Namespace(**{k: unset for k in vars(args)})
+    p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
+    try:
+        saved = dict(torch.load(args.resume, map_location="cpu", weights_only=True)["args"])
+    except Exception:
+        return args  # load_checkpoint reports what is wrong with the file
+    for k, v in saved.items():
+        if hasattr(args, k) and getattr(given, k) is unset and k not in EVAL_RUN_FLAGS:
+            setattr(args, k, v)
+    return args
+
+
+def depth_report(args, model, rows, step):
+    """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
+    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}]."""
+    print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
+    for r in rows:
+        print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
+    res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
+           "model": args.model, "trained_depth": args.depth, "step": step,
+           "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
+           "val_subset": args.val_subset, "results": rows}
+    with open(os.path.join(args.out_dir, "depth_eval.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
+    ax.axvline(args.depth, color="gray", linestyle="--", label=f"trained depth {args.depth}")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{args.model}: accuracy vs depth")
+    ax.legend()
+    fig.savefig(os.path.join(args.out_dir, "depth_eval.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv=None):
     p = get_parser()
     args = p.parse_args(argv)
+    if args.eval_only:
+        args = eval_only_args(p, args, argv)
 
     # --- set-up: distributed, device, precision ---
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -279,7 +427,9 @@ def main(argv=None):
     if args.val_subset:
         val_set = torch.utils.data.Subset(val_set, range(min(args.val_subset, len(val_set))))
     if ddp:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a dead or hung peer makes the others fail after --dist-timeout instead of waiting forever
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=args.dist_timeout))
         if device.type == "cuda":
             torch.cuda.set_device(device)
     master = rank == 0
@@ -295,6 +445,8 @@ def main(argv=None):
                   embed_dim=args.embed_dim, depth=args.depth, num_heads=args.num_heads,
                   mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
                   drop_path_rate=args.drop_path)
+    if args.init != "default":  # only then: a model without init= support fails with its own message
+        common["init"] = args.init
     try:
         model = MODELS[args.model](args, common).to(device)
     except ValueError as e:
@@ -316,28 +468,54 @@ def main(argv=None):
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema), use_buffers=True)
 
     # --- resume ---
-    start_epoch, step = 0, 0
-    os.makedirs(args.out_dir, exist_ok=True)
+    start_epoch, start_batch, step, progress = 0, 0, 0, {}
     ckpt_path, log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, ".write_test"), "w"):
+            pass
+        os.remove(os.path.join(args.out_dir, ".write_test"))
+    except OSError as e:
+        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror}); choose another directory")
     if args.resume:
+        ck = load_checkpoint(args.resume, args)
         try:
-            ck = torch.load(args.resume, map_location="cpu", weights_only=True)
             model.load_state_dict(ck["model"])
-        except FileNotFoundError:
-            raise Fail(f"--resume {args.resume}: no such file")
-        except Exception as e:
-            raise Fail(f"--resume {args.resume}: not a checkpoint of this model ({str(e).splitlines()[0]})")
+        except RuntimeError as e:
+            why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
+            raise Fail(f"--resume {args.resume}: its weights do not fit this model ({why}); "
+                       "use the size flags of the original run")
         optimizer.load_state_dict(ck["optimizer"])
         scheduler.load_state_dict(ck["scheduler"])
         scaler.load_state_dict(ck["scaler"])
         if ema is not None and ck.get("ema") is not None:
             ema.load_state_dict(ck["ema"])
-        start_epoch, step = ck["epoch"], ck["step"]
-        set_rng_state(ck["rng"])
+        start_epoch, start_batch, step = ck["epoch"], ck["batch"], ck["step"]
+        progress = ck["progress"]
+        rngs = ck["rng"]
+        if len(rngs) == world:
+            set_rng_state(rngs[rank])
+        else:  # another number of processes: same data order, fresh per-rank randomness
+            torch.manual_seed(args.seed + rank + 7919 * step)
     elif os.path.exists(ckpt_path):
         raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} to continue it or choose another --out-dir")
     else:
         torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
+
+    def save(epoch, batch, progress):
+        """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it)."""
+        rngs = [None] * world
+        if ddp:
+            dist.all_gather_object(rngs, rng_state())
+        else:
+            rngs = [rng_state()]
+        if master:
+            save_atomic({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                         "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
+                         "batch": batch, "step": step, "progress": progress, "rng": rngs,
+                         "args": vars(args)}, ckpt_path)
+            print(f"saved checkpoint at step {step}", flush=True)
 
     if args.compile:  # regional compilation: each block once, reused for every step
         for blk in getattr(model, "blocks", []):
@@ -357,17 +535,22 @@ def main(argv=None):
         print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
               f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}, "
               f"{total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
-        with open(os.path.join(args.out_dir, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=1)
+        if not args.eval_only:  # --eval-only leaves the training run's files alone
+            with open(os.path.join(args.out_dir, "args.json"), "w") as f:
+                json.dump(vars(args), f, indent=1)
 
     # --- the loop ---
-    eps = args.label_smoothing
+    eps, bad_steps = args.label_smoothing, 0
     epoch = start_epoch
-    while step < total_steps and epoch < args.epochs:
+    while not args.eval_only and step < total_steps and epoch < args.epochs:
+        first = start_batch if epoch == start_epoch else 0  # batches of this epoch already done
         train_loader.sampler.set_epoch(epoch)
-        train_loader.generator.manual_seed(args.seed * 100_003 + epoch * 1009 + rank)
-        t0, n_img, n_steps, loss_sum = time.time(), 0, 0, torch.zeros((), device=device)
-        left = min(steps_per_epoch, total_steps - step)
+        train_loader.sampler.set_start(first * (args.batch_size // world))
+        # running sums of this epoch (restored when resuming mid-epoch)
+        t_spent, n_img, n_steps = progress.get("time", 0.0), progress.get("imgs", 0), progress.get("steps", 0)
+        loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
+        progress, t0 = {}, time.time()
+        left = min(steps_per_epoch - first, total_steps - step)
         bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not master, dynamic_ncols=True)
         for i, (x, y) in enumerate(train_loader):
             if i == left:
@@ -380,60 +563,89 @@ def main(argv=None):
             with amp_ctx:
                 _, loss = model(x, y)
             scaler.scale(loss).backward()
-            if args.clip_grad:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-            scaler.step(optimizer)
+            scaler.unscale_(optimizer)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad or float("inf"))
+            # one host sync per step; gradients are all-reduced, so every rank takes the same branch
+            if torch.isfinite(gnorm):
+                scaler.step(optimizer)
+                loss_sum += loss.detach()
+                n_steps, bad_steps = n_steps + 1, 0
+            else:
+                bad_steps += 1
+                if bad_steps >= args.max_nonfinite:
+                    raise Fail(f"{bad_steps} consecutive non-finite steps (last at step {step + 1}); "
+                               f"the last good checkpoint is {ckpt_path}; lower --lr or use --amp bf16/none")
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             if ema is not None:
                 ema.update_parameters(raw_model)
-            step, n_steps, n_img = step + 1, n_steps + 1, n_img + x.shape[0] * world
-            loss_sum += loss.detach()
+            step, n_img = step + 1, n_img + x.shape[0] * world
             bar.update()
             if master and (i % 20 == 0 or i == left - 1):
                 bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            if args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
+                    and step < total_steps and bad_steps == 0:
+                save(epoch, first + i + 1, {"time": t_spent + time.time() - t0, "imgs": n_img,
+                                            "steps": n_steps, "loss_sum": loss_sum.item()})
         bar.close()
-        if not math.isfinite(loss_sum.item()):
-            raise Fail(f"non-finite training loss at step {step}; lower --lr or use --amp bf16/none")
-        epoch_time = time.time() - t0
+        epoch_time = t_spent + time.time() - t0
         if ddp:
             dist.all_reduce(loss_sum)
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
-               "train_loss": loss_sum.item() / (n_steps * world),
+               "train_loss": loss_sum.item() / max(1, n_steps * world),
                **evaluate(raw_model, val_loader, device, amp_ctx),
                "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)}
         if ema is not None:
             rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
-        epoch += 1
         if master:
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            print(json.dumps(rec))
-            save_atomic({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                         "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
-                         "step": step, "rng": rng_state(), "args": vars(args)}, ckpt_path)
+            print(json.dumps(rec), flush=True)
+        epoch += 1
+        save(epoch, 0, {})
 
     # --- evaluation at other depths ("beyond the training horizon") ---
-    for depth in args.eval_depths or []:
+    depths, rows = args.eval_depths or [], []
+    if args.eval_only and not depths:  # SPEC s1: 0.5, 1, 2, 4, 8 x the training depth
+        depths = sorted({max(1, round(f * args.depth)) for f in (0.5, 1, 2, 4, 8)})
+    for depth in depths:
         try:
             r = evaluate(raw_model, val_loader, device, amp_ctx, depth=depth)
         except ValueError as e:
             raise Fail(f"--eval-depths {depth}: {e}")
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"]}
-        if master:
+        # block evaluations per image: counted by the model if it can (odevit), else the depth
+        rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
+        if master and not args.eval_only:
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec))
+    if master and rows:
+        depth_report(args, raw_model, rows, step)
     if ddp:
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def cli(argv=None):
+    """Run main(argv) and turn user-fixable problems into one line on stderr: returns the exit
+    status (0 ok, 2 bad input or non-finite training, 1 a failed or timed-out DDP peer)."""
     try:
-        main()
+        main(argv)
+    except SystemExit as e:  # argparse errors (status 2) and --help (status 0)
+        return e.code
     except Fail as e:
         sys.stderr.write(f"train.py: error: {e}\n")
-        sys.exit(2)
+        return 2
+    except Exception as e:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        sys.stderr.write(f"train.py: error: rank {dist.get_rank()}: a peer process failed or timed out "
+                         f"({msg[:200]}); resume from the last checkpoint with --resume\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

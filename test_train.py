@@ -1,0 +1,225 @@
+"""Reliability tests for train.py: exact resume after SIGKILL, atomic and safe checkpoints, one
+clear line for every kind of bad input, non-finite losses, and a dying DDP peer.
+
+CPU only; every run is a tiny model on a tiny fake CIFAR-100 folder written by the test.
+"""
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import train
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+TINY = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
+        "--val-subset", "32", "--eval-batch-size", "32", "--batch-size", "8"]
+
+
+def fake_cifar(root, n_train=64, n_test=32):
+    """Write a CIFAR-100-layout folder of random images (same pickle format as the real one)."""
+    folder = os.path.join(root, "cifar-100-python")
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.RandomState(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        d = {"data": rng.randint(0, 256, (n, 3072)).astype(np.uint8),
+             "fine_labels": rng.randint(0, 100, n).tolist()}
+        with open(os.path.join(folder, split), "wb") as f:
+            pickle.dump(d, f, protocol=2)
+    return str(root)
+
+
+def cmd(args):
+    return [sys.executable, os.path.join(ROOT, "train.py")] + args
+
+
+def run(args, env=None, timeout=300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(cmd(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def load(path):
+    return torch.load(path, weights_only=True)
+
+
+@pytest.fixture
+def cifar(tmp_path):
+    return fake_cifar(tmp_path / "data")
+
+
+# ----------------------------------------------------------------------------- exact resume
+def test_sigkill_then_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, cifar):
+    # RandAugment, drop path and MixUp exercise every random stream; one loader worker process.
+    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--epochs", "2", "--save-every", "2",
+                  "--randaug", "5", "--drop-path", "0.1", "--mixup", "0.8", "--workers", "1"]
+    full = run(job + ["--out-dir", str(tmp_path / "full")])
+    assert full.returncode == 0, full.stderr
+    out = str(tmp_path / "killed")
+    p = subprocess.Popen(cmd(job + ["--out-dir", out]), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for line in p.stdout:  # blocks until the run reports its mid-epoch checkpoint at step 4
+        if line.startswith("saved checkpoint at step 4"):
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait()
+    assert p.returncode == -signal.SIGKILL
+    assert load(os.path.join(out, "ckpt.pt"))["step"] < 16  # it really was interrupted
+    resumed = run(job + ["--out-dir", out, "--resume", os.path.join(out, "ckpt.pt")])
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = load(tmp_path / "full" / "ckpt.pt"), load(os.path.join(out, "ckpt.pt"))
+    assert a["step"] == b["step"] == 16
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    exp_avg = [s["exp_avg"] for s in a["optimizer"]["state"].values()]
+    assert all(torch.equal(x, s["exp_avg"]) for x, s in zip(exp_avg, b["optimizer"]["state"].values()))
+
+
+def test_crash_during_save_keeps_the_previous_checkpoint(tmp_path):
+    path = str(tmp_path / "ckpt.pt")
+    train.save_atomic({"step": 1, "w": torch.ones(3)}, path)
+
+    class Boom:
+        def __reduce__(self):
+            raise RuntimeError("disk died mid-write")
+
+    with pytest.raises(RuntimeError, match="mid-write"):
+        train.save_atomic({"step": 2, "w": torch.zeros(1000), "boom": Boom()}, path)
+    ck = load(path)
+    assert ck["step"] == 1 and torch.equal(ck["w"], torch.ones(3))
+
+
+def test_checkpoint_with_a_pickled_object_is_refused(tmp_path, cifar):
+    good = str(tmp_path / "good")
+    assert run(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--out-dir", good]).returncode == 0
+    ck = load(os.path.join(good, "ckpt.pt"))
+    ck["payload"] = np.random.RandomState(0)  # any object outside the weights_only allow-list
+    evil = str(tmp_path / "evil.pt")
+    torch.save(ck, evil)
+    r = run(TINY + ["--data", "cifar100", "--data-dir", cifar, "--out-dir", str(tmp_path / "o"),
+                    "--resume", evil])
+    assert r.returncode == 2 and "refused" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- bad input
+def bad_cases(tmp_path, cifar):
+    """(flags, text the one error line must contain, extra env) for every kind of bad input."""
+    d = ["--data", "cifar100", "--data-dir", cifar]
+    empty = fake_cifar(tmp_path / "empty")
+    open(os.path.join(empty, "cifar-100-python", "train"), "wb").close()
+    corrupt = fake_cifar(tmp_path / "corrupt")
+    with open(os.path.join(corrupt, "cifar-100-python", "test"), "wb") as f:
+        f.write(b"\x80\x02}q\x00(garbage")
+    other = str(tmp_path / "other_model")
+    assert train.cli(TINY + d + ["--model", "vit", "--max-steps", "1", "--out-dir", other]) == 0
+    vit_ckpt = os.path.join(other, "ckpt.pt")
+    wide = str(tmp_path / "wide")
+    assert train.cli(TINY + d + ["--max-steps", "1", "--embed-dim", "64", "--out-dir", wide]) == 0
+    with open(vit_ckpt, "rb") as f:
+        blob = f.read()
+    truncated, garbage = str(tmp_path / "truncated.pt"), str(tmp_path / "garbage.pt")
+    with open(truncated, "wb") as f:
+        f.write(blob[: len(blob) // 2])
+    with open(garbage, "wb") as f:
+        f.write(os.urandom(4096))
+    a_file = str(tmp_path / "a_file")
+    open(a_file, "w").close()
+    return {
+        "unknown model": (d + ["--model", "nosuch"], "--model"),
+        "unknown size": (d + ["--size", "xl"], "--size"),
+        "unknown preset": (d + ["--preset", "nosuch"], "--preset"),
+        "depth zero": (d + ["--depth", "0"], "--depth"),
+        "depth negative": (d + ["--depth", "-3"], "--depth"),
+        "stages do not divide depth": (d + ["--depth", "6", "--stages", "4"], "--stages"),
+        "zero lr": (d + ["--lr", "0"], "--lr"),
+        "negative lr": (d + ["--lr", "-1e-3"], "--lr"),
+        "zero batch": (d + ["--batch-size", "0"], "--batch-size"),
+        "patch does not divide image": (d + ["--patch-size", "5"], "--patch-size 5"),
+        "image size vs patch (synthetic)": (["--data", "synthetic", "--img-size", "30"], "--patch-size"),
+        "missing dataset": (["--data", "cifar100", "--data-dir", str(tmp_path / "nowhere")], "nowhere"),
+        "empty dataset file": (["--data", "cifar100", "--data-dir", empty], "unreadable"),
+        "corrupt dataset file": (["--data", "cifar100", "--data-dir", corrupt], "unreadable"),
+        "truncated checkpoint": (d + ["--model", "vit", "--resume", truncated], "corrupt"),
+        "corrupt checkpoint": (d + ["--resume", garbage], "corrupt"),
+        "checkpoint of another model": (d + ["--resume", vit_ckpt], "--model vit"),
+        "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "do not fit"),
+        "malformed eval depths": (d + ["--eval-depths", "3,x"], "--eval-depths"),
+        "zero eval depth": (d + ["--eval-depths", "0,3"], "--eval-depths"),
+        "out-dir not writable": (d + ["--out-dir", os.path.join(a_file, "sub")], "--out-dir"),
+        "batch not divisible by processes": (d + ["--batch-size", "9"], "processes",
+                                             {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}),
+        "fp16 on cpu": (d + ["--amp", "fp16"], "fp16"),
+        "unknown device": (d + ["--device", "tpu"], "--device"),
+    }
+
+
+def test_every_bad_input_is_one_clear_line_exit_2_and_keeps_the_checkpoint(tmp_path, cifar, capsys,
+                                                                           monkeypatch):
+    # In-process through train.cli (what `python train.py` runs): an uncaught exception, i.e. a
+    # traceback, fails the test; two real subprocess runs are in test_models.py.
+    out = tmp_path / "out"
+    out.mkdir()
+    sentinel = b"previous run's checkpoint"
+    (out / "ckpt.pt").write_bytes(sentinel)
+    cases = bad_cases(tmp_path, cifar)
+    assert len(cases) >= 15
+    capsys.readouterr()
+    failures = []
+    for name, (flags, says, *env) in cases.items():
+        if "--out-dir" not in flags:
+            flags = flags + ["--out-dir", str(out)]
+        with monkeypatch.context() as mp:
+            for k, v in (env[0] if env else {}).items():
+                mp.setenv(k, v)
+            rc = train.cli(TINY + flags)
+        lines = capsys.readouterr().err.strip().splitlines()
+        if rc != 2 or len(lines) != 1 or says not in lines[0]:
+            failures.append(f"{name}: rc={rc} stderr={lines[-3:]}")
+    assert not failures, "\n".join(failures)
+    assert (out / "ckpt.pt").read_bytes() == sentinel
+
+
+# ----------------------------------------------------------------------------- failures
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, cifar):
+    out = str(tmp_path / "out")
+    r = run(TINY + ["--data", "cifar100", "--data-dir", cifar, "--lr", "1e30", "--warmup-epochs", "0",
+                    "--clip-grad", "0", "--max-nonfinite", "3", "--save-every", "1", "--out-dir", out])
+    assert r.returncode == 2 and "non-finite" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    ck = load(os.path.join(out, "ckpt.pt"))
+    assert 1 <= ck["step"] < 8
+    assert all(torch.isfinite(v).all() for v in ck["model"].values())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dead_ddp_peer_makes_the_others_exit_within_bounded_time(tmp_path, cifar):
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": "2",
+               "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen(
+            cmd(TINY + ["--data", "cifar100", "--data-dir", cifar, "--epochs", "1000", "--batch-size", "4",
+                        "--save-every", "2", "--dist-timeout", "30", "--out-dir", str(tmp_path / "o")]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT))
+    for line in procs[0].stdout:  # rank 0 reports its first checkpoint: both ranks are training
+        if line.startswith("saved checkpoint"):
+            break
+    procs[1].kill()
+    t0 = time.monotonic()
+    try:
+        procs[0].wait(timeout=90)
+    finally:
+        procs[0].kill()
+    assert time.monotonic() - t0 < 90
+    err = procs[0].stderr.read()
+    assert procs[0].returncode not in (0, None) and "peer" in err and "Traceback" not in err, err[-500:]
