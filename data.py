@@ -10,10 +10,12 @@ The data root defaults to $RVITS_DATA, else ./data (SPEC section 7). Each DDP ra
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
 labels int64 (B,). A GPU-resident CIFAR loader (SPEC section 7) plugs in at `build_loader`.
 """
+import math
 import os
 import pickle
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision.transforms import v2
 
@@ -196,6 +198,68 @@ class ResumableSampler(DistributedSampler):
 
     def __len__(self):
         return self.num_samples - self.start
+
+
+def random_crop_flip(x, pad, generator):
+    """Batched random crop with zero padding + horizontal flip, on x's device.
+
+    x uint8 (B, C, H, W) -> (B, C, H, W): image b is the window at offset (dy_b, dx_b) in [0, 2 pad]
+    of its zero-padded copy, mirrored with probability 1/2 (as v2.RandomCrop(padding) + flip).
+    """
+    B, C, H, W = x.shape
+    dev = x.device
+    xp = F.pad(x, (pad, pad, pad, pad))  # (B, C, H + 2p, W + 2p)
+    dy = torch.randint(0, 2 * pad + 1, (B,), device=dev, generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (B,), device=dev, generator=generator)
+    flip = torch.rand(B, device=dev, generator=generator) < 0.5
+    rows = dy[:, None] + torch.arange(H, device=dev)  # (B, H)
+    cols = dx[:, None] + torch.arange(W, device=dev)  # (B, W)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    b = torch.arange(B, device=dev)[:, None, None, None]
+    c = torch.arange(C, device=dev)[None, :, None, None]
+    return xp[b, c, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+class DeviceCIFARLoader:
+    """GPU-resident CIFAR loader: the whole uint8 dataset lives on `device` (150 MB for CIFAR-100
+    train) and each batch is gathered, randomly cropped (4 px padding) and flipped on the device,
+    so data loading never waits on CPU workers.
+
+    Same order and shards as `build_loader` (a ResumableSampler: `loader.sampler.set_epoch(e)`,
+    `loader.sampler.set_start(n)`); the crops of batch j of epoch e on rank r come from a generator
+    seeded with (seed, e, r, j), so runs are deterministic and resume exactly. Yields
+    (images float32 (B, 3, 32, 32) normalized, labels int64 (B,)).
+    """
+
+    def __init__(self, dataset, batch_size, train, rank=0, world_size=1, seed=0, device="cuda"):
+        self.batch_size, self.train, self.seed, self.rank, self.device = batch_size, train, seed, rank, device
+        self.images = dataset.images.to(device)  # (N, 3, 32, 32) uint8
+        self.labels = dataset.labels.to(device)
+        self.mean = torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1) * 255
+        if train:
+            self.sampler = ResumableSampler(dataset, world_size, rank, seed)
+        else:
+            self.shard = torch.arange(rank, len(dataset.labels), world_size, device=device)
+
+    def __len__(self):
+        n = len(self.sampler) if self.train else len(self.shard)
+        return n // self.batch_size if self.train else math.ceil(n / self.batch_size)
+
+    def __iter__(self):
+        if not self.train:
+            for j in range(len(self)):
+                idx = self.shard[j * self.batch_size:(j + 1) * self.batch_size]
+                yield (self.images[idx].float() - self.mean) / self.std, self.labels[idx]
+            return
+        order = torch.tensor([i for i, _ in self.sampler], device=self.device)
+        first = self.sampler.start // self.batch_size  # batches already done this epoch
+        gen = torch.Generator(device=self.device)
+        for j in range(len(self)):
+            idx = order[j * self.batch_size:(j + 1) * self.batch_size]
+            gen.manual_seed(((self.seed * 1_000_003 + self.sampler.epoch) * 1009 + self.rank) * 100_003 + first + j)
+            x = random_crop_flip(self.images[idx], 4, gen)
+            yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 
 def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
