@@ -1,0 +1,355 @@
+"""reViT: one recurrent ViT block whose FFN is programmed by depth through a bank of experts.
+
+Paper: "One Block, Multiple Depths: Recurrent Vision Transformers with Depth-Programmed Experts"
+(Bulat, Ouali, Tzimiropoulos, arXiv 2610.12448), sections 3, 4.4, A.1, A.2, A.5.
+
+Idea. Like bViT, one block is applied `depth` times, with ONE shared attention and norms; but the
+FFN of each step is its own dense FFN, a convex combination of E stored expert FFNs whose weights
+are programmed by the step's normalized depth t ("weight-space merging": one FFN per step, any E).
+As t lives in [0, 1], one checkpoint runs at any depth, or is materialized into L dense FFNs.
+
+Equations (SPEC section 3): for L steps, t_k = k / (L - 1) (t = 0 when L = 1), and
+    g(t) = softmax(router(t)),  router = Linear(1, 16) -> SiLU -> Linear(16, E)    (A.1)
+    W(t) = sum_e g_e(t) W_e  for both FFN layers' weights and biases                (3.1)
+    z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * FFN_{W(t_k)}(norm2(z)))
+Elastic depth (3.2, A.2): in training each step is dropped per image with probability
+`depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
+coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
+
+Measured (2026-11-30, 2-core shared CPU, no GPU, 2 gloo processes, 15 min wall, 0.62 M params):
+    torchrun --nproc_per_node 2 train.py --model revit --experts 4 --data cifar100 --data-dir
+    ../shared/data --embed-dim 128 --num-heads 4 --patch-size 4 --depth 6 --depth-dropout 0.3
+    --batch-size 64 --max-steps 300 --device cpu --eval-depths 3,6,9,12
+CIFAR-100 top-1 after 300 steps at depth 3/6/9/12: 7.35/7.70/6.69/6.34% (gates still ~1/E).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def drop_path(x, p: float, training: bool):
+    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
+    probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    if p == 0.0 or not training:
+        return x
+    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
+    return x * keep / (1.0 - p)
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on (B, N, D) using scaled_dot_product_attention."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        qkv = self.qkv(x).view(B, N, 3, self.num_heads, D // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
+        x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
+        return self.proj(x.transpose(1, 2).reshape(B, N, D))
+
+
+class ExpertMlp(nn.Module):
+    """E expert FFNs Linear(D, H) -> GELU -> Linear(H, D), stacked (paper 3.1): fc1.weight (E, H, D),
+    fc1.bias (E, H), fc2.weight (E, D, H), fc2.bias (E, D) (timm's names with an expert axis)."""
+
+    def __init__(self, dim: int, hidden: int, experts: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Module(), nn.Module()
+        self.fc1.weight = nn.Parameter(torch.empty(experts, hidden, dim))
+        self.fc1.bias = nn.Parameter(torch.zeros(experts, hidden))
+        self.fc2.weight = nn.Parameter(torch.empty(experts, dim, hidden))
+        self.fc2.bias = nn.Parameter(torch.zeros(experts, dim))
+
+    def tensors(self):
+        return self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias
+
+    def merge(self, g):
+        """Merged FFN (w1, b1, w2, b2) = sum_e g_e (expert e's tensors): g (E,) gives (H, D), (H,),
+        (D, H), (D,); g (U, E) gives U merged FFNs (U, H, D), (U, H), (U, D, H), (U, D)."""
+        g = g.to(self.fc1.weight.dtype)  # merge in the parameters' precision, also under autocast
+        return tuple(torch.tensordot(g, p, dims=1) for p in self.tensors())
+
+
+def ffn(x, w1, b1, w2, b2):
+    """One dense FFN with given weights: (..., D) -> (..., D)."""
+    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+
+class Block(nn.Module):
+    """Pre-norm block with shared attention whose FFN weights are arguments, so one (compiled) step
+    function serves every step: `block(z, w1, b1, w2, b2)` with w1 (H, D), b1 (H,), w2 (D, H), b2 (D,).
+    `block.grouped(z, w1, b1, w2, b2, groups)`: weights (U, H, D), ..., image b uses FFN groups[b]."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, experts=1, layer_scale=None, drop_path=0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads)
+        self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = ExpertMlp(dim, int(dim * mlp_ratio), experts)
+        self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.drop_path = drop_path
+
+    def forward(self, x, w1, b1, w2, b2):
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        return x + drop_path(self.ls2(ffn(self.norm2(x), w1, b1, w2, b2)), self.drop_path, self.training)
+
+    def grouped(self, x, w1, b1, w2, b2, groups):
+        """Per-image FFNs: sort the images by group, one dense FFN per group, unsort (eager: the
+        group sizes are data; kernels.py may fuse this path)."""
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        order = groups.argsort()
+        chunks = self.norm2(x)[order].split(torch.bincount(groups, minlength=w1.shape[0]).tolist())
+        y = torch.cat([ffn(c, *w) for c, *w in zip(chunks, *(t.unbind(0) for t in (w1, b1, w2, b2)))])
+        return x + drop_path(self.ls2(y[order.argsort()]), self.drop_path, self.training)
+
+
+def sample_keep(batch: int, depth: int, p: float, device=None):
+    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
+    An image that drops every step keeps one step chosen uniformly (our choice; SPEC: >= 1 kept)."""
+    keep = torch.rand(batch, depth, device=device) >= p
+    empty = ~keep.any(1)
+    keep[empty, torch.randint(depth, (batch,), device=device)[empty]] = True
+    return keep
+
+
+def step_coords(keep):
+    """Coordinates of the retained steps: the j-th of an image's n retained steps gets j / (n - 1)
+    (0 when n = 1), i.e. the grid of a depth-n model. keep (B, L) bool -> (B, L) float, 0 if dropped."""
+    rank = keep.cumsum(1) - 1  # (B, L) index among the retained steps
+    n = keep.sum(1, keepdim=True)  # (B, 1)
+    return torch.where(keep, rank.float() / (n - 1).clamp(min=1).float(), 0.0)
+
+
+class ReViT(nn.Module):
+    """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
+
+    Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
+    targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
+    with `depth_dropout > 0` a keep mask (B, depth) is sampled per call; `keep` may also be given
+    (tests, analysis). loss = cross-entropy + (E > 1 only, A.2) the regularizers, evaluated on the
+    grid of the call's depth (our choice: deterministic, independent of the drop mask):
+        L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
+        L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
+        L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
+                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition; SPEC section 3)
+    weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
+    experts=1 is the tied bViT block (no router, no regularizers).
+    """
+
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
+                 depth_dropout=0.3, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default"):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if depth < 1 or experts < 1:
+            raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
+        if not 0.0 <= depth_dropout < 1.0:
+            raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
+        if init != "default":
+            raise ValueError(f"init={init!r} is not implemented yet; allowed: 'default'")
+        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # kwargs
+        self.depth, self.experts, self.num_classes = depth, experts, num_classes
+        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
+        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.depth_dropout, self.lambdas = depth_dropout, (lambda_bal, lambda_z, lambda_div)
+
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
+                                           drop_path_rate)])
+        # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
+        self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
+            if experts > 1 else None  # E = 1: the gate is always 1
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self.aux = {}
+        self._init_weights()
+
+    def _init_weights(self):
+        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # A.1: experts initialized independently with the dense FFN init, no variance correction.
+        for p in self.blocks[0].mlp.tensors():
+            nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
+        if self.router is not None:
+            # Our choice: PyTorch's default U(-1, 1) for Linear(1, 16), so the 16 hidden units are
+            # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
+            self.router[0].reset_parameters()
+            # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
+            nn.init.zeros_(self.router[2].weight)
+            nn.init.zeros_(self.router[2].bias)
+        w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
+        if x.shape[-2:] != (self.img_size, self.img_size):
+            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + self.pos_embed
+
+    def classify(self, z):
+        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+
+    def grid(self, depth=None):
+        """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
+        depth = depth or self.depth
+        return torch.arange(depth, device=self.pos_embed.device, dtype=torch.float32) / max(depth - 1, 1)
+
+    def route(self, t):
+        """Router logits (U, E) at coordinates t (U,); zeros (gate 1) for a single expert."""
+        if self.router is None:
+            return t.new_zeros(len(t), 1)
+        return self.router(t[:, None].to(self.router[0].weight.dtype))  # (U, 1) -> (U, E)
+
+    @torch.no_grad()
+    def gates(self, depth=None):
+        """Expert weights g(t_k) of the grid of `depth` steps: (L, E), rows sum to 1."""
+        return self.route(self.grid(depth)).float().softmax(-1)
+
+    def ffn_weights(self, t):
+        """Merged FFN weights at coordinates t (U,): w1 (U, H, D), b1 (U, H), w2 (U, D, H), b2 (U, D)."""
+        return self.blocks[0].mlp.merge(self.route(t).float().softmax(-1))
+
+    def regularizers(self, depth=None):
+        """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
+        logits = self.route(self.grid(depth)).float()  # (L, E)
+        g, E = logits.softmax(-1), logits.shape[1]
+        theta = torch.cat([p.flatten(1) for p in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
+        with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
+            theta = F.normalize(theta.float(), dim=1)
+            cos = theta @ theta.T  # (E, E)
+        return {"bal": E * g.mean(0).pow(2).sum(), "z": torch.logsumexp(logits, -1).pow(2).mean(),
+                "div": (cos.sum() - cos.diagonal().sum()) / (E * (E - 1))}
+
+    def forward(self, x, targets=None, depth=None, keep=None):
+        depth = self.depth if depth is None else depth
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        z, blk = self.embed(x), self.blocks[0]
+        if keep is None and self.training and self.depth_dropout > 0:
+            keep = sample_keep(z.shape[0], depth, self.depth_dropout, z.device)
+        if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
+            for w in zip(*(t.unbind(0) for t in self.ffn_weights(self.grid(depth)))):
+                z = blk(z, *w)
+        else:  # elastic depth: step k runs only the images that keep it, each at its own coordinate
+            if keep.shape != (z.shape[0], depth) or not keep.any(1).all():
+                raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool with a step kept per image")
+            coords = step_coords(keep)  # (B, L)
+            for k in range(depth):
+                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,)
+                if len(rows):  # images that share a coordinate share one merged FFN
+                    uniq, groups = coords[rows, k].unique(return_inverse=True)  # (U,), (B_k,)
+                    z = z.index_copy(0, rows, blk.grouped(z[rows], *self.ffn_weights(uniq), groups))
+        logits = self.classify(z)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float(), targets)
+        self.aux = {"ce_loss": loss.detach()}
+        if self.experts > 1:
+            reg = self.regularizers(depth)
+            loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
+            self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
+        return logits, loss
+
+    def compile_regions(self, **kwargs):
+        """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
+        no depth dropout) is compiled once with fullgraph and reused for every step and depth; the
+        merging and the elastic grouped steps stay eager. Call before DDP. Returns self."""
+        self.blocks[0].compile(fullgraph=True, **kwargs)
+        return self
+
+    @torch.no_grad()
+    def materialize(self, depth=None):
+        """A plain model for fixed-depth deployment (paper 3.1): L dense FFNs merged once, no router."""
+        return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
+
+    def num_params(self, exclude_embeddings=False):
+        """Number of distinct parameters (the shared block counts once, each expert once)."""
+        return sum(p.numel() for p in self.parameters()) - exclude_embeddings * self.pos_embed.numel()
+
+    def flops_per_image(self, depth=None):
+        """Forward FLOPs per image of the materialized graph, counted as BViT counts them (one dense
+        FFN per step). Run-time merging adds 2E(2DH + H + D) per step per *batch*, not counted."""
+        depth = depth or self.depth
+        D, p = self.embed_dim, self.patch_size
+        N = (self.img_size // p) ** 2
+        T = N + int(self.cls_token is not None)
+        hidden = int(D * self.mlp_ratio)
+        per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
+        return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
+
+    def log_extras(self):
+        """For log.jsonl: the gate table (depth, E) at the training depth."""
+        return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
+
+
+class DenseReViT(ReViT):
+    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
+    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
+    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
+
+    def __init__(self, src: ReViT, depth: int):
+        super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
+        H = int(src.embed_dim * src.mlp_ratio)
+        self.blocks[0].mlp = ExpertMlp(src.embed_dim, H, depth)
+        state = {k: v for k, v in src.state_dict().items() if not k.startswith(("router.", "blocks.0.mlp."))}
+        for name, w in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"),
+                           src.ffn_weights(src.grid(depth))):
+            state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
+        self.load_state_dict(state, strict=True)
+
+    def forward(self, x, targets=None, depth=None):
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        z, blk = self.embed(x), self.blocks[0]
+        for w in zip(*(p.unbind(0) for p in blk.mlp.tensors())):  # step k: dense FFN k
+            z = blk(z, *w)
+        logits = self.classify(z)
+        return logits, None if targets is None else F.cross_entropy(logits.float(), targets)
+
+
+# Named configurations (SPEC section 0): one shared block, E = 4 experts unless given (paper's main E).
+def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 12, **kw})
+def revit_s(**kw): return ReViT(**{"embed_dim": 384, "num_heads": 6, "depth": 12, **kw})
+def revit_b(**kw): return ReViT(**{"embed_dim": 768, "num_heads": 12, "depth": 12, **kw})
+def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 24, **kw})
