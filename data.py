@@ -92,16 +92,31 @@ class SyntheticImages(Dataset):
         return self.transform(img), torch.tensor(i % self.num_classes)
 
 
-def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True):
+def three_augment(img_size, dataset):
+    """DeiT III's "simple random crop" + 3-Augment (Touvron et al. 2022, section 3): resize (ImageNet),
+    random crop with 4 px reflect padding, flip, then one of grayscale / solarization / Gaussian
+    blur chosen uniformly, then color jitter 0.3."""
+    ops = [v2.Resize(img_size, antialias=True)] if dataset == "imagenet" else []
+    return ops + [
+        v2.RandomCrop(img_size, padding=4, padding_mode="reflect"), v2.RandomHorizontalFlip(),
+        v2.RandomChoice([v2.Grayscale(num_output_channels=3), v2.RandomSolarize(128, p=1.0),
+                         v2.GaussianBlur(kernel_size=7, sigma=(0.1, 2.0))]),
+        v2.ColorJitter(0.3, 0.3, 0.3)]
+
+
+def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
 
     CIFAR training: random crop 32 with 4 px padding + horizontal flip; ImageNet training:
-    RandomResizedCrop + flip; evaluation: CIFAR as is, ImageNet resize to img_size/0.875 +
-    center crop. `randaug` > 0 adds RandAugment(num_ops=2, magnitude=randaug).
+    RandomResizedCrop + flip; `three_aug`: DeiT III's simple random crop + 3-Augment instead;
+    evaluation: CIFAR as is, ImageNet resize to img_size/0.875 + center crop. `randaug` > 0 adds
+    RandAugment(num_ops=2, magnitude=randaug).
     """
     ops = [v2.ToImage()]
     if train and augment:
-        if dataset == "imagenet":
+        if three_aug:
+            ops += three_augment(img_size, dataset)
+        elif dataset == "imagenet":
             ops += [v2.RandomResizedCrop(img_size, antialias=True), v2.RandomHorizontalFlip()]
         else:
             ops += [v2.RandomCrop(img_size, padding=img_size // 8), v2.RandomHorizontalFlip()]
@@ -114,7 +129,7 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
 
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
-                   synthetic_size=(50_000, 10_000), num_classes=100, seed=0):
+                   synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR must stay 32.
@@ -125,7 +140,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         if img_size not in (None, 32):
             raise ValueError(f"cifar100 images are 32x32; got --img-size {img_size}")
         img_size = 32
-        t_train = build_transform(True, 32, CIFAR_MEAN, CIFAR_STD, name, randaug, augment)
+        t_train = build_transform(True, 32, CIFAR_MEAN, CIFAR_STD, name, randaug, augment, three_aug)
         t_val = build_transform(False, 32, CIFAR_MEAN, CIFAR_STD, name)
         train = TensorImages(*load_cifar100(root, True, download), t_train)
         val = TensorImages(*load_cifar100(root, False, download), t_val)
@@ -137,7 +152,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
             if not os.path.isdir(os.path.join(root, split)):
                 raise DataError(f"ImageNet not found: no '{split}/' folder in {root}; pass --data-dir "
                                 "DIR with train/<class>/*.JPEG and val/<class>/*.JPEG")
-        t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment)
+        t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment, three_aug)
         t_val = build_transform(False, img_size, IMAGENET_MEAN, IMAGENET_STD, name)
         try:
             train = ImageFolder(os.path.join(root, "train"), t_train)

@@ -117,3 +117,52 @@ def test_device_loader_on_cuda():
     dev.sampler.set_epoch(0)
     x, y = next(iter(dev))
     assert x.is_cuda and x.shape == (16, 3, 32, 32) and y.is_cuda
+
+
+# ----------------------------------------------------------------------------- compiled paths
+RECOMPILE_CHECK = r"""
+import torch, bvit
+torch.manual_seed(0)
+x, y = torch.randn(2, 3, 16, 16), torch.tensor([1, 2])
+kw = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4, drop_path_rate=0.1)
+models = {
+    "vit (untied, per-block drop-path rates)": bvit.BViT(depth=4, num_blocks=4, **kw),
+    "bvit": bvit.BViT(depth=3, num_blocks=1, stages=3, **kw),
+    "bvit 4 phases": bvit.BViT(depth=8, num_blocks=4, **kw),
+}
+for name, m in models.items():
+    torch._dynamo.reset()
+    m.compile_regions(backend="aot_eager")  # guards, not code generation, decide recompiles
+    for depth in (None, m.depth * 2, m.depth + 1):  # other depths and phase maps
+        m(x, y, depth=depth if m.stages == 1 or depth is None else 6)[1].backward()
+    print("COMPILED", name)
+import revit
+m = revit.ReViT(experts=4, depth=4, depth_dropout=0.0, **kw)
+torch._dynamo.reset()
+m.compile_regions(backend="aot_eager")
+for depth in (None, 7, 2):  # a new depth is a new grid of merged weights, passed as tensors
+    m(x, y, depth=depth)[1].backward()
+print("COMPILED revit")
+"""
+
+
+def test_regional_compilation_does_not_recompile_across_steps_blocks_or_depths():
+    env = {**os.environ, "TORCH_LOGS": "recompiles"}
+    r = subprocess.run([sys.executable, "-c", RECOMPILE_CHECK], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("COMPILED") == 4
+    assert "Recompiling" not in r.stderr, r.stderr[-3000:]
+
+
+def test_inductor_compiled_block_equals_eager():
+    import bvit
+    torch.manual_seed(0)
+    m = bvit.BViT(img_size=8, patch_size=4, num_classes=5, embed_dim=16, num_heads=2, depth=3).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        ref = m(x)[0]
+        torch._dynamo.reset()
+        out = m.compile_regions()(x, depth=5)[0], m(x)[0]
+    assert torch.allclose(out[1], ref, atol=1e-5)
+    assert out[0].shape == ref.shape
