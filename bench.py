@@ -10,6 +10,7 @@ Keys (SPEC section 5, issue "Speed"):
   revit_dynamic_over_materialized_b1/_b64  inference latency of dynamic reViT / its materialized model
   loader_over_model_img_per_s           CIFAR loader images/s / the model's training images/s
   mfu_bvit_b16_bf16                     (CUDA) model FLOPs utilization of bViT-B/16 bf16 training
+  merged_ffn_reference_over_triton_b64  (CUDA) kernels.py's Triton merged FFN vs its reference
 Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats.
 """
 import argparse
@@ -142,6 +143,23 @@ def loader_ratio(cfg, device, amp, warmup, repeats, workers):
     return loader_ips / model_ips, loader_ips, model_ips
 
 
+def merged_ffn_ratio(device, warmup, repeats, B=64, T=197, D=384, E=4):
+    """(CUDA) Training time (fwd + bwd) of the reference per-image merged FFN over the Triton one,
+    at reViT-S/16 shapes in bf16 (> 1 means the kernel is faster)."""
+    import kernels
+    dt = torch.bfloat16
+    x = torch.randn(B, T, D, device=device, dtype=dt, requires_grad=True)
+    g = torch.softmax(torch.randn(B, E, device=device), 1)
+    ws = [torch.randn(E, 4 * D, D, device=device, dtype=dt) * 0.02, torch.zeros(E, 4 * D, device=device, dtype=dt),
+          torch.randn(E, D, 4 * D, device=device, dtype=dt) * 0.02, torch.zeros(E, D, device=device, dtype=dt)]
+    ws = [w.requires_grad_() for w in ws]
+
+    def run(fn):
+        fn(x, g.to(dt), *ws).float().sum().backward()
+    return (timed(lambda: run(kernels.merged_ffn_reference), device, warmup, repeats)
+            / timed(lambda: run(kernels.merged_ffn), device, warmup, repeats))
+
+
 def mfu_bvit_b16(device, warmup, repeats, batch=128):
     m = bvit.bvit_b(num_classes=1000).to(device)
     compile_model(m)
@@ -187,6 +205,8 @@ def main():
     r, li, mi = loader_ratio(dict(cfg, batch=256 if cuda else 64), device, amp, warmup, repeats, args.workers)
     report("loader_over_model_img_per_s", r, f"loader {li:.0f} img/s, bViT training {mi:.0f} img/s")
     if cuda:
+        report("merged_ffn_reference_over_triton_b64", merged_ffn_ratio(device, warmup, repeats),
+               "fwd+bwd, B=64 T=197 D=384 E=4, bf16")
         mfu, tflops, name = mfu_bvit_b16(device, warmup, repeats)
         info["gpu"] = name
         if mfu is not None:

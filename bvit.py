@@ -9,6 +9,7 @@ changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks s
 steps in contiguous phases: 1 is bViT, `depth` is the untied ViT/DeiT baseline (parameter names
 as in timm, so a timm ViT state dict loads with strict=True), 4 is a four-phase (Raptor-style) model.
 Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
+`init="mimetic"|"structured"` initializes attention as in SPEC section 6 (`init_attention_`).
 
 Equations (SPEC section 0): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
@@ -23,13 +24,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def drop_path(x, p: float, training: bool):
+def drop_path(x, p, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
-    if p == 0.0 or not training:
+    probability p (a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    if not training:
         return x
-    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
-    return x * keep / (1.0 - p)
+    keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
+    return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
 
 
 class LayerScale(nn.Module):
@@ -75,7 +85,7 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (SPEC section 0)."""
 
-    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = Attention(dim, num_heads)
@@ -83,11 +93,65 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
-        self.drop_path = drop_path
+        # The rate is a tensor and `stochastic` a model-wide flag, so blocks with different rates
+        # share one compiled graph (a float attribute would be a constant guard per block).
+        self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
+        self.stochastic = drop_path > 0 if stochastic is None else stochastic
 
     def forward(self, x):
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
-        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_path, self.training)
+        dp = self.training and self.stochastic
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
+
+
+# ----------------------------------------------------------------------------- attention inits
+# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
+    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
+    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
+    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
+    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+    else:
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
+        p = F.layer_norm(pos, (d,), eps=1e-6)
+        u, s, vh = torch.linalg.svd(p.T @ p)
+        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
+        q, k = _factor(pinv @ w @ pinv.T)
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
 
 
 class BViT(nn.Module):
@@ -98,9 +162,9 @@ class BViT(nn.Module):
 
     Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
     targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
-    loss None without targets, else the mean over `stages` of the stage cross-entropies
-    (weighted by `stage_weights`; one stage = plain cross-entropy). `model.aux` holds the
-    detached per-stage losses of the last call.
+    loss None without targets, else the mean over `stages` of the stage losses (weighted by
+    `stage_weights`), each cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
+    (`loss="bce"`). `model.aux` holds the detached per-stage losses of the last call.
 
     Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
     divisible by num_heads, depth not divisible by stages, non-positive depth, ...).
@@ -109,7 +173,7 @@ class BViT(nn.Module):
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1,
-                 stage_weights=None, detach_stages=False, step_embed=False, init="default"):
+                 stage_weights=None, detach_stages=False, step_embed=False, init="default", loss="ce"):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -117,12 +181,12 @@ class BViT(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if depth < 1 or num_blocks < 1 or num_blocks > depth:
             raise ValueError(f"need 1 <= num_blocks <= depth, got num_blocks={num_blocks}, depth={depth}")
-        if init != "default":
-            raise ValueError(f"init={init!r} is not implemented yet; allowed: 'default'")
+        if init not in INITS or loss not in ("ce", "bce"):
+            raise ValueError(f"need init in {INITS} and loss in ('ce', 'bce'), got {init!r}, {loss!r}")
         self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
-        self.stages, self.detach_stages = stages, detach_stages
+        self.stages, self.detach_stages, self.loss = stages, detach_stages, loss
         self.stage_weights = self._check_stages(depth, stages, stage_weights)
         num_patches = (img_size // patch_size) ** 2
 
@@ -140,13 +204,13 @@ class BViT(nn.Module):
         if num_blocks == depth:  # exactly DeiT/timm: linspace(0, rate, depth)
             rates = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r) for r in rates)
+            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
-        self._init_weights()
+        self._init_weights(init)
 
-    def _init_weights(self):
+    def _init_weights(self, init):
         # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
@@ -162,6 +226,11 @@ class BViT(nn.Module):
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # each distinct block once
+            init_attention_(blk.attn, init, pos, grid)
 
     @staticmethod
     def _check_stages(depth, stages, stage_weights):
@@ -214,10 +283,19 @@ class BViT(nn.Module):
         logits = stage_logits[-1]
         if targets is None:
             return logits, None
-        losses = torch.stack([F.cross_entropy(l.float(), targets) for l in stage_logits])
+        losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         loss = (losses * losses.new_tensor(self.stage_weights)).sum()
         return logits, loss
+
+    def compile_regions(self, **kwargs):
+        """Regional compilation: compile each distinct block once (fullgraph) and keep the step
+        loop eager, so compile time does not grow with depth and a new depth, step or phase map
+        needs no recompilation (test_speed.py checks it with TORCH_LOGS=recompiles). Call before
+        DDP. kwargs go to torch.compile (e.g. mode="max-autotune-no-cudagraphs"). Returns self."""
+        for blk in self.blocks:
+            blk.compile(fullgraph=True, **kwargs)
+        return self
 
     def num_params(self, exclude_embeddings=False):
         """Number of distinct parameters (a shared block counts once)."""

@@ -38,6 +38,15 @@ def drop_path(x, p: float, training: bool):
     return x * keep / (1.0 - p)
 
 
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+
+
 class LayerScale(nn.Module):
     """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
 
@@ -145,8 +154,9 @@ class ReViT(nn.Module):
     Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
     targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
     with `depth_dropout > 0` a keep mask (B, depth) is sampled per call; `keep` may also be given
-    (tests, analysis). loss = cross-entropy + (E > 1 only, A.2) the regularizers, evaluated on the
-    grid of the call's depth (our choice: deterministic, independent of the drop mask):
+    (tests, analysis). loss = cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy)
+    + (E > 1 only, A.2) the regularizers, evaluated on the grid of the call's depth (our choice:
+    deterministic, independent of the drop mask):
         L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
         L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
         L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
@@ -158,7 +168,7 @@ class ReViT(nn.Module):
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.3, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default"):
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce"):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -170,11 +180,13 @@ class ReViT(nn.Module):
             raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
         if init != "default":
             raise ValueError(f"init={init!r} is not implemented yet; allowed: 'default'")
+        if loss not in ("ce", "bce"):
+            raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
         self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # kwargs
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
-        self.depth_dropout, self.lambdas = depth_dropout, (lambda_bal, lambda_z, lambda_div)
+        self.depth_dropout, self.lambdas, self.loss = depth_dropout, (lambda_bal, lambda_z, lambda_div), loss
 
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
@@ -283,8 +295,8 @@ class ReViT(nn.Module):
         logits = self.classify(z)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.float(), targets)
-        self.aux = {"ce_loss": loss.detach()}
+        loss = classification_loss(logits, targets, self.loss)
+        self.aux = {f"{self.loss}_loss": loss.detach()}
         if self.experts > 1:
             reg = self.regularizers(depth)
             loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
@@ -345,7 +357,7 @@ class DenseReViT(ReViT):
         for w in zip(*(p.unbind(0) for p in blk.mlp.tensors())):  # step k: dense FFN k
             z = blk(z, *w)
         logits = self.classify(z)
-        return logits, None if targets is None else F.cross_entropy(logits.float(), targets)
+        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
 
 
 # Named configurations (SPEC section 0): one shared block, E = 4 experts unless given (paper's main E).

@@ -2,11 +2,14 @@
 
     python train.py --model bvit --data cifar100 --data-dir ../shared/data --max-steps 300
     torchrun --nproc_per_node 8 train.py --model bvit --size s --data imagenet --data-dir /imagenet
+    python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
 
-AdamW (fused on CUDA), linear warmup + cosine, bf16 autocast (fp16 with a GradScaler), optional
-torch.compile of each block (compiled before DDP), gradient clipping, label smoothing,
-MixUp/CutMix and RandAugment (torchvision v2), EMA, an atomic checkpoint every epoch and
---resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl and OUT/ckpt.pt (SPEC s8).
+A paper's protocol is one flag (--preset, table PRESETS; explicit flags still win). AdamW (fused on
+CUDA) or LAMB, cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
+(fp16 with a GradScaler), optional torch.compile of each block (compiled before DDP), gradient
+clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
+checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl
+and OUT/ckpt.pt (SPEC s8).
 """
 import argparse
 import datetime
@@ -119,6 +122,11 @@ def float_list(s):
 def get_parser():
     p = Parser(description=__doc__.split("\n")[0])
     a = p.add_argument
+    # reproduction presets (PRESETS below; README "Presets")
+    a("--preset", help="fill every flag of a paper's protocol (--list-presets names them); flags "
+      "given on the command line still win")
+    a("--list-presets", action="store_true", help="print the preset names, one per line, and exit")
+    a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
     # model
     a("--model", default="bvit", choices=list(MODELS), help="model family (default bvit)")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
@@ -172,6 +180,8 @@ def get_parser():
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
     a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
     a("--workers", type=int, default=2, help="data loader processes per rank")
+    a("--cpu-loader", action="store_true", help="CIFAR on CUDA: use the CPU DataLoader instead of "
+      "the GPU-resident loader (chosen automatically unless --randaug is set)")
     a("--val-subset", type=positive(int), help="evaluate on the first N validation images only")
     # optimization
     a("--epochs", type=positive(int), default=100)
@@ -179,15 +189,21 @@ def get_parser():
       "warmup + cosine schedule is compressed to end there")
     a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
     a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
+    a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
     a("--min-lr", type=non_negative, default=1e-5)
     a("--warmup-epochs", type=non_negative, default=5.0)
     a("--weight-decay", type=non_negative, default=0.05)
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
     a("--label-smoothing", type=non_negative, default=0.1)
+    a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
+      "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
+      "mix (targets > 0), as DeiT's code does")
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
     a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off")
+    a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
+      "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
     a("--ema", type=non_negative, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
     # system
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
@@ -233,6 +249,79 @@ def resolve(args, p, img_size):
     return args
 
 
+# ----------------------------------------------------------------------------- presets
+# A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
+# argparse name). The flags become the parser's defaults, so flags given explicitly still win.
+# CIFAR-100 arms of the Training Crossroads study, whose protocol was not found: one recipe for all,
+# the 32x32 recipe of papers/notes.md s8 (structured-init ECCV recipe plus the NeurIPS recipe's
+# MixUp, CutMix, label smoothing and drop path: our choice), Ti width, patch 4, 12 steps, evaluated
+# at 0.5x to 4x the trained depth ("beyond the training horizon").
+CIFAR = dict(data="cifar100", size="ti", patch_size=4, depth=12, epochs=200, batch_size=512, opt="adamw",
+             lr=1e-3, min_lr=1e-6, weight_decay=0.05, warmup_epochs=10.0, clip_grad=3.0, randaug=9.0,
+             mixup=0.8, cutmix=1.0, label_smoothing=0.1, drop_path=0.1, eval_depths=[6, 12, 24, 48])
+PRESETS = {
+    "c100-vit-ti": ("study arm: untied ViT-Ti/4, 12 blocks; matched FLOPs with c100-bvit-ti",
+                    dict(model="vit")),
+    "c100-bvit-ti": ("study arm: bViT-Ti/4, one block x 12 steps, naive recurrence; matched FLOPs with "
+                     "c100-vit-ti", dict(model="bvit")),
+    "c100-bvit-ti-ds3": ("study arm: c100-bvit-ti with deep supervision, 3 stages of 4 steps",
+                         dict(model="bvit", stages=3)),
+    "c100-bvit-s": ("study arm: bViT-S/4 (wider: D=384, 1.86 M params); matched parameter memory with "
+                    "c100-vit-narrow", dict(model="bvit", size="s")),
+    "c100-vit-narrow": ("study arm: untied ViT D=112 h=4 (narrower, 1.85 M params), 12 blocks; matched "
+                        "parameter memory with c100-bvit-s", dict(model="vit", embed_dim=112, num_heads=4)),
+}
+for solver, steps in (("euler", 12), ("heun", 6), ("rk4", 3)):  # equal NFE: 12 block evaluations
+    PRESETS[f"c100-odevit-{solver}-{steps}"] = (
+        f"study arm: ODE-ViT-Ti/4, dz/dt = F(z) - z, {solver} x {steps} steps over T = 12 (NFE 12)",
+        dict(model="odevit", solver=solver, depth=steps, horizon=12.0,  # odevit: depth = solver steps
+             eval_depths=sorted({max(1, steps // 2), steps, 2 * steps, 4 * steps})))
+PRESETS["c100-odevit-blackbox-euler-12"] = (
+    "study arm: c100-odevit-euler-12 with the black-box field dz/dt = F(z)",
+    dict(PRESETS["c100-odevit-euler-12"][1], field="blackbox"))
+PRESETS = {name: (what, {**CIFAR, **flags}) for name, (what, flags) in PRESETS.items()}
+
+# ImageNet-1k: the DeiT III recipe (Touvron et al. 2022; LAMB, 3-Augment with simple random crop,
+# binary cross-entropy, LayerScale, no label smoothing) for every model, 300 epochs. Our reading,
+# where our sources did not fix a value: weight decay 0.02, LayerScale init 1e-4, stochastic depth
+# S 0.05 / B 0.1 / L 0.45 (as in common DeiT III configs), LAMB eps 1e-8 (DeiT's --opt-eps default).
+DEIT3 = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=2048, opt="lamb", lr=3e-3,
+             min_lr=1e-5, weight_decay=0.02, warmup_epochs=5.0, clip_grad=1.0, label_smoothing=0.0,
+             mixup=0.8, cutmix=1.0, randaug=0.0, three_augment=True, bce=True, layer_scale=1e-4)
+DEIT3_DROP_PATH = {"s": 0.05, "b": 0.1, "l": 0.45}  # stochastic depth per size (our reading)
+AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  # ImageNet-1k top-1, %
+        "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
+        "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
+E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT: top-1 points from E=1 to E=8, no absolute numbers
+for size in "sbl":
+    arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
+    arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
+    arms += [("srvit", "SR-ViT", {"recursions": r}) for r in (1, 2, 3, 4)] if size == "s" else []
+    for model, title, extra in arms:
+        name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2
+        aim = f"aims at top-1 {AIMS[name]}" if name in AIMS else "no paper number"
+        if model == "revit" and extra["experts"] in (1, 8):
+            aim += f" (reViT: E=8 is {E8_GAIN[size]} points above E=1)"
+        what = f"{title}-{size.upper()}/16" + "".join(f" {k[0].upper()}={v}" for k, v in extra.items())
+        PRESETS[name] = (f"{what}, DeiT III recipe, 300 epochs; {aim}",
+                         dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
+
+
+def parse_args(p, argv=None):
+    """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
+    flags given on the command line override them. --list-presets prints the names and exits."""
+    args = p.parse_args(argv)
+    if args.list_presets:
+        print("\n".join(PRESETS))
+        sys.exit(0)
+    if args.preset is not None:
+        if args.preset not in PRESETS:
+            p.error(f"--preset {args.preset} is unknown; allowed: {', '.join(PRESETS)}")
+        p.set_defaults(**PRESETS[args.preset][1])
+        args = p.parse_args(argv)
+    return args
+
+
 # ----------------------------------------------------------------------------- helpers
 def lr_lambda(total, warmup, lr, min_lr):
     """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr."""
@@ -254,6 +343,48 @@ def param_groups(model, weight_decay):
         else:
             decay.append(prm)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning"), DeiT III's optimizer.
+    Per parameter tensor p with gradient g, at step t, with decoupled weight decay wd (as AdamW):
+        m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2,   m_hat = m / (1 - b1^t),   v_hat = v / (1 - b2^t)
+        u = m_hat / (sqrt(v_hat) + eps) + wd p
+        trust = ||p|| / ||u||   (1 if either norm is 0)
+        p <- p - lr trust u
+    Norms are over the whole tensor (layer-wise adaptation). As in timm's Lamb, which DeiT III used,
+    a group with wd = 0 (biases, norms, embeddings: see param_groups) takes trust = 1, a plain Adam
+    step, unless always_adapt=True. Gradients are clipped by train.py (--clip-grad), not here."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, always_adapt=False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      always_adapt=always_adapt))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            (b1, b2), wd = group["betas"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if not st:
+                    st.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                st["step"] += 1
+                t, m, v = st["step"], st["exp_avg"], st["exp_avg_sq"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                u = m / (1 - b1 ** t) / ((v / (1 - b2 ** t)).sqrt() + group["eps"]) + wd * p
+                trust = 1.0
+                if wd or group["always_adapt"]:  # no host sync: trust stays a tensor
+                    pn, un = p.norm(), u.norm()
+                    trust = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+                p.sub_(group["lr"] * trust * u)
+        return loss
 
 
 def rng_state():
@@ -382,7 +513,8 @@ def depth_report(args, model, rows, step):
     ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
     ax.axvline(args.depth, color="gray", linestyle="--", label=f"trained depth {args.depth}")
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{args.model}: accuracy vs depth")
+    what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
+    ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
     ax.legend()
     fig.savefig(os.path.join(args.out_dir, "depth_eval.png"), dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -391,9 +523,13 @@ def depth_report(args, model, rows, step):
 # ----------------------------------------------------------------------------- main
 def main(argv=None):
     p = get_parser()
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.eval_only:
         args = eval_only_args(p, args, argv)
+    if args.print_config:  # what this command would train; reads no data, builds no model
+        args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
+        print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
+        return
 
     # --- set-up: distributed, device, precision ---
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -420,7 +556,8 @@ def main(argv=None):
     # --- data (before the process group, so a bad path fails fast on every rank) ---
     try:
         train_set, val_set, num_classes, img_size = data.build_datasets(
-            args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed)
+            args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
+            three_aug=args.three_augment)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = resolve(args, p, img_size)
@@ -433,8 +570,13 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.set_device(device)
     master = rank == 0
-    train_loader = data.build_loader(train_set, args.batch_size // world, True, rank, world,
-                                     args.seed, args.workers)
+    if device.type == "cuda" and args.data == "cifar100" and not (args.cpu_loader or args.randaug):
+        # the whole uint8 CIFAR on the GPU, crop + flip there (RandAugment needs the CPU loader)
+        train_loader = data.DeviceCIFARLoader(train_set, args.batch_size // world, True, rank, world,
+                                              args.seed, device)
+    else:
+        train_loader = data.build_loader(train_set, args.batch_size // world, True, rank, world,
+                                         args.seed, args.workers)
     val_loader = data.build_loader(val_set, args.eval_batch_size, False, rank, world, workers=args.workers)
     if len(train_loader) == 0:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
@@ -447,13 +589,18 @@ def main(argv=None):
                   drop_path_rate=args.drop_path)
     if args.init != "default":  # only then: a model without init= support fails with its own message
         common["init"] = args.init
+    if args.bce:  # likewise: loss="bce" only when asked for
+        common["loss"] = "bce"
     try:
         model = MODELS[args.model](args, common).to(device)
     except ValueError as e:
         raise Fail(str(e))
     raw_model = model
-    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
-                                  fused=device.type == "cuda")
+    if args.opt == "lamb":  # eps 1e-8: DeiT's --opt-eps default (our reading of its code)
+        optimizer = Lamb(param_groups(model, args.weight_decay), lr=args.lr, eps=1e-8)
+    else:
+        optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
+                                      fused=device.type == "cuda")
     steps_per_epoch = len(train_loader)
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
@@ -517,9 +664,8 @@ def main(argv=None):
                          "args": vars(args)}, ckpt_path)
             print(f"saved checkpoint at step {step}", flush=True)
 
-    if args.compile:  # regional compilation: each block once, reused for every step
-        for blk in getattr(model, "blocks", []):
-            blk.compile()
+    if args.compile:  # regional compilation (each model's compile_regions), before DDP
+        model.compile_regions() if hasattr(model, "compile_regions") else model.compile()
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 
@@ -531,6 +677,8 @@ def main(argv=None):
         mix = v2.RandomChoice(mixes)
 
     if master:
+        if args.preset:
+            print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
         flops = raw_model.flops_per_image()
         print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
               f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}, "
@@ -558,6 +706,8 @@ def main(argv=None):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             if mix is not None:
                 x, y = mix(x, y)  # y becomes (B, classes) probabilities
+                if args.bce:  # DeiT III's code: every class in the mix is a positive
+                    y = (y > 0).to(y.dtype)
             if eps:
                 y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
             with amp_ctx:

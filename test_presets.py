@@ -1,0 +1,225 @@
+"""Reproduction presets (issue 8): every preset resolves, explicit flags override it, the CIFAR study
+arms train one step, the matched pairs are matched, and LAMB and the binary cross-entropy follow
+their formulas. CPU only, in-process `train.cli` calls on a tiny fake CIFAR-100 folder."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bvit
+import data
+import revit
+import train
+from test_train import fake_cifar
+
+TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "3", "--device", "cpu", "--workers", "0",
+        "--batch-size", "8", "--max-steps", "1", "--val-subset", "16", "--eval-batch-size", "16"]
+CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-")]
+
+
+def config(capsys, *argv):
+    capsys.readouterr()
+    assert train.cli(["--print-config", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_list_presets_prints_one_name_per_line(capsys):
+    capsys.readouterr()
+    assert train.cli(["--list-presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == list(train.PRESETS) and len(lines) == len(set(lines)) >= 30
+    assert all(n and n == n.strip() and " " not in n for n in lines)
+
+
+def test_every_preset_resolves_to_its_own_flags(capsys):
+    dests = set(vars(train.get_parser().parse_args([])))
+    for name, (what, flags) in train.PRESETS.items():
+        assert set(flags) <= dests, (name, set(flags) - dests)  # a typo would be silently ignored
+        assert what and ("study arm" in what) == name.startswith("c100-"), name
+        cfg = config(capsys, "--preset", name)
+        assert cfg["preset"] == name and cfg["model"] in train.MODELS
+        assert all(cfg[k] == v for k, v in flags.items()), name
+        assert cfg["embed_dim"] % cfg["num_heads"] == 0 and cfg["img_size"] % cfg["patch_size"] == 0
+
+
+def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
+    for name, (what, flags) in train.PRESETS.items():
+        if name.startswith("in1k-"):
+            cfg = config(capsys, "--preset", name)
+            deit3 = (cfg["opt"], cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
+            assert deit3 == ("lamb", True, True, 0.0, 2048), name
+            assert cfg["depth"] == (24 if cfg["size"] == "l" else 12), name
+            assert cfg["layer_scale"] and cfg["drop_path"] > 0 and cfg["patch_size"] == 16, name
+    aims = {"in1k-revit-b16-e4": "83.0", "in1k-revit-s16-e4": "78.2", "in1k-vit-b16": "82.8",
+            "in1k-srvit-s16-r1": "79.83", "in1k-srvit-s16-r4": "82.48"}
+    for name, number in aims.items():
+        assert number in train.PRESETS[name][0], name
+    assert "no paper number" in train.PRESETS["in1k-bvit-b16"][0]
+    for s in "sbl":
+        assert [train.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
+    assert [train.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+
+
+def test_explicit_flags_override_the_preset(capsys):
+    base = config(capsys, "--preset", "c100-bvit-ti")
+    cfg = config(capsys, "--preset", "c100-bvit-ti", "--lr", "0.5", "--embed-dim", "96", "--opt", "lamb")
+    assert (cfg["lr"], cfg["embed_dim"], cfg["opt"]) == (0.5, 96, "lamb") and base["lr"] == 1e-3
+    assert {k: v for k, v in cfg.items() if k not in ("lr", "embed_dim", "opt")} == \
+           {k: v for k, v in base.items() if k not in ("lr", "embed_dim", "opt")}
+    cfg = config(capsys, "--preset", "in1k-vit-s16", "--no-three-augment", "--no-bce")
+    assert (cfg["three_augment"], cfg["bce"], cfg["opt"]) == (False, False, "lamb")
+    assert config(capsys, "--preset", "in1k-vit-s16", "--drop-path", "0")["drop_path"] == 0.0
+
+
+def test_unknown_preset_is_one_line_naming_the_allowed_ones(capsys):
+    capsys.readouterr()
+    assert train.cli(["--preset", "nosuch"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and all(s in lines[0] for s in ("--preset nosuch", "allowed:", "c100-bvit-ti"))
+
+
+def build(name, **over):
+    """The preset's model as train.py builds it (CIFAR: 32 px, 100 classes)."""
+    p = train.get_parser()
+    args = train.resolve(train.parse_args(p, ["--preset", name]), p, 32)
+    common = dict(img_size=32, patch_size=args.patch_size, num_classes=100, embed_dim=args.embed_dim,
+                  depth=args.depth, num_heads=args.num_heads, mlp_ratio=args.mlp_ratio,
+                  class_token=not args.gap, layer_scale=args.layer_scale, drop_path_rate=args.drop_path)
+    return train.MODELS[args.model](args, {**common, **over})
+
+
+def test_matched_pairs_match():
+    wide, narrow = build("c100-bvit-s"), build("c100-vit-narrow")
+    assert wide.embed_dim > narrow.embed_dim and wide.num_blocks == 1 and narrow.num_blocks == 12
+    assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05  # parameter memory within 5%
+    tied, untied = build("c100-bvit-ti"), build("c100-vit-ti")
+    assert tied.flops_per_image() == untied.flops_per_image() and untied.num_params() > 5 * tied.num_params()
+    solvers = [train.PRESETS[f"c100-odevit-{s}"][1] for s in ("euler-12", "heun-6", "rk4-3")]
+    assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in solvers] == [12, 12, 12]
+    assert {f["horizon"] for f in solvers} == {12.0}
+
+
+@pytest.mark.parametrize("name", CIFAR_PRESETS)
+def test_each_cifar_preset_trains_one_step(name, tmp_path):
+    out = tmp_path / "out"
+    data_dir = fake_cifar(tmp_path / "data")
+    assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY]) == 0
+    saved = json.loads((out / "args.json").read_text())
+    assert saved["preset"] == name and saved["randaug"] == 9.0 and saved["embed_dim"] == 16
+    recs = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert recs[0]["step"] == 1 and math.isfinite(recs[0]["train_loss"])
+    assert [r["depth"] for r in recs[1:]] == saved["eval_depths"]  # evaluated beyond the horizon
+
+
+def fake_imagenet(root, classes=2, per_class=4):
+    """An ImageFolder tree train/ and val/ of random 40x48 PNG images."""
+    from PIL import Image
+    rng = np.random.RandomState(0)
+    for split in ("train", "val"):
+        for c in range(classes):
+            (root / split / f"n{c:08d}").mkdir(parents=True)
+            for i in range(per_class):
+                img = Image.fromarray(rng.randint(0, 256, (40, 48, 3), dtype=np.uint8))
+                img.save(root / split / f"n{c:08d}" / f"{i}.png")
+    return str(root)
+
+
+def test_an_imagenet_preset_trains_one_step_with_lamb_bce_and_3_augment(tmp_path):
+    out = tmp_path / "out"
+    rc = train.cli(["--preset", "in1k-revit-s16-e4", "--data-dir", fake_imagenet(tmp_path / "in"),
+                    "--img-size", "32", "--out-dir", str(out), *TINY, "--batch-size", "4"])
+    assert rc == 0
+    saved = json.loads((out / "args.json").read_text())
+    assert (saved["opt"], saved["bce"], saved["three_augment"], saved["experts"]) == ("lamb", True, True, 4)
+    rec = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    assert rec["step"] == 1 and math.isfinite(rec["train_loss"]) and "bce_loss" in rec
+
+
+def test_deit3_flags_reach_the_optimizer_the_loss_and_the_data(tmp_path, monkeypatch):
+    seen = {}
+
+    class Spy(bvit.BViT):
+        def forward(self, x, targets=None, depth=None):
+            seen.setdefault("targets", targets)  # the first training batch
+            return super().forward(x, targets, depth)
+
+    monkeypatch.setitem(train.MODELS, "bvit", lambda args, common: seen.update(common) or Spy(**common))
+    real_lamb, real_data = train.Lamb, data.build_datasets
+    monkeypatch.setattr(train, "Lamb", lambda *a, **k: seen.update(lamb=True) or real_lamb(*a, **k))
+    monkeypatch.setattr(data, "build_datasets",
+                        lambda *a, **k: seen.update(three_aug=k["three_aug"]) or real_data(*a, **k))
+    rc = train.cli(["--model", "bvit", "--opt", "lamb", "--bce", "--three-augment", "--mixup", "0.8",
+                    "--label-smoothing", "0", "--data-dir", fake_cifar(tmp_path / "data"),
+                    "--out-dir", str(tmp_path / "o"), *TINY])
+    assert rc == 0 and seen["loss"] == "bce" and seen["lamb"] and seen["three_aug"] is True
+    t = seen["targets"]  # MixUp + --bce: every class in the mix is a positive (DeiT's code)
+    assert t.shape == (8, 100) and set(t.unique().tolist()) == {0.0, 1.0} and t.sum(1).max() == 2
+
+
+def lamb_by_hand(p, grads, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):
+    """The LAMB update written out with Python floats, one step per gradient."""
+    p, m, v = list(p), [0.0] * len(p), [0.0] * len(p)
+    for t, g in enumerate(grads, 1):
+        m = [b1 * mi + (1 - b1) * gi for mi, gi in zip(m, g)]
+        v = [b2 * vi + (1 - b2) * gi * gi for vi, gi in zip(v, g)]
+        u = [mi / (1 - b1 ** t) / (math.sqrt(vi / (1 - b2 ** t)) + eps) + wd * pi
+             for mi, vi, pi in zip(m, v, p)]
+        pn, un = math.sqrt(sum(x * x for x in p)), math.sqrt(sum(x * x for x in u))
+        trust = pn / un if adapt and pn > 0 and un > 0 else 1.0
+        p = [pi - lr * trust * ui for pi, ui in zip(p, u)]
+    return p
+
+
+@pytest.mark.parametrize("always_adapt", [False, True])
+def test_lamb_follows_its_update_formula_for_two_steps(always_adapt):
+    w0, b0, z0 = [0.5, -1.0, 2.0], [0.3, -0.2], [0.0, 0.0]  # decayed, not decayed, zero (trust 1)
+    gw, gb, gz = [[0.1, 0.4, -0.3], [-0.2, 0.1, 0.5]], [[1.0, -2.0], [0.5, 0.5]], [[0.3, -0.1], [0.2, 0.2]]
+    w, b, z = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (w0, b0, z0))
+    opt = train.Lamb([{"params": [w, z], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+                     lr=0.05, always_adapt=always_adapt)
+    for step in range(2):
+        for prm, g in ((w, gw), (b, gb), (z, gz)):
+            prm.grad = torch.tensor(g[step], dtype=torch.float64)
+        opt.step()
+    assert torch.allclose(w, torch.tensor(lamb_by_hand(w0, gw, 0.05, 0.1), dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(z, torch.tensor(lamb_by_hand(z0, gz, 0.05, 0.1), dtype=torch.float64), atol=1e-12)
+    want_b = lamb_by_hand(b0, gb, 0.05, 0.0, adapt=always_adapt)  # wd = 0: trust 1 unless always_adapt
+    assert torch.allclose(b, torch.tensor(want_b, dtype=torch.float64), atol=1e-12)
+    other = lamb_by_hand(b0, gb, 0.05, 0.0, adapt=not always_adapt)
+    assert not torch.allclose(torch.tensor(want_b), torch.tensor(other))  # the two cases do differ
+
+
+def bce_by_hand(logits, probs):
+    s = torch.sigmoid(logits.double())
+    return -(probs * s.log() + (1 - probs) * (1 - s).log()).mean()  # mean over B x classes
+
+
+MODEL_FILES = {"bvit": lambda **k: bvit.BViT(num_blocks=2, stages=2, **k),
+               "revit": lambda **k: revit.ReViT(experts=1, depth_dropout=0.0, **k)}
+
+
+@pytest.mark.parametrize("name", list(MODEL_FILES))
+def test_bce_loss_is_the_binary_cross_entropy_formula(name):
+    torch.manual_seed(0)
+    kw = dict(img_size=8, patch_size=4, num_classes=5, embed_dim=16, depth=2, num_heads=2)
+    model = MODEL_FILES[name](loss="bce", **kw).eval()
+    ce_model = MODEL_FILES[name](**kw).eval()
+    ce_model.load_state_dict(model.state_dict())
+    x, y = torch.randn(3, 3, 8, 8), torch.tensor([0, 4, 2])
+    soft = torch.softmax(torch.randn(3, 5), -1)
+
+    def final_loss(m, loss):  # bvit with 2 stages: the last stage's loss is that of the returned logits
+        return m.aux["stage1_loss"] if name == "bvit" else loss
+
+    for targets, probs in ((y, F.one_hot(y, 5).double()), (soft, soft.double())):
+        logits, loss = model(x, targets)
+        assert torch.allclose(final_loss(model, loss).double(), bce_by_hand(logits, probs), atol=1e-6)
+        logits, loss = ce_model(x, targets)  # the default stays cross-entropy
+        assert torch.allclose(final_loss(ce_model, loss), F.cross_entropy(logits, targets), atol=1e-6)
+    if name == "bvit":  # the stages are averaged whatever the loss
+        assert torch.allclose(model(x, y)[1], torch.stack(list(model.aux.values())).mean(), atol=1e-6)
+    with pytest.raises(ValueError, match="loss"):
+        MODEL_FILES[name](loss="mse", **kw)
