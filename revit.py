@@ -28,6 +28,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+try:  # optional GPU fast path: per-image merged FFN in Triton (kernels.py); reference below
+    from kernels import merged_ffn, triton_usable
+except ImportError:
+    merged_ffn = None
+
 
 def drop_path(x, p: float, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
@@ -120,6 +125,13 @@ class Block(nn.Module):
     def forward(self, x, w1, b1, w2, b2):
         x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
         return x + drop_path(self.ls2(ffn(self.norm2(x), w1, b1, w2, b2)), self.drop_path, self.training)
+
+    def fused(self, x, gates):
+        """Per-image FFNs in one kernel launch: image b uses sum_e gates[b, e] W_e (kernels.py
+        merges the weight tiles in registers). x (B, N, D), gates (B, E)."""
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        y = merged_ffn(self.norm2(x), gates, *self.mlp.tensors())
+        return x + drop_path(self.ls2(y), self.drop_path, self.training)
 
     def grouped(self, x, w1, b1, w2, b2, groups):
         """Per-image FFNs: sort the images by group, one dense FFN per group, unsort (eager: the
@@ -289,7 +301,10 @@ class ReViT(nn.Module):
             coords = step_coords(keep)  # (B, L)
             for k in range(depth):
                 rows = keep[:, k].nonzero().squeeze(1)  # (B_k,)
-                if len(rows):  # images that share a coordinate share one merged FFN
+                if len(rows) and merged_ffn is not None and triton_usable(z):  # fused GPU path
+                    gates = self.route(coords[rows, k]).float().softmax(-1)  # (B_k, E)
+                    z = z.index_copy(0, rows, blk.fused(z[rows], gates))
+                elif len(rows):  # images that share a coordinate share one merged FFN
                     uniq, groups = coords[rows, k].unique(return_inverse=True)  # (U,), (B_k,)
                     z = z.index_copy(0, rows, blk.grouped(z[rows], *self.ffn_weights(uniq), groups))
         logits = self.classify(z)

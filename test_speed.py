@@ -35,6 +35,25 @@ for b in range(B):
     W1, b1, W2, b2 = (torch.tensordot(g[b], w, dims=1) for w in ws)
     ref = torch.nn.functional.gelu(x[b] @ W1.T + b1) @ W2.T + b2
     assert torch.allclose(r[b], ref, atol=1e-4, rtol=1e-4)
+# reViT's elastic-depth training step takes the fused path and matches the grouped reference
+import revit
+m = revit.ReViT(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4, depth=5,
+                experts=3, depth_dropout=0.4).train()
+with torch.no_grad():
+    for p in m.router.parameters():
+        p.normal_()  # non-uniform gates
+xi, yi = torch.randn(6, 3, 16, 16), torch.arange(6)
+keep = revit.sample_keep(6, 5, 0.4)
+assert revit.merged_ffn is not None and revit.triton_usable(xi)  # the fused path is taken
+fused_logits, fused_loss = m(xi, yi, keep=keep)
+fused_loss.backward()
+fused_grads = [p.grad.clone() for p in m.parameters()]
+m.zero_grad()
+revit.merged_ffn = None  # force the grouped plain-PyTorch path
+ref_logits, ref_loss = m(xi, yi, keep=keep)
+ref_loss.backward()
+assert torch.allclose(fused_logits, ref_logits, atol=1e-4), (fused_logits - ref_logits).abs().max()
+assert all(torch.allclose(a, p.grad, atol=1e-4) for a, p in zip(fused_grads, m.parameters()))
 print("ok")
 """
 
