@@ -1,0 +1,339 @@
+"""SR-ViT: Soft Mixture-of-Recursions, a ViT whose layer stack runs R times and whose output mixes,
+token by token, the states after every recursion. Paper: "Soft Mixture-of-Recursions: Going Deeper
+with Recursive Vision Transformers" (SoftMoR, Lee & Park, arXiv 2607.00774; abstract only).
+
+Idea. Recursive transformers usually share weights to save parameters; SoftMoR shares them to get
+depth. A stack of `depth` untied layers f (DeiT's blocks) is applied `recursions` = R times, and a
+router gives every token a softmax weight over the R recursion outputs, so the intermediate
+representations are used. R = 1 is exactly the plain ViT; the router is the only new module.
+
+Equations. The abstract gives none: the lines marked OUR READING are SPEC section 4's formulation.
+    h_0 = [cls; patch_embed(x)] + pos_embed                    (B, T, D), T = N (+1 class token)
+    h_r = f(h_{r-1}),  f = blocks[depth-1] o ... o blocks[0],  r = 1..R   (weights shared over r)
+    s_{r,i} = w_r . LN_r(h_{r,i})                              one score per token   [OUR READING]
+    a_{i,r} = softmax_r(s_{i,r}),  o_i = sum_r a_{i,r} h_{r,i}                       [OUR READING]
+    logits = head(norm(o)[:, 0])          (or the token mean without a class token)
+w_r = 0 at init, so the mixture starts uniform. The sum over r is accumulated online (running max
+and running sums, as in a streaming softmax): without autograd, memory does not grow with R.
+
+Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with +1.7M parameters. Our router
+adds 3*D*R parameters (4.6K for S at R=4), so the paper's router is larger; its form is unknown.
+Measured: see README.md "Results" (commands and hardware there).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ----------------------------------------------------------------------------- building blocks
+# Copied from bvit.py on purpose (each model file stands alone): a diff shows only SoftMoR.
+def drop_path(x, p, training: bool):
+    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
+    probability p (a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    if not training:
+        return x
+    keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
+    return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on (B, N, D) using scaled_dot_product_attention."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        qkv = self.qkv(x).view(B, N, 3, self.num_heads, D // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
+        x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
+        return self.proj(x.transpose(1, 2).reshape(B, N, D))
+
+
+class Mlp(nn.Module):
+    """Linear(D, r*D) -> GELU -> Linear(r*D, D)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (SPEC section 0)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads)
+        self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        # The rate is a tensor and `stochastic` a model-wide flag, so blocks with different rates
+        # share one compiled graph (a float attribute would be a constant guard per block).
+        self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
+        self.stochastic = drop_path > 0 if stochastic is None else stochastic
+
+    def forward(self, x):
+        dp = self.training and self.stochastic
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
+
+
+# ----------------------------------------------------------------------------- attention inits
+# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
+    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
+    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
+    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
+    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+    else:
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
+        p = F.layer_norm(pos, (d,), eps=1e-6)
+        u, s, vh = torch.linalg.svd(p.T @ p)
+        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
+        q, k = _factor(pinv @ w @ pinv.T)
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
+# ----------------------------------------------------------------------------- the soft mixture
+class StreamingMixture:
+    """o = sum_r softmax_r(s_r) * h_r, accumulated one recursion at a time.   [OUR READING]
+    add(h (B, T, D), s (B, T, 1)) keeps the running max m, den = sum_r exp(s_r - m) and
+    num = sum_r exp(s_r - m) h_r, both rescaled by exp(m_old - m_new) when the max grows (online
+    softmax): one state is held whatever R. result() -> (B, T, D); weights() -> (B, T, R), detached.
+    """
+
+    def __init__(self):
+        self.m = self.den = self.num = None
+        self.scores = []  # (B, T, 1) each, detached: 1/D of a state per recursion
+
+    def add(self, h, s):
+        self.scores.append(s.detach())
+        if self.m is None:  # first recursion: weight exp(s - m) = 1 exactly
+            self.m, self.den, self.num = s, torch.ones_like(s), h
+            return
+        m = torch.maximum(self.m, s)
+        old, new = torch.exp(self.m - m), torch.exp(s - m)
+        self.m, self.den, self.num = m, self.den * old + new, self.num * old + h * new
+
+    def result(self):
+        return self.num / self.den
+
+    def weights(self):
+        return torch.cat(self.scores, dim=-1).softmax(dim=-1)
+
+
+class Router(nn.Module):
+    """Scores of recursion r: s = w_r . LN_r(h), (B, T, D) -> (B, T, 1) float32.   [OUR READING]
+    One LayerNorm and one vector per recursion: 3*D*R parameters. w starts at zero (uniform)."""
+
+    def __init__(self, dim: int, recursions: int):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(dim, eps=1e-6) for _ in range(recursions))
+        self.weight = nn.Parameter(torch.zeros(recursions, dim))
+
+    def forward(self, h, r):
+        r = min(r, len(self.norms) - 1)  # past the trained R: reuse the last router (our choice)
+        return F.linear(self.norms[r](h), self.weight[r:r + 1]).float()  # (B, T, 1)
+
+
+# ----------------------------------------------------------------------------- the model
+class SRViT(nn.Module):
+    """Soft Recursive ViT: `depth` untied blocks applied `recursions` times, outputs mixed per token.
+
+    Call: `logits, loss = model(x, targets=None, depth=None)`, x (B, C, H, W); targets (B,) int64
+    or (B, num_classes) probabilities; logits (B, num_classes); loss None or the cross-entropy
+    (`loss="ce"`) or DeiT III's binary cross-entropy (`loss="bce"`).
+    The call-time `depth` is the number of RECURSIONS (our choice: the constructor's `depth` counts
+    the body's untied layers, which cannot change); past the trained R the last router is reused.
+    `model.mix_weights`: the (B, T, R) mixture weights of the last call (detached). recursions=1
+    has no router (a softmax over one output is constant, and a router without gradient would
+    break DDP): it is the plain ViT, state dict included. Bad sizes raise ValueError.
+    """
+
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, recursions=4,
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce"):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if depth < 1 or recursions < 1:
+            raise ValueError(f"need depth >= 1 and recursions >= 1, got {depth}, {recursions}")
+        if init not in INITS or loss not in ("ce", "bce"):
+            raise ValueError(f"need init in {INITS} and loss in ('ce', 'bce'), got {init!r}, {loss!r}")
+        self.depth, self.recursions, self.num_classes, self.loss = depth, recursions, num_classes, loss
+        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
+        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        num_patches = (img_size // patch_size) ** 2
+
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
+        # Stochastic depth as in DeiT over the body's layers, the same at every recursion (our choice).
+        rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
+        self.router = Router(embed_dim, recursions) if recursions > 1 else None
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self.mix_weights = None
+        self._init_weights(init)
+
+    def _init_weights(self, init):
+        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
+        w = self.patch_embed.proj.weight
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if self.router is not None:
+            nn.init.zeros_(self.router.weight)  # uniform mixture at the start (SPEC section 4)
+        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # each untied layer of the body
+            init_attention_(blk.attn, init, pos, grid)
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
+        if x.shape[-2:] != (self.img_size, self.img_size):
+            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + self.pos_embed
+
+    def classify(self, z):
+        """Final norm + head on the class token (or the token mean): (B, T, D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+
+    def forward(self, x, targets=None, depth=None):
+        recursions = self.recursions if depth is None else depth
+        if recursions < 1:
+            raise ValueError(f"depth (the number of recursions) must be >= 1, got {depth}")
+        h, mix = self.embed(x), StreamingMixture()
+        for r in range(recursions):
+            for blk in self.blocks:  # the recursion body f: the untied stack
+                h = blk(h)
+            s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
+            mix.add(h, s)  # only the running sums are kept, not h_1..h_R
+        self.mix_weights = mix.weights()
+        logits = self.classify(mix.result())
+        if targets is None:
+            return logits, None
+        return logits, classification_loss(logits, targets, self.loss)
+
+    def log_extras(self):
+        """Mean mixture weight of each recursion over the last call's tokens (for log.jsonl)."""
+        if self.mix_weights is None:
+            return {}
+        return {"mix_weights": [round(v, 4) for v in self.mix_weights.float().mean((0, 1)).tolist()]}
+
+    def num_params(self):
+        """Number of parameters: the plain ViT's plus 3*D*R for the router (0 when R = 1)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_image(self, depth=None):
+        """Analytic forward FLOPs per image, 2 x matmul multiply-adds as in bvit.py (depth*R
+        layers) plus the router's T*D per recursion; `depth` = recursions R."""
+        recursions = depth or self.recursions
+        D, p = self.embed_dim, self.patch_size
+        N = (self.img_size // p) ** 2
+        T = N + int(self.cls_token is not None)
+        per_layer = 4 * T * D * D + 2 * T * T * D + 2 * T * D * int(D * self.mlp_ratio)
+        router = T * D if self.router is not None else 0
+        macs = N * D * self.in_chans * p * p + recursions * (self.depth * per_layer + router)
+        return 2 * (macs + D * self.num_classes)
+
+
+# Named configurations (SPEC section 0): a 12-layer body (SR-ViT-S at R=1 is DeiT-S), R=4 by default.
+_SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
+
+
+def _sized(size, **kw):
+    dim, heads = _SIZES[size]
+    kw.setdefault("depth", 24 if size == "l" else 12)
+    return SRViT(embed_dim=dim, num_heads=heads, **kw)
+
+
+def srvit_ti(**kw): return _sized("ti", **kw)
+def srvit_s(**kw): return _sized("s", **kw)
+def srvit_b(**kw): return _sized("b", **kw)
+def srvit_l(**kw): return _sized("l", **kw)
