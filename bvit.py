@@ -202,7 +202,7 @@ class BViT(nn.Module):
         rates = [drop_path_rate * (i + 0.5) / num_blocks for i in range(num_blocks)] if num_blocks > 1 \
             else [drop_path_rate]
         if num_blocks == depth:  # exactly DeiT/timm: linspace(0, rate, depth)
-            rates = torch.linspace(0, drop_path_rate, depth).tolist()
+            rates = [drop_path_rate * k / max(1, depth - 1) for k in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)

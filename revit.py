@@ -143,6 +143,56 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(y[order.argsort()]), self.drop_path, self.training)
 
 
+# ----------------------------------------------------------------------------- attention inits
+# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
+    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
+    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
+    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
+    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+    else:
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
+        p = F.layer_norm(pos, (d,), eps=1e-6)
+        u, s, vh = torch.linalg.svd(p.T @ p)
+        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
+        q, k = _factor(pinv @ w @ pinv.T)
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
 def sample_keep(batch: int, depth: int, p: float, device=None):
     """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
     An image that drops every step keeps one step chosen uniformly (our choice; SPEC: >= 1 kept)."""
@@ -190,8 +240,8 @@ class ReViT(nn.Module):
             raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
         if not 0.0 <= depth_dropout < 1.0:
             raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
-        if init != "default":
-            raise ValueError(f"init={init!r} is not implemented yet; allowed: 'default'")
+        if init not in INITS:
+            raise ValueError(f"init={init!r} is not one of {INITS}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
         self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # kwargs
@@ -212,9 +262,9 @@ class ReViT(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
-        self._init_weights()
+        self._init_weights(init)
 
-    def _init_weights(self):
+    def _init_weights(self, init):
         # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
@@ -239,6 +289,11 @@ class ReViT(nn.Module):
         w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
+            init_attention_(blk.attn, init, pos, grid)
 
     def embed(self, x):
         """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
