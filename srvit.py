@@ -300,6 +300,14 @@ class SRViT(nn.Module):
             return logits, None
         return logits, classification_loss(logits, targets, self.loss)
 
+    def compile_regions(self, **kwargs):
+        """Regional compilation: each layer of the body is compiled once (fullgraph) and reused by
+        every recursion; the router and the streaming mixture (a few elementwise ops) stay eager,
+        so neither R nor the recursion index causes a recompile. Call before DDP. Returns self."""
+        for blk in self.blocks:
+            blk.compile(fullgraph=True, **kwargs)
+        return self
+
     def log_extras(self):
         """Mean mixture weight of each recursion over the last call's tokens (for log.jsonl)."""
         if self.mix_weights is None:

@@ -162,6 +162,13 @@ m.compile_regions(backend="aot_eager")
 for depth in (None, 7, 2):  # a new depth is a new grid of merged weights, passed as tensors
     m(x, y, depth=depth)[1].backward()
 print("COMPILED revit")
+import srvit
+m = srvit.SRViT(recursions=2, depth=2, **kw)
+torch._dynamo.reset()
+m.compile_regions(backend="aot_eager")
+for depth in (None, 3, 1):  # call-time depth = recursions
+    m(x, y, depth=depth)[1].backward()
+print("COMPILED srvit")
 """
 
 
@@ -170,7 +177,7 @@ def test_regional_compilation_does_not_recompile_across_steps_blocks_or_depths()
     r = subprocess.run([sys.executable, "-c", RECOMPILE_CHECK], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.count("COMPILED") == 4
+    assert r.stdout.count("COMPILED") == 5
     assert "Recompiling" not in r.stderr, r.stderr[-3000:]
 
 
