@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 import bvit
 import data
+import odevit
 import revit
+import srvit
 import train
 from test_train import fake_cifar
 
@@ -198,7 +200,9 @@ def bce_by_hand(logits, probs):
 
 
 MODEL_FILES = {"bvit": lambda **k: bvit.BViT(num_blocks=2, stages=2, **k),
-               "revit": lambda **k: revit.ReViT(experts=1, depth_dropout=0.0, **k)}
+               "revit": lambda **k: revit.ReViT(experts=1, depth_dropout=0.0, **k),
+               "odevit": lambda **k: odevit.ODEViT(**k),
+               "srvit": lambda **k: srvit.SRViT(recursions=2, **k)}
 
 
 @pytest.mark.parametrize("name", list(MODEL_FILES))

@@ -169,6 +169,14 @@ m.compile_regions(backend="aot_eager")
 for depth in (None, 3, 1):  # call-time depth = recursions
     m(x, y, depth=depth)[1].backward()
 print("COMPILED srvit")
+import odevit
+for solver in ("euler", "rk4"):
+    m = odevit.ODEViT(solver=solver, depth=3, stages=1, **kw)
+    torch._dynamo.reset()
+    m.compile_regions(backend="aot_eager")
+    for depth in (None, 6, 2):  # other step counts, horizons and time grids
+        m(x, y, depth=depth)[1].backward()
+print("COMPILED odevit")
 """
 
 
@@ -177,7 +185,7 @@ def test_regional_compilation_does_not_recompile_across_steps_blocks_or_depths()
     r = subprocess.run([sys.executable, "-c", RECOMPILE_CHECK], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.count("COMPILED") == 5
+    assert r.stdout.count("COMPILED") == 6
     assert "Recompiling" not in r.stderr, r.stderr[-3000:]
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import bvit
+import odevit
 import revit
 import srvit
 
@@ -170,7 +171,8 @@ CIFAR_TI = dict(img_size=32, patch_size=4, num_classes=10, embed_dim=192, num_he
 
 @pytest.mark.parametrize("make", [lambda **kw: bvit.BViT(num_blocks=1, **kw),
                                   lambda **kw: srvit.SRViT(recursions=2, **kw),
-                                  lambda **kw: revit.ReViT(experts=2, **kw)], ids=["bvit", "srvit", "revit"])
+                                  lambda **kw: revit.ReViT(experts=2, **kw),
+                                  lambda **kw: odevit.ODEViT(**kw)], ids=["bvit", "srvit", "revit", "odevit"])
 def test_structured_init_heads_attend_at_their_offsets(make):
     torch.manual_seed(0)
     m = make(**CIFAR_TI, init="structured")  # 8x8 tokens, head_dim 64
@@ -185,7 +187,8 @@ def test_structured_init_heads_attend_at_their_offsets(make):
 
 @pytest.mark.parametrize("make", [lambda **kw: bvit.BViT(num_blocks=2, **kw),
                                   lambda **kw: srvit.SRViT(recursions=2, **kw),
-                                  lambda **kw: revit.ReViT(experts=2, **kw)], ids=["bvit", "srvit", "revit"])
+                                  lambda **kw: revit.ReViT(experts=2, **kw),
+                                  lambda **kw: odevit.ODEViT(**kw)], ids=["bvit", "srvit", "revit", "odevit"])
 def test_mimetic_init_products(make):
     torch.manual_seed(0)
     m = make(**CIFAR_TI, init="mimetic")

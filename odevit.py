@@ -1,0 +1,400 @@
+"""ODEViT: the shared recurrent ViT block read as a neural ODE, solved with fixed-step solvers.
+
+Paper: "Training Crossroads for Recurrent ViTs: Recurrence, Neural ODEs, and Deep Supervision"
+(Gruszczynski et al.; abstract only, papers/ and papers/notes.md section 1).
+
+Idea. bViT applies one residual block F repeatedly: z_{k+1} = F(z_k). Since F(z) = z + v(z),
+that is one Euler step of size 1 of the state-subtracted field dz/dt = F(z) - z. Here the same
+block defines the field and a textbook solver (Euler, midpoint, Heun, RK4) integrates it from
+t = 0 to the horizon T, so solver, step size and horizon become knobs: cost is counted in block
+evaluations (NFE), and more steps at inference either extend T (recurrence view) or refine h
+(ODE view). The black-box field dz/dt = F(z) is kept because the paper measures its cost.
+
+Equations (SPEC sections 0 and 2):
+    z(0) = [cls; patch_embed(x)] + pos_embed                          (B, 1+N, D)
+    dz/dt = F(z) - z   (field="subtracted")   or   dz/dt = F(z)   (field="blackbox")
+    h = T / steps;  euler with h = 1 and steps = depth: z_{k+1} = F(z_k), bViT bit for bit
+    logits = head(norm(z(T))[:, 0])     stage s of S reads out at t = s T / S (deep supervision)
+
+Measured: see README.md "Results" (commands and hardware there).
+"""
+import math
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+NFE_PER_STEP = {"euler": 1, "midpoint": 2, "heun": 2, "rk4": 4}  # block evaluations per step
+EXTENDS = ["time", "refine"]  # beyond the horizon: same h and larger T, or same T and smaller h
+
+
+def odeint(f: Callable, z0: torch.Tensor, t0, t1, steps: int, method: str = "euler", *,
+           subtracted: bool = False) -> torch.Tensor:
+    """Integrate dz/dt = f(t, z) from t0 to t1 with `steps` fixed steps of an explicit solver.
+
+    f(t, z): t a 0-dim float32 tensor (time is kept in float32 whatever the state's dtype, as
+    torchdiffeq keeps it), z of z0's shape; returns dz/dt. z0: any shape and float dtype.
+    Returns the state at t1, same shape as z0. Solvers (h = (t1 - t0) / steps):
+      euler     z + h k1                                          (order 1, 1 call per step)
+      midpoint  z + h f(t + h/2, z + h/2 k1)                      (order 2, 2 calls)
+      heun      z + h/2 (k1 + f(t + h, z + h k1))                 (order 2, 2 calls)
+      rk4       z + h/6 (k1 + 2 k2 + 2 k3 + k4), classic          (order 4, 4 calls)
+    subtracted=True: f returns G(t, z) and the field is G(t, z) - z (SPEC section 2). Euler's
+    update is then written (1 - h) z + h G, which for h = 1 is G bit for bit (0 * z + G), so the
+    recurrence z <- G(z) is reproduced exactly instead of up to the rounding of z + (G - z).
+    Step sizes are Python floats; the time grid t0 + k h is computed from k (no drift).
+    """
+    if method not in NFE_PER_STEP:
+        raise ValueError(f"unknown solver {method!r}; allowed: {', '.join(NFE_PER_STEP)}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    t0, t1 = float(t0), float(t1)
+    h = (t1 - t0) / steps
+
+    def time(s):  # 0-dim float32 tensor on the state's device
+        return torch.tensor(s, dtype=torch.float32, device=z0.device)
+
+    def v(t, z):  # the field dz/dt
+        g = f(time(t), z)
+        return g - z if subtracted else g
+
+    z = z0
+    for k in range(steps):
+        t = t0 + k * h
+        if method == "euler":  # subtracted: (1 - h) z + h G = z + h (G - z), exact G for h = 1
+            z = (1.0 - h) * z + h * f(time(t), z) if subtracted else z + h * f(time(t), z)
+        elif method == "midpoint":
+            k1 = v(t, z)
+            z = z + h * v(t + h / 2, z + (h / 2) * k1)
+        elif method == "heun":
+            k1 = v(t, z)
+            k2 = v(t + h, z + h * k1)
+            z = z + (h / 2) * (k1 + k2)
+        else:  # rk4
+            k1 = v(t, z)
+            k2 = v(t + h / 2, z + (h / 2) * k1)
+            k3 = v(t + h / 2, z + (h / 2) * k2)
+            k4 = v(t + h, z + h * k3)
+            z = z + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+    return z
+
+
+# ----------------------------------------------------------------------------- the block F
+# Copied from bvit.py on purpose (one readable file per model; same names, so weights copy 1:1).
+def drop_path(x, p: float, training: bool):
+    """Stochastic depth: zero the residual branch of whole samples with probability p. x: (B, ...)."""
+    if p == 0.0 or not training:
+        return x
+    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
+    return x * keep / (1.0 - p)
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on (B, N, D) using scaled_dot_product_attention."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        qkv = self.qkv(x).view(B, N, 3, self.num_heads, D // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
+        x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
+        return self.proj(x.transpose(1, 2).reshape(B, N, D))
+
+
+class Mlp(nn.Module):
+    """Linear(D, r*D) -> GELU -> Linear(r*D, D)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (SPEC section 0)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads)
+        self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.drop_path = drop_path
+
+    def forward(self, x):
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_path, self.training)
+
+
+# ----------------------------------------------------------------------------- the model
+# ----------------------------------------------------------------------------- attention inits
+# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
+    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
+    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
+    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
+    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+    else:
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
+        p = F.layer_norm(pos, (d,), eps=1e-6)
+        u, s, vh = torch.linalg.svd(p.T @ p)
+        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
+        q, k = _factor(pinv @ w @ pinv.T)
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+
+
+class ODEViT(nn.Module):
+    """ViT whose single shared block F defines an ODE integrated by a fixed-step solver.
+
+    Parameters are named exactly as in `BViT(num_blocks=1)` (patch_embed.proj, cls_token,
+    pos_embed, blocks.0.*, norm, head), so a bViT state dict loads with strict=True.
+    `depth` (or its alias `steps`) is the number of solver steps; `horizon` T (default: steps,
+    i.e. h = 1); block evaluations per forward = steps x NFE_PER_STEP[solver], stored in
+    `model.nfe` after each call. `depth=L` at call time runs L steps: `extend="time"` keeps h
+    and integrates to T' = L h (recurrence view), `extend="refine"` keeps T and uses h = T / L
+    (ODE view). Deep supervision: `stages=S` reads out at t = s T' / S (s = 1..S) with the shared
+    norm + head; loss = sum_s w_s CE_s with normalized `stage_weights`; `model.aux` holds the
+    detached stage losses. Call: `logits, loss = model(x, targets=None, depth=None)`.
+
+    The field is autonomous (F ignores t, as bViT has no step signal; our choice). Under an
+    enclosing autocast, the embedding and head run autocast as usual; the solver arithmetic and
+    the time grid run in full precision and autocast is re-entered only inside the field.
+    """
+
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                 embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
+                 layer_scale=None, drop_path_rate=0.0, init="default", solver="euler",
+                 steps=None, horizon=None, field="subtracted", extend="time", stages=1,
+                 stage_weights=None, loss="ce"):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if depth is not None and steps is not None and depth != steps:
+            raise ValueError(f"depth={depth} and steps={steps} both name the number of solver steps")
+        steps = steps if steps is not None else (depth if depth is not None else 12)
+        if steps < 1:
+            raise ValueError(f"steps (depth) must be >= 1, got {steps}")
+        for name, value, allowed in [("solver", solver, list(NFE_PER_STEP)), ("extend", extend, EXTENDS),
+                                     ("field", field, ["subtracted", "blackbox"])]:
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
+        if horizon is not None and not horizon > 0:
+            raise ValueError(f"horizon must be > 0, got {horizon}")
+        if stages < 1 or steps % stages:
+            raise ValueError(f"stages={stages} must be >= 1 and divide steps={steps}")
+        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
+        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
+            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
+        if init not in INITS:
+            raise ValueError(f"init={init!r} is not one of {INITS}")
+        if loss not in ("ce", "bce"):
+            raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
+        self.loss = loss
+        self.depth = self.steps = steps
+        self.horizon = float(horizon) if horizon is not None else float(steps)  # T; h = T / steps
+        self.solver, self.field, self.extend, self.stages = solver, field, extend, stages
+        self.stage_weights = [v / sum(w) for v in w]
+        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
+        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.num_classes = num_classes
+        num_patches = (img_size // patch_size) ** 2
+
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
+        # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is
+        # drawn anew at every field evaluation (our choice; off by default).
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale, drop_path_rate)])
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self.aux, self.nfe = {}, 0
+        self._init_weights(init)
+
+    def _init_weights(self, init):
+        # timm/DeiT, as in bvit.py: trunc-normal(0.02) Linear weights and position embedding.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        w = self.patch_embed.proj.weight
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # the shared block, once
+            init_attention_(blk.attn, init, pos, grid)
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
+        if x.shape[-2:] != (self.img_size, self.img_size):
+            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + self.pos_embed
+
+    def classify(self, z):
+        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+
+    def time_grid(self, depth=None, extend=None):
+        """(horizon T', step size h) for `depth` steps under `extend` (see the class docstring)."""
+        depth = self.steps if depth is None else depth
+        h = self.horizon / self.steps
+        if (extend or self.extend) == "refine":
+            return self.horizon, self.horizon / depth
+        return depth * h, h
+
+    def forward(self, x, targets=None, depth=None, extend=None):
+        depth = self.steps if depth is None else depth
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if extend not in (None, *EXTENDS):
+            raise ValueError(f"extend={extend!r}; allowed: {', '.join(EXTENDS)}")
+        stages = self.stages if targets is not None else 1
+        if depth % stages:
+            raise ValueError(f"depth={depth} must be divisible by stages={stages} when computing a loss")
+        T, _ = self.time_grid(depth, extend)
+        dev = x.device.type
+        amp, amp_dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+        self.nfe = 0
+
+        def f(t, z):  # the block; the solver subtracts z for field="subtracted"
+            self.nfe += 1
+            with torch.autocast(dev, dtype=amp_dtype, enabled=amp):
+                return self.blocks[0](z)
+
+        z, stage_logits = self.embed(x), []
+        for s in range(stages):  # stage s integrates [s T / S, (s+1) T / S] on the same grid
+            with torch.autocast(dev, enabled=False):
+                z = odeint(f, z, s * T / stages, (s + 1) * T / stages, depth // stages, self.solver,
+                           subtracted=self.field == "subtracted")
+            stage_logits.append(self.classify(z))
+        logits = stage_logits[-1]
+        if targets is None:
+            return logits, None
+        losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
+        self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
+        return logits, (losses * losses.new_tensor(self.stage_weights)).sum()
+
+    def compile_regions(self, **kwargs):
+        """Regional compilation: the block F is compiled once (fullgraph) and serves every field
+        evaluation of every solver step; the solver loop and the float32 time grid stay eager, so
+        neither the solver, the number of steps nor the horizon causes a recompile. Call before
+        DDP. Returns self."""
+        self.blocks[0].compile(fullgraph=True, **kwargs)
+        return self
+
+    def log_extras(self):
+        """Logged by train.py next to `aux`: block evaluations of the last forward."""
+        return {"nfe": self.nfe}
+
+    def num_params(self, exclude_embeddings=False):
+        """Number of parameters (the one block counts once, as in BViT(num_blocks=1))."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.pos_embed.numel() if exclude_embeddings else n
+
+    def flops_per_image(self, depth=None):
+        """Analytic forward FLOPs per image, as BViT.flops_per_image with `depth` block
+        applications replaced by the NFE = steps x NFE_PER_STEP[solver] block evaluations (the
+        solver's elementwise combinations, like norms and additions, are not counted)."""
+        nfe = (self.steps if depth is None else depth) * NFE_PER_STEP[self.solver]
+        D, p = self.embed_dim, self.patch_size
+        N = (self.img_size // p) ** 2
+        T = N + int(self.cls_token is not None)
+        hidden = int(D * self.mlp_ratio)
+        per_eval = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
+        return 2 * (N * D * self.in_chans * p * p + nfe * per_eval + D * self.num_classes)
+
+
+# Named configurations (SPEC section 0): the bViT widths, 12 steps (24 for L) of Euler with h = 1.
+_SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
+
+
+def _sized(size, **kw):
+    dim, heads = _SIZES[size]
+    if "steps" not in kw:
+        kw.setdefault("depth", 24 if size == "l" else 12)
+    return ODEViT(embed_dim=dim, num_heads=heads, **kw)
+
+
+def odevit_ti(**kw): return _sized("ti", **kw)
+def odevit_s(**kw): return _sized("s", **kw)
+def odevit_b(**kw): return _sized("b", **kw)
+def odevit_l(**kw): return _sized("l", **kw)
