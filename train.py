@@ -468,9 +468,10 @@ class Fail(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
 
 
-# Flags that --eval-only always takes from the command line, never from the checkpoint.
-EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers", "data_dir",
-                  "download", "eval_batch_size", "val_subset", "compile"}
+# Flags that --eval-only always takes from the command line, never from the checkpoint (the data
+# flags, --data-dir and --val-subset included, come from the checkpoint unless given).
+EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
+                  "download", "eval_batch_size", "compile"}
 
 
 def eval_only_args(p, args, argv):
