@@ -2,12 +2,13 @@
 # "Training Crossroads" CPU study (issue 4): recurrence vs neural-ODE solvers at equal block
 # evaluations (NFE = 12), and naive recurrence vs stage-wise deep supervision beyond the horizon.
 #
-#   bash scripts/crossroads_study.sh            # all runs, sequentially, into runs/crossroads/
-#   STEPS=600 DIM=128 HEADS=4 bash scripts/crossroads_study.sh   # a larger budget
+#   bash scripts/crossroads_study.sh                              # 200 steps, ~35 min, runs/crossroads/
+#   STEPS=800 OUT=runs/crossroads_800 bash scripts/crossroads_study.sh  # ~1 epoch, ~65 min
+#   ONLY="bvit12 bvit12_s3" bash scripts/crossroads_study.sh      # only the named runs
 #
 # Every run: same width, same data order (seed 0), same optimizer and schedule, real CIFAR-100.
 # Each run writes log.jsonl, ckpt.pt and depth_eval.json (a table of accuracy by depth); this
-# script appends "name wall_s" to runs/crossroads/times.txt. Single-threaded (OMP_NUM_THREADS=1):
+# script appends "name wall_s" to $OUT/times.txt. Single-threaded (OMP_NUM_THREADS=1):
 # on a shared, oversubscribed 2-core CPU that was 4x faster than the default two threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ mkdir -p "$OUT"
 
 run() {  # run NAME ARGS...: one train.py call, skipped once its depth_eval.json exists
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   if [ -f "$OUT/$name/depth_eval.json" ]; then echo "skip $name (done)"; return; fi
   local t0=$(date +%s)
   python train.py "${COMMON[@]}" --out-dir "$OUT/$name" "$@" > "$OUT/$name.out" 2>&1
