@@ -126,7 +126,7 @@ def loader_ratio(cfg, device, amp, warmup, repeats, workers):
     imgs = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
     t = data.build_transform(True, 32, data.CIFAR_MEAN, data.CIFAR_STD, "cifar100")
     ds = data.TensorImages(imgs, torch.randint(0, 100, (n,)), t)
-    if device.type == "cuda":
+    if device.type == "cuda" or workers == 0:
         loader = data.DeviceCIFARLoader(ds, cfg["batch"], True, device=device)
     else:
         loader = data.build_loader(ds, cfg["batch"], True, workers=workers)
@@ -180,6 +180,8 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--json", help="also write the ratios to this JSON file")
     p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
+                   "that the script runs (scripts/gpu_run.sh --dry-run), measures nothing")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
@@ -189,6 +191,8 @@ def main():
     cfg = (dict(img=224, patch=16, classes=1000, dim=384, depth=12, heads=6, batch=128) if cuda else
            dict(img=32, patch=4, classes=100, dim=96, depth=4, heads=3, batch=32))
     warmup, repeats = (5, 20) if cuda else (2, 5)
+    if args.smoke:
+        cfg, warmup, repeats = dict(cfg, img=32, patch=8, dim=32, depth=2, heads=2, batch=4), 1, 1
     amp = cuda
     res, info = {}, {}
     t_start = time.time()
@@ -199,11 +203,12 @@ def main():
 
     r, a, b = vit_vs_timm(cfg, device, amp, False, warmup, repeats)
     report("vit_vs_timm_train_eager", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
-    r, a, b = vit_vs_timm(cfg, device, amp, True, warmup, repeats)
-    report("vit_vs_timm_train_compiled", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
-    c12, c48 = compile_time(cfg, 12, device, amp), compile_time(cfg, 48, device, amp)
-    report("bvit_compile_time_d48_over_d12", c48 / c12, f"d12 {c12:.1f} s, d48 {c48:.1f} s")
-    torch._dynamo.reset()
+    if not args.smoke:
+        r, a, b = vit_vs_timm(cfg, device, amp, True, warmup, repeats)
+        report("vit_vs_timm_train_compiled", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
+        c12, c48 = compile_time(cfg, 12, device, amp), compile_time(cfg, 48, device, amp)
+        report("bvit_compile_time_d48_over_d12", c48 / c12, f"d12 {c12:.1f} s, d48 {c48:.1f} s")
+        torch._dynamo.reset()
     for b in (1, 64):
         report(f"revit_dynamic_over_materialized_b{b}", revit_latency(cfg, b, device, amp, warmup, repeats),
                f"E=4, depth {cfg['depth']}, eval")

@@ -108,12 +108,65 @@ def test_matched_pairs_match():
 def test_each_cifar_preset_trains_one_step(name, tmp_path):
     out = tmp_path / "out"
     data_dir = fake_cifar(tmp_path / "data")
-    assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY]) == 0
+    depth = ["--depth", str(train.PRESETS[name][1].get("stages", 3))]  # stages must divide the depth
+    assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY, *depth]) == 0
     saved = json.loads((out / "args.json").read_text())
-    assert saved["preset"] == name and saved["randaug"] == 9.0 and saved["embed_dim"] == 16
+    assert saved["preset"] == name and saved["embed_dim"] == 16
+    assert saved["randaug"] == (0.0 if "-mini-" in name or "-gpu-" in name else 9.0)
     recs = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert recs[0]["step"] == 1 and math.isfinite(recs[0]["train_loss"])
-    assert [r["depth"] for r in recs[1:]] == saved["eval_depths"]  # evaluated beyond the horizon
+    assert [r["depth"] for r in recs[1:]] == (saved["eval_depths"] or [])  # beyond the horizon
+
+
+MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
+        "revit-e1", "revit-e4", "srvit-r1", "srvit-r2"]
+
+
+def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
+    assert sorted(n for n in train.PRESETS if n.startswith("c100-mini-")) == sorted(f"c100-mini-{a}" for a in MINI)
+    recipe = {k: v for k, v in train.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
+    for arm in MINI:  # one recipe: only model flags differ
+        flags = train.PRESETS[f"c100-mini-{arm}"][1]
+        model_flags = {"model", "eval_depths", "embed_dim", "num_heads", "depth", "stages", "experts",
+                       "depth_dropout", "recursions", "solver", "horizon"}
+        assert {k: v for k, v in flags.items() if k not in model_flags} == \
+               {k: v for k, v in recipe.items() if k not in model_flags}, arm
+        # the mini recipe fixes every optimization flag, so a changed train.py default cannot move it
+        assert {"lr", "min_lr", "weight_decay", "warmup_epochs", "clip_grad", "label_smoothing", "epochs",
+                "batch_size", "init", "workers", "save_every"} <= set(flags)
+        cfg = config(capsys, "--preset", f"c100-mini-{arm}")
+        trained = cfg["recursions"] if cfg["model"] == "srvit" else cfg["depth"]
+        if cfg["model"] == "vit":
+            assert cfg["eval_depths"] is None  # untied: no depth to vary
+        else:
+            want = [f * trained for f in (0.5, 1, 2, 4) if f * trained >= 1]
+            assert cfg["eval_depths"] == want, arm
+    vit, bv = build("c100-mini-vit"), build("c100-mini-bvit")
+    assert vit.flops_per_image() == bv.flops_per_image() and vit.num_params() > 6 * bv.num_params()
+    wide, narrow = build("c100-mini-bvit-wide"), build("c100-mini-vit-narrow")
+    assert wide.embed_dim > bv.embed_dim > narrow.embed_dim and narrow.num_blocks == 8
+    assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05
+    ode = [train.PRESETS[f"c100-mini-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
+    assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [8, 8, 8]
+    assert {f["horizon"] for f in ode} == {8.0}
+    r1, r2 = build("c100-mini-srvit-r1"), build("c100-mini-srvit-r2")
+    assert r1.num_params() < r2.num_params() < 1.01 * r1.num_params()  # + the router only
+    assert train.PRESETS["c100-mini-bvit-ds"][1]["stages"] == 4
+
+
+def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():
+    p = train.get_parser()
+    for dev in ("cpu", "cuda"):
+        device = torch.device(dev)
+        plain = train.parse_args(p, ["--workers", "0"])
+        assert train.batched_loader(plain, device)
+        for flag in (["--randaug", "9"], ["--three-augment"], ["--cpu-loader"]):
+            assert not train.batched_loader(train.parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
+        assert not train.batched_loader(train.parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
+    assert not train.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cpu"))
+    assert train.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cuda"))
+    gpu = train.parse_args(p, ["--preset", "c100-gpu-bvit-ti"])
+    assert train.batched_loader(gpu, torch.device("cuda")) and not (gpu.randaug or gpu.three_augment)
 
 
 def fake_imagenet(root, classes=2, per_class=4):

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
+from presets import PRESETS
 
 # ----------------------------------------------------------------------------- arguments
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
@@ -122,7 +123,7 @@ def float_list(s):
 def get_parser():
     p = Parser(description=__doc__.split("\n")[0])
     a = p.add_argument
-    # reproduction presets (PRESETS below; README "Presets")
+    # reproduction presets (presets.py; README "Presets")
     a("--preset", help="fill every flag of a paper's protocol (--list-presets names them); flags "
       "given on the command line still win")
     a("--list-presets", action="store_true", help="print the preset names, one per line, and exit")
@@ -180,8 +181,9 @@ def get_parser():
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
     a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
     a("--workers", type=int, default=2, help="data loader processes per rank")
-    a("--cpu-loader", action="store_true", help="CIFAR on CUDA: use the CPU DataLoader instead of "
-      "the GPU-resident loader (chosen automatically unless --randaug is set)")
+    a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
+      "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
+      "0, unless --randaug or --three-augment is set)")
     a("--val-subset", type=positive(int), help="evaluate on the first N validation images only")
     # optimization
     a("--epochs", type=positive(int), default=100)
@@ -249,64 +251,6 @@ def resolve(args, p, img_size):
     return args
 
 
-# ----------------------------------------------------------------------------- presets
-# A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
-# argparse name). The flags become the parser's defaults, so flags given explicitly still win.
-# CIFAR-100 arms of the Training Crossroads study, whose protocol was not found: one recipe for all,
-# the 32x32 recipe of papers/notes.md s8 (structured-init ECCV recipe plus the NeurIPS recipe's
-# MixUp, CutMix, label smoothing and drop path: our choice), Ti width, patch 4, 12 steps, evaluated
-# at 0.5x to 4x the trained depth ("beyond the training horizon").
-CIFAR = dict(data="cifar100", size="ti", patch_size=4, depth=12, epochs=200, batch_size=512, opt="adamw",
-             lr=1e-3, min_lr=1e-6, weight_decay=0.05, warmup_epochs=10.0, clip_grad=3.0, randaug=9.0,
-             mixup=0.8, cutmix=1.0, label_smoothing=0.1, drop_path=0.1, eval_depths=[6, 12, 24, 48])
-PRESETS = {
-    "c100-vit-ti": ("study arm: untied ViT-Ti/4, 12 blocks; matched FLOPs with c100-bvit-ti",
-                    dict(model="vit")),
-    "c100-bvit-ti": ("study arm: bViT-Ti/4, one block x 12 steps, naive recurrence; matched FLOPs with "
-                     "c100-vit-ti", dict(model="bvit")),
-    "c100-bvit-ti-ds3": ("study arm: c100-bvit-ti with deep supervision, 3 stages of 4 steps",
-                         dict(model="bvit", stages=3)),
-    "c100-bvit-s": ("study arm: bViT-S/4 (wider: D=384, 1.86 M params); matched parameter memory with "
-                    "c100-vit-narrow", dict(model="bvit", size="s")),
-    "c100-vit-narrow": ("study arm: untied ViT D=112 h=4 (narrower, 1.85 M params), 12 blocks; matched "
-                        "parameter memory with c100-bvit-s", dict(model="vit", embed_dim=112, num_heads=4)),
-}
-for solver, steps in (("euler", 12), ("heun", 6), ("rk4", 3)):  # equal NFE: 12 block evaluations
-    PRESETS[f"c100-odevit-{solver}-{steps}"] = (
-        f"study arm: ODE-ViT-Ti/4, dz/dt = F(z) - z, {solver} x {steps} steps over T = 12 (NFE 12)",
-        dict(model="odevit", solver=solver, depth=steps, horizon=12.0,  # odevit: depth = solver steps
-             eval_depths=sorted({max(1, steps // 2), steps, 2 * steps, 4 * steps})))
-PRESETS["c100-odevit-blackbox-euler-12"] = (
-    "study arm: c100-odevit-euler-12 with the black-box field dz/dt = F(z)",
-    dict(PRESETS["c100-odevit-euler-12"][1], field="blackbox"))
-PRESETS = {name: (what, {**CIFAR, **flags}) for name, (what, flags) in PRESETS.items()}
-
-# ImageNet-1k: the DeiT III recipe (Touvron et al. 2022; LAMB, 3-Augment with simple random crop,
-# binary cross-entropy, LayerScale, no label smoothing) for every model, 300 epochs. Our reading,
-# where our sources did not fix a value: weight decay 0.02, LayerScale init 1e-4, stochastic depth
-# S 0.05 / B 0.1 / L 0.45 (as in common DeiT III configs), LAMB eps 1e-8 (DeiT's --opt-eps default).
-DEIT3 = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=2048, opt="lamb", lr=3e-3,
-             min_lr=1e-5, weight_decay=0.02, warmup_epochs=5.0, clip_grad=1.0, label_smoothing=0.0,
-             mixup=0.8, cutmix=1.0, randaug=0.0, three_augment=True, bce=True, layer_scale=1e-4)
-DEIT3_DROP_PATH = {"s": 0.05, "b": 0.1, "l": 0.45}  # stochastic depth per size (our reading)
-AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  # ImageNet-1k top-1, %
-        "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
-        "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
-E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT: top-1 points from E=1 to E=8, no absolute numbers
-for size in "sbl":
-    arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
-    arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
-    arms += [("srvit", "SR-ViT", {"recursions": r}) for r in (1, 2, 3, 4)] if size == "s" else []
-    for model, title, extra in arms:
-        name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2
-        aim = f"aims at top-1 {AIMS[name]}" if name in AIMS else "no paper number"
-        if model == "revit" and extra["experts"] in (1, 8):
-            aim += f" (reViT: E=8 is {E8_GAIN[size]} points above E=1)"
-        what = f"{title}-{size.upper()}/16" + "".join(f" {k[0].upper()}={v}" for k, v in extra.items())
-        PRESETS[name] = (f"{what}, DeiT III recipe, 300 epochs; {aim}",
-                         dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
-
-
 def parse_args(p, argv=None):
     """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
     flags given on the command line override them. --list-presets prints the names and exits."""
@@ -323,6 +267,16 @@ def parse_args(p, argv=None):
 
 
 # ----------------------------------------------------------------------------- helpers
+def batched_loader(args, device):
+    """True: train on data.DeviceCIFARLoader (the whole uint8 CIFAR on `device`, batched crop + flip
+    there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
+    training process). Never when the run asks for an augmentation only the per-image DataLoader
+    has (--randaug, --three-augment), or for --cpu-loader."""
+    per_image_aug = args.randaug or args.three_augment
+    return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
+            and (device.type == "cuda" or args.workers == 0))
+
+
 def lr_lambda(total, warmup, lr, min_lr):
     """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr."""
     def f(s):
@@ -571,8 +525,7 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.set_device(device)
     master = rank == 0
-    if device.type == "cuda" and args.data == "cifar100" and not (args.cpu_loader or args.randaug):
-        # the whole uint8 CIFAR on the GPU, crop + flip there (RandAugment needs the CPU loader)
+    if batched_loader(args, device):
         train_loader = data.DeviceCIFARLoader(train_set, args.batch_size // world, True, rank, world,
                                               args.seed, device)
     else:

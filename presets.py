@@ -1,0 +1,112 @@
+"""Reproduction presets: name -> (what it is and the number it aims at, train.py flags by argparse
+name). Data only: `python train.py --preset NAME` makes these flags the parser's defaults, so flags
+given on the command line still win; `--list-presets` names them, `--print-config` shows one resolved.
+
+Three families:
+- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh), one
+  arm in under 20 minutes on 2 CPU cores, every paper claim as a pair of arms;
+- `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
+  its recipe without per-image RandAugment so that it runs on the GPU-resident loader;
+- `in1k-*`: the papers' ImageNet-1k protocols (DeiT III recipe).
+"""
+# A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
+# argparse name). The flags become the parser's defaults, so flags given explicitly still win.
+# CIFAR-100 arms of the Training Crossroads study, whose protocol was not found: one recipe for all,
+# the 32x32 recipe of papers/notes.md s8 (structured-init ECCV recipe plus the NeurIPS recipe's
+# MixUp, CutMix, label smoothing and drop path: our choice), Ti width, patch 4, 12 steps, evaluated
+# at 0.5x to 4x the trained depth ("beyond the training horizon").
+CIFAR = dict(data="cifar100", size="ti", patch_size=4, depth=12, epochs=200, batch_size=512, opt="adamw",
+             lr=1e-3, min_lr=1e-6, weight_decay=0.05, warmup_epochs=10.0, clip_grad=3.0, randaug=9.0,
+             mixup=0.8, cutmix=1.0, label_smoothing=0.1, drop_path=0.1, eval_depths=[6, 12, 24, 48])
+PRESETS = {
+    "c100-vit-ti": ("study arm: untied ViT-Ti/4, 12 blocks; matched FLOPs with c100-bvit-ti",
+                    dict(model="vit")),
+    "c100-bvit-ti": ("study arm: bViT-Ti/4, one block x 12 steps, naive recurrence; matched FLOPs with "
+                     "c100-vit-ti", dict(model="bvit")),
+    "c100-bvit-ti-ds3": ("study arm: c100-bvit-ti with deep supervision, 3 stages of 4 steps",
+                         dict(model="bvit", stages=3)),
+    "c100-bvit-s": ("study arm: bViT-S/4 (wider: D=384, 1.86 M params); matched parameter memory with "
+                    "c100-vit-narrow", dict(model="bvit", size="s")),
+    "c100-vit-narrow": ("study arm: untied ViT D=112 h=4 (narrower, 1.85 M params), 12 blocks; matched "
+                        "parameter memory with c100-bvit-s", dict(model="vit", embed_dim=112, num_heads=4)),
+}
+for solver, steps in (("euler", 12), ("heun", 6), ("rk4", 3)):  # equal NFE: 12 block evaluations
+    PRESETS[f"c100-odevit-{solver}-{steps}"] = (
+        f"study arm: ODE-ViT-Ti/4, dz/dt = F(z) - z, {solver} x {steps} steps over T = 12 (NFE 12)",
+        dict(model="odevit", solver=solver, depth=steps, horizon=12.0,  # odevit: depth = solver steps
+             eval_depths=sorted({max(1, steps // 2), steps, 2 * steps, 4 * steps})))
+PRESETS["c100-odevit-blackbox-euler-12"] = (
+    "study arm: c100-odevit-euler-12 with the black-box field dz/dt = F(z)",
+    dict(PRESETS["c100-odevit-euler-12"][1], field="blackbox"))
+PRESETS = {name: (what, {**CIFAR, **flags}) for name, (what, flags) in PRESETS.items()}
+
+# CPU-scale CIFAR-100 protocol ("mini"). Chosen for time to accuracy on 2 CPU cores (NOTES.md
+# "mini protocol" lists what was tried): a small ViT (D=96, 3 heads, patch 4: 64 tokens), 8 block
+# applications (so that Euler, Heun and RK4 all fit 8 block evaluations), 3 epochs of batch 128 with
+# a short warmup and a cosine decay to ~0, crop + flip only (the batched loader: --workers 0), label
+# smoothing, no MixUp/RandAugment/drop path (they pay off only over long schedules), timm init.
+# Every recurrent arm is evaluated at 0.5x, 1x, 2x and 4x its trained depth.
+MINI = dict(data="cifar100", embed_dim=96, num_heads=3, mlp_ratio=4.0, patch_size=4, depth=8, epochs=3,
+            batch_size=128, opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.05, warmup_epochs=0.3,
+            clip_grad=1.0, label_smoothing=0.1, mixup=0.0, cutmix=0.0, randaug=0.0, three_augment=False,
+            drop_path=0.0, ema=0.0, init="default", bce=False, gap=False, workers=0, save_every=100,
+            eval_depths=[4, 8, 16, 32])
+MINI_ARMS = {
+    "vit": ("untied ViT, 8 blocks of D=96 (0.92 M params); matched FLOPs with c100-mini-bvit",
+            dict(model="vit", eval_depths=None)),
+    "bvit": ("bViT: one block of D=96 x 8 steps (0.13 M params); matched FLOPs with c100-mini-vit",
+             dict(model="bvit")),
+    "bvit-wide": ("bViT, one block of D=112 x 8 steps (0.176 M params); matched parameter memory with "
+                  "c100-mini-vit-narrow", dict(model="bvit", embed_dim=112, num_heads=4)),
+    "vit-narrow": ("untied ViT, 8 blocks of D=42 (0.183 M params); matched parameter memory with "
+                   "c100-mini-bvit-wide", dict(model="vit", embed_dim=42, num_heads=3, eval_depths=None)),
+    "bvit-ds": ("c100-mini-bvit with stage-wise deep supervision, 4 stages of 2 steps",
+                dict(model="bvit", stages=4)),
+    "revit-e1": ("reViT E=1 (the tied block) with elastic depth (depth dropout 0.3)",
+                 dict(model="revit", experts=1, depth_dropout=0.3)),
+    "revit-e4": ("reViT E=4 depth-programmed FFN experts with elastic depth (depth dropout 0.3)",
+                 dict(model="revit", experts=4, depth_dropout=0.3)),
+    # SR-ViT: a 4-layer body applied R times, R=2 has the FLOPs of the 8-step arms
+    "srvit-r1": ("SR-ViT, 4-layer body x 1 recursion (0.5x the FLOPs of the 8-step arms)",
+                 dict(model="srvit", depth=4, recursions=1, eval_depths=[1, 2, 4])),
+    "srvit-r2": ("SR-ViT, 4-layer body x 2 recursions, mixed per token",
+                 dict(model="srvit", depth=4, recursions=2, eval_depths=[1, 2, 4, 8])),
+}
+for solver, steps in (("euler", 8), ("heun", 4), ("rk4", 2)):  # equal NFE: 8 block evaluations
+    MINI_ARMS[f"odevit-{solver}"] = (
+        f"ODE-ViT, dz/dt = F(z) - z, {solver} x {steps} steps over T = 8 (NFE 8)",
+        dict(model="odevit", solver=solver, depth=steps, horizon=8.0,  # odevit: depth = solver steps
+             eval_depths=[max(1, steps // 2), steps, 2 * steps, 4 * steps]))
+PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
+                for arm, (what, flags) in MINI_ARMS.items()})
+
+# The study recipe as a GPU-fast run: no RandAugment (per-image, CPU-bound), so CIFAR stays on the
+# GPU-resident loader (crop + flip on the device; MixUp/CutMix are batch operations there anyway),
+# and 50 epochs instead of 200, so that the whole run fits a few minutes of an H200.
+PRESETS["c100-gpu-bvit-ti"] = ("study arm c100-bvit-ti made GPU-fast: crop + flip on the GPU (no RandAugment), "
+                               "50 epochs", dict(CIFAR, model="bvit", randaug=0.0, epochs=50, warmup_epochs=5.0))
+
+# ImageNet-1k: the DeiT III recipe (Touvron et al. 2022; LAMB, 3-Augment with simple random crop,
+# binary cross-entropy, LayerScale, no label smoothing) for every model, 300 epochs. Our reading,
+# where our sources did not fix a value: weight decay 0.02, LayerScale init 1e-4, stochastic depth
+# S 0.05 / B 0.1 / L 0.45 (as in common DeiT III configs), LAMB eps 1e-8 (DeiT's --opt-eps default).
+DEIT3 = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=2048, opt="lamb", lr=3e-3,
+             min_lr=1e-5, weight_decay=0.02, warmup_epochs=5.0, clip_grad=1.0, label_smoothing=0.0,
+             mixup=0.8, cutmix=1.0, randaug=0.0, three_augment=True, bce=True, layer_scale=1e-4)
+DEIT3_DROP_PATH = {"s": 0.05, "b": 0.1, "l": 0.45}  # stochastic depth per size (our reading)
+AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  # ImageNet-1k top-1, %
+        "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
+        "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
+E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT: top-1 points from E=1 to E=8, no absolute numbers
+for size in "sbl":
+    arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
+    arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
+    arms += [("srvit", "SR-ViT", {"recursions": r}) for r in (1, 2, 3, 4)] if size == "s" else []
+    for model, title, extra in arms:
+        name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2
+        aim = f"aims at top-1 {AIMS[name]}" if name in AIMS else "no paper number"
+        if model == "revit" and extra["experts"] in (1, 8):
+            aim += f" (reViT: E=8 is {E8_GAIN[size]} points above E=1)"
+        what = f"{title}-{size.upper()}/16" + "".join(f" {k[0].upper()}={v}" for k, v in extra.items())
+        PRESETS[name] = (f"{what}, DeiT III recipe, 300 epochs; {aim}",
+                         dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))

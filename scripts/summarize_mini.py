@@ -1,0 +1,191 @@
+"""Summarize the CPU-scale CIFAR-100 study (scripts/reproduce_mini.sh): RUNS/summary.md and figures.
+
+    python scripts/summarize_mini.py runs/mini
+
+Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
+- RUNS/summary.md: top-1 per arm (mean, spread over seeds = max - min, n seeds) at each evaluation
+  depth, and one verdict per claim of the papers: "agree", "disagree" or "cannot tell" (the difference
+  of the means is within the seed spread, see `verdict`);
+- RUNS/depth.png (top-1 vs evaluation depth per arm) and RUNS/gates.png (reViT E=4 gate table
+  g_e(t) as a heat map), when matplotlib is installed (optional, not a requirement of rvits).
+Standard library only, apart from the optional matplotlib.
+"""
+import json
+import os
+import statistics
+import sys
+
+# (claim as the paper states it, arm a, arm b, relative depth, what "agree" needs: a > b or a < b).
+# A relative depth of 1 is the trained depth; 4 = four times it ("beyond the training horizon").
+CLAIMS = [
+    ("matched FLOPs: the untied ViT beats bViT (Training Crossroads)", "vit", "bvit", 1, ">"),
+    ("matched parameters: the wider bViT beats the narrow untied ViT (Training Crossroads)",
+     "bvit-wide", "vit-narrow", 1, ">"),
+    ("deep supervision degrades gracefully beyond the horizon where naive recurrence collapses "
+     "(4x depth; Training Crossroads)", "bvit-ds", "bvit", 4, ">"),
+    ("deep supervision does not improve nominal accuracy (trained depth; Training Crossroads)",
+     "bvit-ds", "bvit", 1, "<="),
+    ("solver order at equal NFE: RK4 is no uniform gain over Euler (Training Crossroads)",
+     "odevit-rk4", "odevit-euler", 1, "<="),
+    ("solver order at equal NFE: Heun is no uniform gain over Euler (Training Crossroads)",
+     "odevit-heun", "odevit-euler", 1, "<="),
+    ("reViT: E=4 depth-programmed experts beat E=1 (reViT Table 2)", "revit-e4", "revit-e1", 1, ">"),
+    ("SR-ViT: R=2 recursions beat R=1 (SoftMoR)", "srvit-r2", "srvit-r1", 1, ">"),
+    ("structured attention init beats the default init (structured init paper)", "vit+structured", "vit", 1, ">"),
+]
+
+
+ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
+         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+structured"]
+
+
+def load_runs(root):
+    """{arm: [run, ...]} for every finished run; run = {seed, acc (trained depth), depths
+    {relative depth: top-1}, wall_s, gates, params...}."""
+    runs = {}
+    found = sorted(os.listdir(root), key=lambda a: (ORDER.index(a) if a in ORDER else len(ORDER), a))
+    for arm in found:
+        arm_dir = os.path.join(root, arm)
+        if not os.path.isdir(arm_dir):
+            continue
+        for seed_dir in sorted(os.listdir(arm_dir)):
+            d = os.path.join(arm_dir, seed_dir)
+            if not os.path.isfile(os.path.join(d, "done.json")):
+                continue  # unfinished (or still running): not summarized
+            with open(os.path.join(d, "done.json")) as f:
+                done = json.load(f)
+            with open(os.path.join(d, "args.json")) as f:
+                args = json.load(f)
+            with open(os.path.join(d, "log.jsonl")) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+            epochs = [r for r in recs if "epoch" in r]
+            # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
+            depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
+            run = {"seed": args["seed"], "val_subset": args.get("val_subset"), "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],
+                   "wall_s": done["wall_s"], "train_s": sum(r["epoch_time_s"] for r in epochs),
+                   "img_per_s": statistics.mean(r["img_per_s"] for r in epochs),
+                   "gates": epochs[-1].get("gates"), "depth": depth, "depths": {1.0: epochs[-1]["val_acc1"]}}
+            path = os.path.join(d, "depth_eval.json")
+            if os.path.isfile(path):
+                with open(path) as f:
+                    for row in json.load(f)["results"]:
+                        run["depths"][row["depth"] / depth] = row["val_acc1"]
+            runs.setdefault(arm, []).append(run)
+    return runs
+
+
+def stats(values):
+    """(mean, spread = max - min, n)."""
+    return statistics.mean(values), max(values) - min(values), len(values)
+
+
+def noise_floor(runs):
+    """The protocol's seed noise: the largest top-1 spread of any arm with >= 2 seeds (0 if none).
+    Used for arms run with one seed, whose own spread is unknown."""
+    return max((stats([r["acc"] for r in rs])[1] for rs in runs.values() if len(rs) >= 2), default=0.0)
+
+
+def verdict(a, b, want, floor):
+    """Compare top-1 lists a and b. The difference of the means counts only when it exceeds the
+    seed spread: max(spread of a, spread of b), or `floor` (the protocol's seed noise) for an arm
+    with one seed. want ">": the paper says a beats b; "<=": the paper says a does not beat b.
+    Returns (verdict, difference of the means, the noise it was compared with)."""
+    (ma, sa, na), (mb, sb, nb) = stats(a), stats(b)
+    noise = max(sa if na > 1 else floor, sb if nb > 1 else floor)
+    diff = ma - mb
+    if want == ">":
+        v = "agree" if diff > noise else "disagree" if diff < -noise else "cannot tell"
+    else:  # a must not beat b: a clear win of a disagrees; a tie or a loss agrees
+        v = "disagree" if diff > noise else "agree"
+    if noise == 0 and min(na, nb) < 2:
+        v += " (one seed, no spread known)"
+    return v, diff, noise
+
+
+def fmt(values):
+    m, s, n = stats(values)
+    return f"{m:.2f} ± {s / 2:.2f}" if n > 1 else f"{m:.2f}"
+
+
+def summary(runs):
+    """The markdown text of summary.md."""
+    floor = noise_floor(runs)
+    rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
+    subsets = {r["val_subset"] for rs in runs.values() for r in rs}
+    images = ("the 10,000 test images" if subsets <= {None}
+              else f"the first {sorted(subsets - {None})} test images (--val-subset)")
+    out = ["# CPU-scale CIFAR-100 study (c100-mini-*)", "",
+           f"Top-1 (%) on {images}: mean ± half the spread (max - min) over seeds; n = seeds.",
+           "Columns: evaluation depth relative to the trained depth (1x = as trained).", "",
+           "| arm | n | trained depth | " + " | ".join(f"{k:g}x" for k in rel) + " | top-5 (1x) | train min | wall min |",
+           "|---" * (len(rel) + 6) + "|"]
+    for arm, rs in runs.items():
+        cells = [fmt([r["depths"][k] for r in rs]) if all(k in r["depths"] for r in rs) else "" for k in rel]
+        out.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | " + " | ".join(cells) +
+                   f" | {fmt([r['acc5'] for r in rs])} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f}"
+                   f" | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} |")
+    out += ["", f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with "
+            "two or more seeds).", "", "| claim | a | b | depth | a - b (points) | noise | verdict |",
+            "|---|---|---|---|---|---|---|"]
+    for text, a, b, k, want in CLAIMS:
+        if a not in runs or b not in runs or not all(k in r["depths"] for r in runs[a] + runs[b]):
+            out.append(f"| {text} | {a} | {b} | {k}x | | | not run |")
+            continue
+        v, diff, noise = verdict([r["depths"][k] for r in runs[a]], [r["depths"][k] for r in runs[b]], want, floor)
+        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {noise:.2f} | {v} |")
+    return "\n".join(out) + "\n"
+
+
+def figures(runs, root):
+    """depth.png and gates.png, if matplotlib is installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no figures (pip install matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, rs in runs.items():
+        ks = sorted(k for k in rs[0]["depths"] if all(k in r["depths"] for r in rs))
+        if len(ks) < 2:  # an untied model: its trained-depth accuracy as a reference line
+            ax.axhline(statistics.mean(r["acc"] for r in rs), linestyle=":", color="gray" if arm == "vit"
+                       else "silver", label=f"{arm} (n={len(rs)}, trained depth only)")
+            continue
+        m = [statistics.mean(r["depths"][k] for r in rs) for k in ks]
+        lo = [m_ - min(r["depths"][k] for r in rs) for m_, k in zip(m, ks)]
+        hi = [max(r["depths"][k] for r in rs) - m_ for m_, k in zip(m, ks)]
+        ax.errorbar(ks, m, yerr=[lo, hi], marker="o", capsize=3, label=f"{arm} (n={len(rs)})")
+    ax.axvline(1, color="gray", linestyle="--")
+    ax.set_xscale("log", base=2)
+    ticks = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
+    ax.set_xticks(ticks, [f"{k:g}x" for k in ticks])
+    ax.set(xlabel="evaluation depth / trained depth", ylabel="CIFAR-100 top-1 (%)",
+           title="c100-mini: accuracy beyond the training horizon")
+    ax.legend(fontsize=7, ncol=2)
+    fig.savefig(os.path.join(root, "depth.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    gates = next((r["gates"] for r in runs.get("revit-e4", []) if r["gates"]), None)
+    if gates:
+        fig, ax = plt.subplots(figsize=(4, 4))
+        im = ax.imshow(gates, aspect="auto", cmap="viridis")
+        ax.set(xlabel="expert e", ylabel="step t", title="reViT E=4: gate g_e(t)",
+               xticks=range(len(gates[0])), yticks=range(len(gates)))
+        fig.colorbar(im, ax=ax)
+        fig.savefig(os.path.join(root, "gates.png"), dpi=120, bbox_inches="tight")
+        plt.close(fig)
+
+
+def main(root):
+    if not os.path.isdir(root):
+        sys.exit(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first")
+    runs = load_runs(root)
+    text = summary(runs)
+    with open(os.path.join(root, "summary.md"), "w") as f:
+        f.write(text)
+    figures(runs, root)
+    print(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "runs/mini")

@@ -1,0 +1,100 @@
+"""The reproduction scripts (issue 11): the mini study's summary and verdicts, scripts/reproduce_mini.sh
+(runs, skips what is done) and scripts/gpu_run.sh's CPU dry run. CPU only, fake CIFAR data."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_train import fake_cifar
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import summarize_mini  # noqa: E402
+
+
+def fake_run(root, arm, seed, acc, depths=None, model="bvit", depth=8, recursions=4, gates=None):
+    """A finished run folder as reproduce_mini.sh leaves it. depths: {evaluated depth: top-1}."""
+    d = root / arm / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "args.json").write_text(json.dumps({"seed": seed, "model": model, "depth": depth, "recursions": recursions}))
+    rec = {"epoch": 0, "step": 10, "val_acc1": acc, "val_acc5": acc + 20, "epoch_time_s": 60.0, "img_per_s": 100.0}
+    if gates:
+        rec["gates"] = gates
+    (d / "log.jsonl").write_text(json.dumps(rec) + "\n")
+    if depths:
+        rows = [{"depth": k, "val_acc1": v, "val_acc5": v + 20, "val_loss": 1.0, "nfe": k} for k, v in depths.items()]
+        (d / "depth_eval.json").write_text(json.dumps({"results": rows}))
+    (d / "done.json").write_text(json.dumps({"wall_s": 90}))
+
+
+def test_verdicts_compare_the_difference_of_means_with_the_seed_spread():
+    v = summarize_mini.verdict
+    assert v([30, 31], [25, 26], ">", 0)[0] == "agree"  # 5 points apart, spread 1
+    assert v([30, 34], [29, 31], ">", 0)[0] == "cannot tell"  # 2 points apart, spread 4
+    assert v([20, 21], [25, 26], ">", 0)[0] == "disagree"
+    assert v([30], [25], ">", 6.0)[0] == "cannot tell"  # one seed: the protocol's noise (6) applies
+    assert v([30], [25], ">", 0.0)[0].startswith("agree (one seed")
+    assert v([30, 31], [25, 26], "<=", 0)[0] == "disagree"  # "a does not beat b", and a clearly does
+    assert v([25, 26], [25, 27], "<=", 0)[0] == "agree"
+    assert v([30, 31], [25, 26], ">", 0)[1:] == (5.0, 1.0)
+
+
+def test_summary_tables_relative_depths_and_verdicts(tmp_path):
+    fake_run(tmp_path, "vit", 0, 33.0, model="vit")
+    fake_run(tmp_path, "vit", 1, 34.0, model="vit")
+    fake_run(tmp_path, "bvit", 0, 25.0, {4: 20.0, 8: 25.0, 16: 10.0, 32: 2.0})
+    fake_run(tmp_path, "bvit", 1, 26.0, {4: 21.0, 8: 26.0, 16: 11.0, 32: 3.0})
+    fake_run(tmp_path, "bvit-ds", 0, 24.0, {4: 22.0, 8: 24.0, 16: 20.0, 32: 15.0})
+    fake_run(tmp_path, "srvit-r1", 0, 20.0, {1: 20.0, 2: 19.0, 4: 18.0}, model="srvit", depth=4, recursions=1)
+    fake_run(tmp_path, "revit-e4", 0, 28.0, {8: 28.0}, gates=[[0.5, 0.5], [0.2, 0.8]])
+    (tmp_path / "revit-e1" / "seed0").mkdir(parents=True)  # unfinished (no done.json): left out
+    runs = summarize_mini.load_runs(str(tmp_path))
+    assert list(runs) == ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r1"]  # study order, finished only
+    assert runs["srvit-r1"][0]["depths"] == {1.0: 20.0, 2.0: 19.0, 4.0: 18.0}  # recursions, not layers
+    assert runs["bvit"][1]["depths"][0.5] == 21.0 and runs["bvit"][1]["depths"][4.0] == 3.0
+    text = summarize_mini.summary(runs)
+    assert "| vit | 2 | 8 |" in text and "33.50 ± 0.50" in text and "25.50 ± 0.50" in text
+    assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +8.00 | 1.00 | agree |" in text
+    assert "| bvit-wide | vit-narrow | 1x | | | not run |" in text
+    # bvit-ds has one seed: the noise is the largest two-seed spread (1.0); 4x depth 15 vs 2.5
+    assert "| bvit-ds | bvit | 4x | +12.50 | 1.00 | agree |" in text
+    assert "Seed noise used for one-seed arms: 1.00 points" in text
+    assert "the 10,000 test images" in text
+
+
+def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
+    data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
+    env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit srvit-r1", JOBS="2", DATA=data_dir,
+               EXTRA="--max-steps 1 --batch-size 8 --val-subset 16 --eval-batch-size 16 --embed-dim 16 --num-heads 2")
+    script = os.path.join(ROOT, "scripts", "reproduce_mini.sh")
+    r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "done bvit seed 0" in r.stdout and "done srvit-r1 seed 0" in r.stdout
+    summary = (tmp_path / "mini" / "summary.md").read_text()
+    assert "| bvit | 1 | 8 |" in summary and "| srvit-r1 | 1 | 1 |" in summary
+    assert "the first [16] test images" in summary  # a subset is never reported as the test set
+    r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "skip bvit seed 0 (done)" in r.stdout and "0 run(s) to do" in r.stdout
+
+
+def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_data(tmp_path):
+    script = os.path.join(ROOT, "scripts", "gpu_run.sh")
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), GPU_DATA=fake_cifar(tmp_path / "gpu_data"))
+    r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=400)
+    summary = (out / "summary.md").read_text()
+    assert r.returncode == 0, summary
+    for name in ("env", "cuda_tests", "compiled_step_bvit", "compiled_step_revit", "compiled_step_odevit",
+                 "compiled_step_srvit", "cifar_c100-gpu-bvit-ti", "bench"):
+        assert f"- {name}: ok" in summary, name
+    assert "c100-gpu-bvit-ti: 1 epoch(s)" in summary and "depth 48: top-1" in summary
+    back = [os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs]
+    assert sorted(back) == ["bench.json", "cifar_log.jsonl", "gpu_run.log", "summary.md"]  # <= 8 files return
+    assert "vit_vs_timm_train_eager" in json.loads((out / "bench.json").read_text())
+
+
+@pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh"])
+def test_scripts_parse(script):
+    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "scripts", script)]).returncode == 0
