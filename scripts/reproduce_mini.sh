@@ -12,7 +12,7 @@
 # one thread; JOBS of them run side by side (2 on a 2-core machine).
 # Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all), JOBS (2), DATA (dataset root: $RVITS_DATA,
 # else ../shared/data), EXTRA (flags added to every run, e.g. "--max-steps 2" for a smoke test).
-# Arm "vit+structured" is c100-mini-vit with --init structured (the init claim).
+# Arm "vit+default" is c100-mini-vit with --init default (the init claim); any ARM+INIT works.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/mini}
@@ -21,12 +21,12 @@ JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
-REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+structured"
+REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 ARMS=${ARMS:-"$FIRST $REST"}
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
-  local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%+structured} flags=()
-  [ "$arm" != "$preset" ] && flags+=(--init structured)
+  local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
+  [ "$arm" != "$preset" ] && flags+=(--init "${arm#*+}")  # ARM+INIT: the preset with --init INIT
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
   mkdir -p "$dir"
   local t0=$SECONDS

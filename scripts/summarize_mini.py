@@ -31,12 +31,12 @@ CLAIMS = [
      "odevit-heun", "odevit-euler", 1, "<="),
     ("reViT: E=4 depth-programmed experts beat E=1 (reViT Table 2)", "revit-e4", "revit-e1", 1, ">"),
     ("SR-ViT: R=2 recursions beat R=1 (SoftMoR)", "srvit-r2", "srvit-r1", 1, ">"),
-    ("structured attention init beats the default init (structured init paper)", "vit+structured", "vit", 1, ">"),
+    ("structured attention init beats the default (timm) init (structured init paper)", "vit", "vit+default", 1, ">"),
 ]
 
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
-         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+structured"]
+         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+default"]
 
 
 def load_runs(root):
