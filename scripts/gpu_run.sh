@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one command for a lent CUDA machine (one H200, ~9 minutes, only the repository + gpu_data/):
+# The one command for a lent CUDA machine (one H200; at most 9 minutes, the step limits add up to
+# 540 s; it needs only the repository and gpu_data/):
 #   (a) unpack CIFAR-100 from gpu_data/cifar-100-device (../shared/data/README.md section 3),
 #   (b) the CUDA tests and each model's compiled bf16 training step (224 px, synthetic data),
 #   (c) one full CIFAR-100 preset (c100-gpu-bvit-ti, all its epochs, compiled, GPU-resident loader),
@@ -63,14 +64,14 @@ else
   TESTS=(test_speed.py test_revit.py test_models.py -k "cuda or compil or kernel or timm or bf16")
 fi
 
-step env 30 python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', \
+step env 20 python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', \
 torchvision.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 grep -E "^torch" "$LOG" | tail -1 | sed 's/^/  /' >> "$SUMMARY"
 
 # (a) data
 if [ ! -f "$GPU_DATA/cifar-100-python/train" ]; then
   if [ -d "$GPU_DATA/cifar-100-device" ]; then
-    step unpack_cifar 60 python "$GPU_DATA/cifar-100-device/cifar100_pack.py" unpack "$GPU_DATA/cifar-100-device" "$GPU_DATA"
+    step unpack_cifar 40 python "$GPU_DATA/cifar-100-device/cifar100_pack.py" unpack "$GPU_DATA/cifar-100-device" "$GPU_DATA"
   else
     echo "- unpack_cifar: FAILED: neither $GPU_DATA/cifar-100-python nor $GPU_DATA/cifar-100-device; copy ../shared/data/cifar-100-device into $GPU_DATA/ and carry it" | tee -a "$SUMMARY"
     status=1
@@ -78,15 +79,15 @@ if [ ! -f "$GPU_DATA/cifar-100-python/train" ]; then
 fi
 
 # (b) CUDA tests, and each model's compiled bf16 training step at ImageNet size
-step cuda_tests 70 python -m pytest -q -x "${TESTS[@]}"
+step cuda_tests 90 python -m pytest -q -x "${TESTS[@]}"
 for m in bvit revit odevit srvit; do
-  step "compiled_step_$m" 30 python train.py --model "$m" --data synthetic "${SIZE[@]}" "${COMPILE[@]}" "${DEV[@]}" \
+  step "compiled_step_$m" 25 python train.py --model "$m" --data synthetic "${SIZE[@]}" "${COMPILE[@]}" "${DEV[@]}" \
     --out-dir "$WORK/step_$m"
 done
 
 # (c) one full CIFAR-100 preset (all its epochs), the log and a summary back in $OUT
 rm -rf "$WORK/cifar"
-step "cifar_$PRESET" 200 python train.py --preset "$PRESET" --data-dir "$GPU_DATA" "${CIFAR[@]}" "${COMPILE[@]}" \
+step "cifar_$PRESET" 180 python train.py --preset "$PRESET" --data-dir "$GPU_DATA" "${CIFAR[@]}" "${COMPILE[@]}" \
   "${DEV[@]}" --out-dir "$WORK/cifar"
 cp "$WORK/cifar/log.jsonl" "$OUT/cifar_log.jsonl" 2>/dev/null
 python - "$OUT/cifar_log.jsonl" "$PRESET" >> "$SUMMARY" <<'EOF'
@@ -107,7 +108,7 @@ for r in recs:
 EOF
 
 # (d) the benchmark (ratios against peers in the same run)
-step bench 140 python bench.py "${BENCH[@]}" --json "$OUT/bench.json"
+step bench 110 python bench.py "${BENCH[@]}" --json "$OUT/bench.json"
 grep -E "^[a-z_0-9]+ +[0-9.]+ " "$LOG" | sed 's/^/  /' >> "$SUMMARY"
 
 echo "status $status; full output in $LOG" | tee -a "$SUMMARY"
