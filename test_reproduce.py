@@ -74,9 +74,29 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert "done bvit seed 0" in r.stdout and "done srvit-r1 seed 0" in r.stdout
     summary = (tmp_path / "mini" / "summary.md").read_text()
     assert "| bvit | 1 | 8 |" in summary and "| srvit-r1 | 1 | 1 |" in summary
-    assert "the first [16] test images" in summary  # a subset is never reported as the test set
+    assert "the first 16 test images" in summary and "SHORTENED" in summary  # never the protocol
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "skip bvit seed 0 (done)" in r.stdout and "0 run(s) to do" in r.stdout
+    for bad in ("nosuch", "bvit+nosuch"):  # one line, exit 2, nothing started
+        r = subprocess.run(["bash", script], env=dict(env, ARMS=bad), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ARMS" in r.stderr
+    r = subprocess.run(["bash", script], env=dict(env, DATA=str(tmp_path / "none")), capture_output=True, text=True)
+    assert r.returncode == 2 and "DATA=" in r.stderr
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit-ds", EXTRA="--lr -1"), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1 and "FAILED bvit-ds seed 0" in r.stderr  # a failed run fails the script
+
+
+def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        summarize_mini.main(str(tmp_path))
+    assert e.value.code == 2 and "no finished run" in capsys.readouterr().err
+    fake_run(tmp_path, "bvit", 0, 25.0, {4: 20.0, 8: 25.0})
+    fake_run(tmp_path, "bvit", 1, 26.0, {4: 20.0, 8: 26.0})
+    (tmp_path / "bvit" / "seed1" / "depth_eval.json").write_text("{trunc")
+    runs = summarize_mini.load_runs(str(tmp_path))
+    assert len(runs["bvit"]) == 1 and "skipping" in capsys.readouterr().out
+    assert "Seed noise: unknown" in summarize_mini.summary(runs)
 
 
 def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_data(tmp_path):

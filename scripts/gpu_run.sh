@@ -12,7 +12,7 @@
 #
 #   cp -r ../shared/data/cifar-100-device gpu_data/      # here, once (gpu_data/ is git-ignored)
 #   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash scripts/gpu_run.sh     (OUT is set there)
-#   bash scripts/gpu_run.sh --dry-run      # any CPU, ~1 minute: every step shrunk (test_gpu_run.py)
+#   bash scripts/gpu_run.sh --dry-run      # any CPU, ~1 minute: every step shrunk (test_reproduce.py)
 #
 # Environment: OUT (gpu_run_out), WORK (/tmp/rvits_gpu_run), GPU_DATA (gpu_data), PRESET
 # (c100-gpu-bvit-ti).
@@ -43,7 +43,10 @@ step() {  # step NAME SECONDS CMD...: run CMD with a time limit, output to $LOG,
   [ $rc -eq 124 ] && what="TIMED OUT"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && what="FAILED"
   echo "- $name: $what (exit $rc, $((SECONDS - t0)) s)" | tee -a "$SUMMARY"
-  [ $rc -eq 0 ] || status=1
+  if [ $rc -ne 0 ]; then
+    status=1
+    echo "  last line: $(tail -n 1 "$LOG" | cut -c1-300)" | tee -a "$SUMMARY"
+  fi
 }
 
 if [ $DRY = 1 ]; then  # tiny sizes on the CPU, no compilation: checks the script, not the GPU
@@ -81,6 +84,7 @@ fi
 # (b) CUDA tests, and each model's compiled bf16 training step at ImageNet size
 step cuda_tests 90 python -m pytest -q -x "${TESTS[@]}"
 for m in bvit revit odevit srvit; do
+  rm -rf "$WORK/step_$m"  # a warm machine may hold an earlier attempt's run
   step "compiled_step_$m" 25 python train.py --model "$m" --data synthetic "${SIZE[@]}" "${COMPILE[@]}" "${DEV[@]}" \
     --out-dir "$WORK/step_$m"
 done

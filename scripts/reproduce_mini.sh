@@ -10,9 +10,13 @@
 # Arms run in order of priority: the arms of the first three claims (matched FLOPs, matched
 # parameters, deep supervision) for every seed first, then the others. Each run is one process with
 # one thread; JOBS of them run side by side (2 on a 2-core machine).
-# Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all), JOBS (2), DATA (dataset root: $RVITS_DATA,
-# else ../shared/data), EXTRA (flags added to every run, e.g. "--max-steps 2" for a smoke test).
-# Arm "vit+default" is c100-mini-vit with --init default (the init claim); any ARM+INIT works.
+# Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 13), JOBS (2), DATA (the folder holding
+# cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
+# such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
+# Arms: the 12 c100-mini-* presets and "vit+default", c100-mini-vit with --init default (the init
+# claim's control); any ARM+INIT works. All arms x 2 seeds: about 26 runs of 22-30 minutes each
+# side by side (11-16 minutes alone), i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
+# finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/mini}
@@ -23,6 +27,15 @@ EXTRA=${EXTRA:-}
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 ARMS=${ARMS:-"$FIRST $REST"}
+
+for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
+  case " $FIRST $REST " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST (or ARM+default|mimetic|structured)" >&2; exit 2 ;; esac
+  case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be default, mimetic or structured" >&2; exit 2 ;; esac ;; esac
+done
+if [ ! -f "$DATA/cifar-100-python/train" ]; then
+  echo "reproduce_mini.sh: error: no CIFAR-100 in DATA=$DATA (expected $DATA/cifar-100-python/train); set DATA=/path/to/data" >&2
+  exit 2
+fi
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
@@ -37,12 +50,13 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   local wall=$(( SECONDS - t0 + $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'])" \
     "$dir/partial.json" 2>/dev/null || echo 0) ))
   if [ $rc -eq 0 ]; then
-    echo "{\"wall_s\": $wall}" > "$dir/done.json"
+    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
     echo "done $arm seed $seed in $wall s"
   else
     echo "{\"wall_s\": $wall}" > "$dir/partial.json"  # time spent so far, added when it continues
-    echo "FAILED $arm seed $seed (exit $rc): see $dir/train.log" >&2
+    echo "FAILED $arm seed $seed (exit $rc): $(tail -n 1 "$dir/train.log")" >&2
+    return 1
   fi
 }
 
@@ -58,11 +72,14 @@ for group in first rest; do
   done
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
+failed=0
 for job in "${queue[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
   # shellcheck disable=SC2086
   run_one $job &
   sleep 1
 done
-wait
-python scripts/summarize_mini.py "$OUT"
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+wait || failed=1
+python scripts/summarize_mini.py "$OUT" || failed=1
+exit $failed

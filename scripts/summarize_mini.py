@@ -52,26 +52,37 @@ def load_runs(root):
             d = os.path.join(arm_dir, seed_dir)
             if not os.path.isfile(os.path.join(d, "done.json")):
                 continue  # unfinished (or still running): not summarized
-            with open(os.path.join(d, "done.json")) as f:
-                done = json.load(f)
-            with open(os.path.join(d, "args.json")) as f:
-                args = json.load(f)
-            with open(os.path.join(d, "log.jsonl")) as f:
-                recs = [json.loads(line) for line in f if line.strip()]
-            epochs = [r for r in recs if "epoch" in r]
-            # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
-            depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
-            run = {"seed": args["seed"], "val_subset": args.get("val_subset"), "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],
-                   "wall_s": done["wall_s"], "train_s": sum(r["epoch_time_s"] for r in epochs),
-                   "img_per_s": statistics.mean(r["img_per_s"] for r in epochs),
-                   "gates": epochs[-1].get("gates"), "depth": depth, "depths": {1.0: epochs[-1]["val_acc1"]}}
-            path = os.path.join(d, "depth_eval.json")
-            if os.path.isfile(path):
-                with open(path) as f:
-                    for row in json.load(f)["results"]:
-                        run["depths"][row["depth"] / depth] = row["val_acc1"]
+            try:
+                run = load_run(d)
+            except (OSError, ValueError, KeyError, IndexError) as e:
+                print(f"summarize_mini.py: warning: skipping {d}: unreadable ({type(e).__name__}: {e})")
+                continue
             runs.setdefault(arm, []).append(run)
     return runs
+
+
+def load_run(d):
+    """One finished run folder -> run dict (see load_runs); raises on a missing or damaged file."""
+    with open(os.path.join(d, "done.json")) as f:
+        done = json.load(f)
+    with open(os.path.join(d, "args.json")) as f:
+        args = json.load(f)
+    with open(os.path.join(d, "log.jsonl")) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    epochs = [r for r in recs if "epoch" in r]
+    # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
+    depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
+    run = {"seed": args["seed"], "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
+           "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],
+           "wall_s": done["wall_s"], "train_s": sum(r["epoch_time_s"] for r in epochs),
+           "img_per_s": statistics.mean(r["img_per_s"] for r in epochs),
+           "gates": epochs[-1].get("gates"), "depth": depth, "depths": {1.0: epochs[-1]["val_acc1"]}}
+    path = os.path.join(d, "depth_eval.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            for row in json.load(f)["results"]:
+                run["depths"][row["depth"] / depth] = row["val_acc1"]
+    return run
 
 
 def stats(values):
@@ -111,9 +122,12 @@ def summary(runs):
     """The markdown text of summary.md."""
     floor = noise_floor(runs)
     rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
-    subsets = {r["val_subset"] for rs in runs.values() for r in rs}
-    images = ("the 10,000 test images" if subsets <= {None}
-              else f"the first {sorted(subsets - {None})} test images (--val-subset)")
+    subsets = sorted({r["val_subset"] for rs in runs.values() for r in rs} - {None})
+    images = ("the 10,000 test images" if not subsets
+              else f"the first {' or '.join(map(str, subsets))} test images (--val-subset)")
+    short = sorted({r["max_steps"] for rs in runs.values() for r in rs} - {None})
+    if short:
+        images += f"; SHORTENED runs (--max-steps {' or '.join(map(str, short))}): not the protocol"
     out = ["# CPU-scale CIFAR-100 study (c100-mini-*)", "",
            f"Top-1 (%) on {images}: mean ± half the spread (max - min) over seeds; n = seeds.",
            "Columns: evaluation depth relative to the trained depth (1x = as trained).", "",
@@ -124,8 +138,10 @@ def summary(runs):
         out.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | " + " | ".join(cells) +
                    f" | {fmt([r['acc5'] for r in rs])} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f}"
                    f" | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} |")
-    out += ["", f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with "
-            "two or more seeds).", "", "| claim | a | b | depth | a - b (points) | noise | verdict |",
+    noise_line = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with "
+                  "two or more seeds)." if any(len(rs) > 1 for rs in runs.values()) else
+                  "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are not verdicts.")
+    out += ["", noise_line, "", "| claim | a | b | depth | a - b (points) | noise | verdict |",
             "|---|---|---|---|---|---|---|"]
     for text, a, b, k, want in CLAIMS:
         if a not in runs or b not in runs or not all(k in r["depths"] for r in runs[a] + runs[b]):
@@ -146,11 +162,12 @@ def figures(runs, root):
         print("matplotlib not installed: no figures (pip install matplotlib)")
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = iter([":", "--", "-.", (0, (1, 3)), (0, (5, 5))] * 3)
     for arm, rs in runs.items():
         ks = sorted(k for k in rs[0]["depths"] if all(k in r["depths"] for r in rs))
         if len(ks) < 2:  # an untied model: its trained-depth accuracy as a reference line
-            ax.axhline(statistics.mean(r["acc"] for r in rs), linestyle=":", color="gray" if arm == "vit"
-                       else "silver", label=f"{arm} (n={len(rs)}, trained depth only)")
+            ax.axhline(statistics.mean(r["acc"] for r in rs), linestyle=next(styles), color="gray",
+                       label=f"{arm} (n={len(rs)}, trained depth only)")
             continue
         m = [statistics.mean(r["depths"][k] for r in rs) for k in ks]
         lo = [m_ - min(r["depths"][k] for r in rs) for m_, k in zip(m, ks)]
@@ -162,7 +179,7 @@ def figures(runs, root):
     ax.set_xticks(ticks, [f"{k:g}x" for k in ticks])
     ax.set(xlabel="evaluation depth / trained depth", ylabel="CIFAR-100 top-1 (%)",
            title="c100-mini: accuracy beyond the training horizon")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.savefig(os.path.join(root, "depth.png"), dpi=120, bbox_inches="tight")
     plt.close(fig)
     gates = next((r["gates"] for r in runs.get("revit-e4", []) if r["gates"]), None)
@@ -178,8 +195,13 @@ def figures(runs, root):
 
 def main(root):
     if not os.path.isdir(root):
-        sys.exit(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first")
+        sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
+        sys.exit(2)
     runs = load_runs(root)
+    if not runs:
+        sys.stderr.write(f"summarize_mini.py: error: no finished run in {root} (finished = has done.json); "
+                         "run scripts/reproduce_mini.sh first\n")
+        sys.exit(2)
     text = summary(runs)
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write(text)
