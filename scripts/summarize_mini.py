@@ -108,8 +108,8 @@ def verdict(a, b, want, floor):
         v = "agree" if diff > noise else "disagree" if diff < -noise else "cannot tell"
     else:  # a must not beat b: a clear win of a disagrees; a tie or a loss agrees
         v = "disagree" if diff > noise else "agree"
-    if noise == 0 and min(na, nb) < 2:
-        v += " (one seed, no spread known)"
+    if noise == 0 and min(na, nb) < 2:  # no spread measured yet: a lean, not a verdict
+        v = f"leans {v} (one seed, spread unknown)"
     return v, diff, noise
 
 
