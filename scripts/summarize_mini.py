@@ -162,18 +162,19 @@ def figures(runs, root):
         print("matplotlib not installed: no figures (pip install matplotlib)")
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    styles = iter([":", "--", "-.", (0, (1, 3)), (0, (5, 5))] * 3)
+    styles = iter([":", "--", "-.", (0, (1, 3)), (0, (5, 5))] * 3)  # untied arms: reference lines
+    greys = iter(["black", "dimgray", "darkgray", "black", "dimgray"] * 3)
     for arm, rs in runs.items():
         ks = sorted(k for k in rs[0]["depths"] if all(k in r["depths"] for r in rs))
         if len(ks) < 2:  # an untied model: its trained-depth accuracy as a reference line
-            ax.axhline(statistics.mean(r["acc"] for r in rs), linestyle=next(styles), color="gray",
+            ax.axhline(statistics.mean(r["acc"] for r in rs), linestyle=next(styles), color=next(greys),
                        label=f"{arm} (n={len(rs)}, trained depth only)")
             continue
         m = [statistics.mean(r["depths"][k] for r in rs) for k in ks]
         lo = [m_ - min(r["depths"][k] for r in rs) for m_, k in zip(m, ks)]
         hi = [max(r["depths"][k] for r in rs) - m_ for m_, k in zip(m, ks)]
         ax.errorbar(ks, m, yerr=[lo, hi], marker="o", capsize=3, label=f"{arm} (n={len(rs)})")
-    ax.axvline(1, color="gray", linestyle="--")
+    ax.axvline(1, color="lightgray", linewidth=1)  # the trained depth
     ax.set_xscale("log", base=2)
     ticks = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
     ax.set_xticks(ticks, [f"{k:g}x" for k in ticks])
