@@ -32,11 +32,30 @@ def default_root():
     return os.environ.get("RVITS_DATA", "./data")
 
 
+class CifarUnpickler(pickle.Unpickler):
+    """Unpickler that builds only what a CIFAR file holds: dicts, lists, strings, numbers and numpy
+    arrays. Any other global (a function such as os.system, any class) is refused before it is
+    called, so a crafted file cannot run code (plain pickle.load would run it)."""
+    ALLOWED = {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray")  # numpy 1 / 2 names
+               for n in ("_reconstruct", "scalar")} | {("numpy", "ndarray"), ("numpy", "dtype"),
+                                                      ("_codecs", "encode")}  # protocol-2 bytes from Python 3
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise RefusedGlobal(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """A pickle referenced a global that CifarUnpickler does not allow (its name is the message)."""
+
+
 def load_cifar100(root, train, download=False):
     """Read CIFAR-100 from `root/cifar-100-python/{train,test}` (or `root` itself).
 
     Returns (images uint8 (N, 3, 32, 32), labels int64 (N,)) with the 100 fine labels.
-    Raises DataError when the files are missing (naming the directory and `--download`) or corrupt.
+    Raises DataError when the files are missing (naming the directory and `--download`), corrupt,
+    or reference any Python global other than numpy's array reconstruction (CifarUnpickler).
     """
     split = "train" if train else "test"
     candidates = [os.path.join(root, "cifar-100-python"), root]
@@ -52,9 +71,12 @@ def load_cifar100(root, train, download=False):
     path = os.path.join(folder, split)
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f, encoding="latin1")
+            d = CifarUnpickler(f, encoding="latin1").load()
         images = torch.as_tensor(d["data"], dtype=torch.uint8).view(-1, 3, 32, 32)
         labels = torch.as_tensor(d["fine_labels"], dtype=torch.int64)
+    except RefusedGlobal as e:
+        raise DataError(f"CIFAR-100 file {path} refused: it references the Python global {e}, which a "
+                        "CIFAR file never holds (it could run code); nothing was executed; use a trusted copy")
     except Exception as e:  # truncated pickle, wrong keys, wrong sizes
         raise DataError(f"CIFAR-100 file {path} is unreadable ({type(e).__name__}: {e}); "
                         "delete it and re-run with --download, or point --data-dir at a good copy")
@@ -107,12 +129,15 @@ def three_augment(img_size, dataset):
 def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
 
-    CIFAR training: random crop 32 with 4 px padding + horizontal flip; ImageNet training:
+    CIFAR (bicubically resized first when img_size is not 32) training: random crop with
+    img_size/8 padding + horizontal flip; ImageNet training:
     RandomResizedCrop + flip; `three_aug`: DeiT III's simple random crop + 3-Augment instead;
     evaluation: CIFAR as is, ImageNet resize to img_size/0.875 + center crop. `randaug` > 0 adds
     RandAugment(num_ops=2, magnitude=randaug).
     """
     ops = [v2.ToImage()]
+    if dataset == "cifar100" and img_size != 32:  # upsampled, as when fine-tuning at 224 px (DeiT)
+        ops.append(v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True))
     if train and augment:
         if three_aug:
             ops += three_augment(img_size, dataset)
@@ -132,16 +157,14 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
-    img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR must stay 32.
+    img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
     Raises DataError for a missing/corrupt dataset and ValueError for an unknown name.
     """
     root = data_dir or default_root()
     if name == "cifar100":
-        if img_size not in (None, 32):
-            raise ValueError(f"cifar100 images are 32x32; got --img-size {img_size}")
-        img_size = 32
-        t_train = build_transform(True, 32, CIFAR_MEAN, CIFAR_STD, name, randaug, augment, three_aug)
-        t_val = build_transform(False, 32, CIFAR_MEAN, CIFAR_STD, name)
+        img_size = img_size or 32
+        t_train = build_transform(True, img_size, CIFAR_MEAN, CIFAR_STD, name, randaug, augment, three_aug)
+        t_val = build_transform(False, img_size, CIFAR_MEAN, CIFAR_STD, name)
         train = TensorImages(*load_cifar100(root, True, download), t_train)
         val = TensorImages(*load_cifar100(root, False, download), t_val)
         return train, val, 100, img_size

@@ -106,6 +106,29 @@ def test_checkpoint_with_a_pickled_object_is_refused(tmp_path, cifar):
     assert r.returncode == 2 and "refused" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+class Payload:
+    """Unpickling this calls open(marker, "w"): what an attacker's os.system call would be."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_a_cifar_pickle_that_would_run_code_is_refused_before_anything_runs(tmp_path, cifar, capsys):
+    marker = tmp_path / "marker"
+    with open(os.path.join(cifar, "cifar-100-python", "train"), "wb") as f:
+        pickle.dump({"data": np.zeros((8, 3072), np.uint8), "fine_labels": [0] * 8,
+                     "payload": Payload(str(marker))}, f, protocol=2)
+    rc = train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--out-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "refused" in err[0] and ".open" in err[0], err
+    assert not marker.exists()
+    fake_cifar(tmp_path / "again")  # numpy's own array pickles (numpy 2 module names) still load
+    assert len(train.data.load_cifar100(str(tmp_path / "again"), True)[0]) == 64
+
+
 # ----------------------------------------------------------------------------- bad input
 def bad_cases(tmp_path, cifar):
     """(flags, text the one error line must contain, extra env) for every kind of bad input."""
