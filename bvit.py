@@ -13,7 +13,7 @@ Stage-wise deep supervision (Training Crossroads) reads logits after each of `st
 
 Equations (SPEC section 0): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
-    logits = head(norm(z)[:, 0])            (or the token mean without a class token)
+    logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without (timm GAP)
 
 Measured: see README.md "Results" (commands and hardware there).
 """
@@ -22,6 +22,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 
 def drop_path(x, p, training: bool):
@@ -31,6 +32,24 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -165,6 +184,10 @@ class BViT(nn.Module):
     loss None without targets, else the mean over `stages` of the stage losses (weighted by
     `stage_weights`), each cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
     (`loss="bce"`). `model.aux` holds the detached per-stage losses of the last call.
+    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
+    `norm` the identity: global_pool="avg"); `dynamic_img_size=True` takes any H, W divisible by
+    patch_size, resampling pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes
+    each step's activations in the backward pass (training only).
 
     Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
     divisible by num_heads, depth not divisible by stages, non-positive depth, ...).
@@ -173,7 +196,8 @@ class BViT(nn.Module):
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1,
-                 stage_weights=None, detach_stages=False, step_embed=False, init="default", loss="ce"):
+                 stage_weights=None, detach_stages=False, step_embed=False, init="default", loss="ce",
+                 dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -187,6 +211,7 @@ class BViT(nn.Module):
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
         self.stages, self.detach_stages, self.loss = stages, detach_stages, loss
+        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
         self.stage_weights = self._check_stages(depth, stages, stage_weights)
         num_patches = (img_size // patch_size) ** 2
 
@@ -205,7 +230,9 @@ class BViT(nn.Module):
             rates = [drop_path_rate * k / max(1, depth - 1) for k in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
+        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
         self._init_weights(init)
@@ -247,18 +274,39 @@ class BViT(nn.Module):
         return [k * self.num_blocks // depth for k in range(depth)]
 
     def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
-        if x.shape[-2:] != (self.img_size, self.img_size):
-            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + self.pos_embed
+        return x + pos
 
     def classify(self, z):
-        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
         z = self.norm(z)
-        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each step's activations in the backward pass. Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
 
     def forward(self, x, targets=None, depth=None):
         depth = self.depth if depth is None else depth
@@ -275,7 +323,7 @@ class BViT(nn.Module):
         for k, b in enumerate(self.phase_map(depth)):
             if self.step_embed is not None:
                 z = z + self.step_embed[k]
-            z = self.blocks[b](z)
+            z = self._step(self.blocks[b], z)
             if k in readouts:
                 stage_logits.append(self.classify(z))
                 if self.detach_stages and k < depth - 1:

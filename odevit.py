@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 NFE_PER_STEP = {"euler": 1, "midpoint": 2, "heun": 2, "rk4": 4}  # block evaluations per step
 EXTENDS = ["time", "refine"]  # beyond the horizon: same h and larger T, or same T and smaller h
@@ -203,6 +204,24 @@ def init_attention_(attn, init, pos, grid):
     attn.proj.weight.copy_(r.T)
 
 
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)
+
+
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -228,13 +247,17 @@ class ODEViT(nn.Module):
     The field is autonomous (F ignores t, as bViT has no step signal; our choice). Under an
     enclosing autocast, the embedding and head run autocast as usual; the solver arithmetic and
     the time grid run in full precision and autocast is re-entered only inside the field.
+    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
+    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
+    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each field evaluation
+    in the backward pass (training only).
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
                  layer_scale=None, drop_path_rate=0.0, init="default", solver="euler",
                  steps=None, horizon=None, field="subtracted", extend="time", stages=1,
-                 stage_weights=None, loss="ce"):
+                 stage_weights=None, loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -267,6 +290,7 @@ class ODEViT(nn.Module):
         self.stage_weights = [v / sum(w) for v in w]
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
         self.num_classes = num_classes
         num_patches = (img_size // patch_size) ** 2
 
@@ -277,7 +301,9 @@ class ODEViT(nn.Module):
         # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is
         # drawn anew at every field evaluation (our choice; off by default).
         self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale, drop_path_rate)])
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
+        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux, self.nfe = {}, 0
         self._init_weights(init)
@@ -304,18 +330,39 @@ class ODEViT(nn.Module):
             init_attention_(blk.attn, init, pos, grid)
 
     def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
-        if x.shape[-2:] != (self.img_size, self.img_size):
-            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + self.pos_embed
+        return x + pos
 
     def classify(self, z):
-        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
         z = self.norm(z)
-        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each block evaluation in the backward pass. Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
 
     def time_grid(self, depth=None, extend=None):
         """(horizon T', step size h) for `depth` steps under `extend` (see the class docstring)."""
@@ -342,7 +389,7 @@ class ODEViT(nn.Module):
         def f(t, z):  # the block; the solver subtracts z for field="subtracted"
             self.nfe += 1
             with torch.autocast(dev, dtype=amp_dtype, enabled=amp):
-                return self.blocks[0](z)
+                return self._step(self.blocks[0], z)
 
         z, stage_logits = self.embed(x), []
         for s in range(stages):  # stage s integrates [s T / S, (s+1) T / S] on the same grid

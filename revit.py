@@ -27,6 +27,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 try:  # optional GPU fast path: per-image merged FFN in Triton (kernels.py); reference below
     from kernels import merged_ffn, triton_usable
@@ -41,6 +42,24 @@ def drop_path(x, p: float, training: bool):
         return x
     keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
     return x * keep / (1.0 - p)
+
+
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -225,12 +244,17 @@ class ReViT(nn.Module):
                 fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition; SPEC section 3)
     weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
     experts=1 is the tied bViT block (no router, no regularizers).
+    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
+    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
+    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
+    merging included) in the backward pass (training only).
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.3, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce"):
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
+                 dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -249,6 +273,7 @@ class ReViT(nn.Module):
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
         self.depth_dropout, self.lambdas, self.loss = depth_dropout, (lambda_bal, lambda_z, lambda_div), loss
+        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
 
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
@@ -259,7 +284,9 @@ class ReViT(nn.Module):
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
+        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
         self._init_weights(init)
@@ -296,18 +323,40 @@ class ReViT(nn.Module):
             init_attention_(blk.attn, init, pos, grid)
 
     def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
-        if x.shape[-2:] != (self.img_size, self.img_size):
-            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + self.pos_embed
+        return x + pos
 
     def classify(self, z):
-        """Final norm + head on the class token (or the token mean): (B, N, D) -> (B, classes)."""
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
         z = self.norm(z)
-        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each step's activations in the backward pass. Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward (for an
+        # elastic step, its FFN merging too).
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
 
     def grid(self, depth=None):
         """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
@@ -349,19 +398,15 @@ class ReViT(nn.Module):
             keep = sample_keep(z.shape[0], depth, self.depth_dropout, z.device)
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
             for w in zip(*(t.unbind(0) for t in self.ffn_weights(self.grid(depth)))):
-                z = blk(z, *w)
+                z = self._step(blk, z, *w)
         else:  # elastic depth: step k runs only the images that keep it, each at its own coordinate
             if keep.shape != (z.shape[0], depth) or not keep.any(1).all():
                 raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool with a step kept per image")
             coords = step_coords(keep)  # (B, L)
             for k in range(depth):
                 rows = keep[:, k].nonzero().squeeze(1)  # (B_k,)
-                if len(rows) and merged_ffn is not None and triton_usable(z):  # fused GPU path
-                    gates = self.route(coords[rows, k]).float().softmax(-1)  # (B_k, E)
-                    z = z.index_copy(0, rows, blk.fused(z[rows], gates))
-                elif len(rows):  # images that share a coordinate share one merged FFN
-                    uniq, groups = coords[rows, k].unique(return_inverse=True)  # (U,), (B_k,)
-                    z = z.index_copy(0, rows, blk.grouped(z[rows], *self.ffn_weights(uniq), groups))
+                if len(rows):
+                    z = self._step(self._elastic_step, z, rows, coords[rows, k])
         logits = self.classify(z)
         if targets is None:
             return logits, None
@@ -372,6 +417,15 @@ class ReViT(nn.Module):
             loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
             self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
         return logits, loss
+
+    def _elastic_step(self, z, rows, t):
+        """One elastic-depth step of the images `rows` (B_k,) at their coordinates t (B_k,), the
+        others unchanged: z (B, N, D) -> (B, N, D). The FFNs are merged here, inside the step."""
+        blk = self.blocks[0]
+        if merged_ffn is not None and triton_usable(z):  # fused GPU path
+            return z.index_copy(0, rows, blk.fused(z[rows], self.route(t).float().softmax(-1)))
+        uniq, groups = t.unique(return_inverse=True)  # (U,), (B_k,): a shared coordinate, one merged FFN
+        return z.index_copy(0, rows, blk.grouped(z[rows], *self.ffn_weights(uniq), groups))
 
     def compile_regions(self, **kwargs):
         """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
@@ -425,7 +479,7 @@ class DenseReViT(ReViT):
             raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
         z, blk = self.embed(x), self.blocks[0]
         for w in zip(*(p.unbind(0) for p in blk.mlp.tensors())):  # step k: dense FFN k
-            z = blk(z, *w)
+            z = self._step(blk, z, *w)
         logits = self.classify(z)
         return logits, None if targets is None else classification_loss(logits, targets, self.loss)
 

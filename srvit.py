@@ -12,7 +12,7 @@ Equations. The abstract gives none: the lines marked OUR READING are SPEC sectio
     h_r = f(h_{r-1}),  f = blocks[depth-1] o ... o blocks[0],  r = 1..R   (weights shared over r)
     s_{r,i} = w_r . LN_r(h_{r,i})                              one score per token   [OUR READING]
     a_{i,r} = softmax_r(s_{i,r}),  o_i = sum_r a_{i,r} h_{r,i}                       [OUR READING]
-    logits = head(norm(o)[:, 0])          (or the token mean without a class token)
+    logits = head(norm(o)[:, 0])  with a class token;  logits = head(fc_norm(mean(o)))  without (timm GAP)
 w_r = 0 at init, so the mixture starts uniform. The sum over r is accumulated online (running max
 and running sums, as in a streaming softmax): without autograd, memory does not grow with R.
 
@@ -25,6 +25,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -36,6 +37,24 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -213,11 +232,16 @@ class SRViT(nn.Module):
     `model.mix_weights`: the (B, T, R) mixture weights of the last call (detached). recursions=1
     has no router (a softmax over one output is constant, and a router without gradient would
     break DDP): it is the plain ViT, state dict included. Bad sizes raise ValueError.
+    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
+    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
+    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each layer application
+    of each recursion in the backward pass (training only).
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, recursions=4,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce"):
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
+                 dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -230,6 +254,7 @@ class SRViT(nn.Module):
         self.depth, self.recursions, self.num_classes, self.loss = depth, recursions, num_classes, loss
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
         num_patches = (img_size // patch_size) ** 2
 
         self.patch_embed = nn.Module()
@@ -241,7 +266,9 @@ class SRViT(nn.Module):
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
+        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.mix_weights = None
         self._init_weights(init)
@@ -271,18 +298,39 @@ class SRViT(nn.Module):
             init_attention_(blk.attn, init, pos, grid)
 
     def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding."""
-        if x.shape[-2:] != (self.img_size, self.img_size):
-            raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {tuple(x.shape[-2:])}")
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + self.pos_embed
+        return x + pos
 
     def classify(self, z):
-        """Final norm + head on the class token (or the token mean): (B, T, D) -> (B, classes)."""
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, T, D) -> (B, classes)."""
         z = self.norm(z)
-        return self.head(z[:, 0] if self.cls_token is not None else z.mean(dim=1))
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each layer application in the backward pass. Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
 
     def forward(self, x, targets=None, depth=None):
         recursions = self.recursions if depth is None else depth
@@ -291,7 +339,7 @@ class SRViT(nn.Module):
         h, mix = self.embed(x), StreamingMixture()
         for r in range(recursions):
             for blk in self.blocks:  # the recursion body f: the untied stack
-                h = blk(h)
+                h = self._step(blk, h)
             s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
             mix.add(h, s)  # only the running sums are kept, not h_1..h_R
         self.mix_weights = mix.weights()

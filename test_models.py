@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import bvit
+import odevit
+import revit
+import srvit
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("RVITS_DATA") or os.path.join(ROOT, "..", "shared", "data")
@@ -145,20 +148,22 @@ def test_bad_sizes_raise_value_error():
         tiny(depth=4)(images(), depth=0)
 
 
-@pytest.mark.parametrize("variant", ["cls", "gap", "layerscale"])
+@pytest.mark.parametrize("variant", ["cls", "gap", "layerscale", "dynamic"])
 def test_untied_model_loads_timm_state_dict_and_matches_logits(variant):
     timm = pytest.importorskip("timm")
     kw = dict(img_size=32, patch_size=4, num_classes=10, embed_dim=64, depth=3, num_heads=4)
     tkw, ours = {}, {}
-    if variant == "gap":
-        tkw, ours = dict(class_token=False, global_pool="avg", fc_norm=False), dict(class_token=False)
+    if variant == "gap":  # timm's default GAP: no `norm` parameters, fc_norm after the mean
+        tkw, ours = dict(class_token=False, global_pool="avg"), dict(class_token=False)
     if variant == "layerscale":
         tkw, ours = dict(init_values=0.1), dict(layer_scale=0.1)
+    if variant == "dynamic":  # 48x24 images on a model built for 32x32: pos_embed resampled alike
+        tkw = ours = dict(dynamic_img_size=True)
     torch.manual_seed(0)
     ref = timm.models.vision_transformer.VisionTransformer(**kw, **tkw).eval()
     m = bvit.BViT(**kw, num_blocks=3, **ours).eval()
     m.load_state_dict(ref.state_dict(), strict=True)
-    x = torch.randn(2, 3, 32, 32)
+    x = torch.randn(2, 3, 48, 24) if variant == "dynamic" else torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.allclose(m(x)[0], ref(x), atol=1e-5)
 
@@ -169,6 +174,101 @@ def test_size_helpers():
         assert len(bvit.vit_b().blocks) == 12 and bvit.vit_l().depth == 24
         assert bvit.vit_ti(img_size=32, patch_size=4).num_heads == 3
         assert bvit.vit_b().num_params() == 86_567_656  # timm's vit_base_patch16_224
+
+
+# ----------------------------------------------------------------------------- all four models
+# dynamic_img_size and set_grad_checkpointing, one tiny configuration per model (and revit's two paths)
+ZOO = {"bvit": (bvit, dict(depth=4, stages=2)),
+       "revit": (revit, dict(depth=4, experts=3, depth_dropout=0.3)),  # elastic depth in training
+       "revit-grid": (revit, dict(depth=3, experts=2, depth_dropout=0.0)),
+       "srvit": (srvit, dict(depth=2, recursions=2)),
+       "odevit": (odevit, dict(depth=2, solver="heun"))}
+CLASSES = {bvit: bvit.BViT, revit: revit.ReViT, srvit: srvit.SRViT, odevit: odevit.ODEViT}
+BLOCK_CALLS = {"bvit": 4, "revit": 4, "revit-grid": 3, "srvit": 4, "odevit": 4}  # per forward
+
+
+def build(name, **kw):
+    torch.manual_seed(0)
+    mod, base = ZOO[name]
+    return CLASSES[mod](**{**TINY, **base, **kw})
+
+
+@pytest.mark.parametrize("mod", [bvit, revit, srvit, odevit], ids=lambda m: m.__name__)
+def test_resample_pos_embed(mod):
+    pos = torch.randn(1, 1 + 16, 8)
+    assert mod.resample_pos_embed(pos, (4, 4), 1) is pos  # same grid: unchanged
+    flat = torch.cat([pos[:, :1], pos[:, 1:2].expand(1, 16, 8)], dim=1)  # constant over the 4x4 grid
+    out = mod.resample_pos_embed(flat, (6, 3), 1)
+    assert out.shape == (1, 1 + 18, 8) and torch.equal(out[:, 0], pos[:, 0])  # class row kept
+    assert torch.allclose(out[:, 1:], flat[:, 1:2].expand(1, 18, 8), atol=1e-6)  # still constant
+    assert mod.resample_pos_embed(pos[:, 1:], (8, 8), 0).shape == (1, 64, 8)
+    with pytest.raises(ValueError, match="square"):
+        mod.resample_pos_embed(pos[:, :15], (4, 4), 1)
+    timm = pytest.importorskip("timm")
+    assert torch.allclose(mod.resample_pos_embed(pos, (6, 3), 1),
+                          timm.layers.resample_abs_pos_embed(pos, (6, 3), num_prefix_tokens=1), atol=1e-6)
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+@pytest.mark.parametrize("name", ["bvit", "revit", "srvit", "odevit"])
+def test_dynamic_img_size_equals_the_model_built_at_that_size(name, class_token):
+    small = build(name, class_token=class_token, dynamic_img_size=True).eval()
+    big = build(name, class_token=class_token, img_size=32).eval()
+    state = small.state_dict()
+    state["pos_embed"] = ZOO[name][0].resample_pos_embed(state["pos_embed"], (8, 8), int(class_token))
+    big.load_state_dict(state, strict=True)
+    fixed = build(name, class_token=class_token).eval()
+    fixed.load_state_dict(small.state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.allclose(small(images(size=32))[0], big(images(size=32))[0], atol=1e-5)
+        assert torch.equal(small(images())[0], fixed(images())[0])  # at its own size: no change
+        assert small(torch.randn(2, 3, 24, 12))[0].shape == (2, 10)  # any grid, not only squares
+    with pytest.raises(ValueError, match="dynamic_img_size"):
+        fixed(images(size=32))
+    with pytest.raises(ValueError, match="patch_size"):
+        small(images(size=18))
+
+
+def train_three_steps(name, checkpointing):
+    """(loss, gradients) of the first step and the weights after 3 AdamW steps, drop path on."""
+    m = build(name, drop_path_rate=0.2).train().set_grad_checkpointing(checkpointing)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    x, y = images(b=8), torch.arange(8)
+    torch.manual_seed(1)
+    for step in range(3):
+        opt.zero_grad()
+        loss = m(x, y)[1]
+        loss.backward()
+        if step == 0:
+            first = loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}
+        opt.step()
+    return first, m.state_dict()
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_grad_checkpointing_gives_the_same_loss_gradients_and_weights(name):
+    (loss, grads), weights = train_three_steps(name, False)
+    (loss_ck, grads_ck), weights_ck = train_three_steps(name, True)
+    assert torch.equal(loss, loss_ck)
+    for n in grads:
+        assert torch.allclose(grads[n], grads_ck[n], atol=1e-6), n
+    for n in weights:
+        assert torch.allclose(weights[n], weights_ck[n], atol=1e-6), n
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_grad_checkpointing_wraps_each_block_call_in_training_only(name, monkeypatch):
+    mod, calls = ZOO[name][0], []
+    monkeypatch.setattr(mod, "checkpoint", lambda fn, *a, real=mod.checkpoint, **kw: calls.append(fn) or
+                        real(fn, *a, **kw))
+    m, x = build(name).set_grad_checkpointing(), images(b=8)
+    ref = build(name).eval()(x)[0]
+    assert torch.equal(m.eval()(x)[0], ref) and not calls  # eval: off
+    with torch.no_grad():
+        m.train()(x)
+    assert not calls  # no gradient: off
+    m(x)[0].sum().backward()
+    assert len(calls) == BLOCK_CALLS[name]
 
 
 # ----------------------------------------------------------------------------- train.py
