@@ -11,6 +11,10 @@ Keys (SPEC section 5, issue "Speed"):
   loader_over_model_img_per_s           CIFAR loader images/s / the model's training images/s
   mfu_bvit_b16_bf16                     (CUDA) model FLOPs utilization of bViT-B/16 bf16 training
   merged_ffn_reference_over_triton_b64  (CUDA) kernels.py's Triton merged FFN vs its reference
+  imagefolder_img_per_s                 image-folder loader, CPU workers (PIL), 224 px (absolute)
+  gpu_decode_loader_over_model_img_per_s  (CUDA) DeviceDecodeLoader images/s / bViT's training images/s
+  train_mem_d48_over_d12 / _grad_ckpt   peak memory of one bViT training step at depth 48 / 12,
+                                        without and with --grad-checkpoint (MiB in the note)
 Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats.
 """
 import argparse
@@ -119,6 +123,29 @@ def revit_latency(cfg, batch, device, amp, warmup, repeats):
     return timed(lambda: run(m), device, warmup, repeats) / timed(lambda: run(dense), device, warmup, repeats)
 
 
+def loader_img_per_s(loader, device, warmup, batches):
+    """Images/s delivered by a training loader (first batches not timed)."""
+    loader.sampler.set_epoch(0)
+    it, seen = iter(loader), 0
+    for _ in range(warmup):
+        next(it)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        x, _ = next(it)
+        seen += x.shape[0]
+    sync(device)
+    return seen / (time.perf_counter() - t0)
+
+
+def bvit_img_per_s(cfg, img, device, amp, warmup, repeats):
+    """Training images/s of bViT at the bench config on `img` px images."""
+    m = bvit.BViT(num_blocks=1, depth=cfg["depth"], img_size=img, patch_size=4 if img <= 64 else 16,
+                  num_classes=100, embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
+    step = train_step_fn(m, cfg["batch"], img, 100, device, amp, True)
+    return cfg["batch"] / timed(step, device, warmup, repeats)
+
+
 def loader_ratio(cfg, device, amp, warmup, repeats, workers):
     """Images/s of the CIFAR training loader train.py would pick here, over the training images/s
     of bViT at the bench config (random uint8 CIFAR-shaped data: speed does not depend on pixels)."""
@@ -128,27 +155,42 @@ def loader_ratio(cfg, device, amp, warmup, repeats, workers):
     ds = data.TensorImages(imgs, torch.randint(0, 100, (n,)), t)
     import argparse
     import train  # the same choice as train.py: one rule, train.batched_loader
-    run = argparse.Namespace(data="cifar100", cpu_loader=False, randaug=0, three_augment=False, workers=workers)
+    run = argparse.Namespace(data="cifar100", cpu_loader=False, randaug=0, three_augment=False, workers=workers,
+                             img_size=None)
     if train.batched_loader(run, device):
         loader = data.DeviceCIFARLoader(ds, cfg["batch"], True, device=device)
     else:
         loader = data.build_loader(ds, cfg["batch"], True, workers=workers)
-    loader.sampler.set_epoch(0)
-    it, seen = iter(loader), 0
-    for _ in range(warmup):
-        next(it)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(repeats * 4):
-        x, _ = next(it)
-        seen += x.shape[0]
-    sync(device)
-    loader_ips = seen / (time.perf_counter() - t0)
-    m = bvit.BViT(num_blocks=1, depth=cfg["depth"], img_size=32, patch_size=4, num_classes=100,
-                  embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
-    model_ips = cfg["batch"] / timed(train_step_fn(m, cfg["batch"], 32, 100, device, amp, True), device,
-                                     warmup, repeats)
+    loader_ips = loader_img_per_s(loader, device, warmup, repeats * 4)
+    model_ips = bvit_img_per_s(cfg, 32, device, amp, warmup, repeats)
     return loader_ips / model_ips, loader_ips, model_ips
+
+
+def imagefolder_loaders(cfg, device, amp, warmup, repeats, workers, img=224):
+    """Image-folder training at `img` px (RandomResizedCrop + flip) on 64 synthetic 500x375 JPEGs
+    (a typical ImageNet size), each listed 40 times: images/s of the CPU path (PIL decoding in
+    `workers` processes) and, on CUDA, of data.DeviceDecodeLoader over bViT's training images/s."""
+    import tempfile
+    from PIL import Image
+    out = {}
+    with tempfile.TemporaryDirectory() as root:
+        rng = torch.Generator().manual_seed(0)
+        samples = []
+        for k in range(64):  # smooth random images, so JPEG sizes are realistic (not noise)
+            x = F.interpolate(torch.rand(1, 3, 12, 16, generator=rng), size=(375, 500), mode="bicubic")
+            path = os.path.join(root, f"{k}.jpg")
+            Image.fromarray((x[0].clamp(0, 1) * 255).byte().permute(1, 2, 0).numpy()).save(path, quality=90)
+            samples.append((path, k % 10))
+        t = data.build_transform(True, img, data.IMAGENET_MEAN, data.IMAGENET_STD, "imagenet")
+        files = data.ImageFiles(samples * 40, [str(c) for c in range(10)], t, img)
+        batch, n = min(cfg["batch"], 64), repeats * 2
+        cpu = data.build_loader(files, batch, True, workers=workers)
+        out["cpu"] = loader_img_per_s(cpu, torch.device("cpu"), warmup, n)
+        if device.type == "cuda":
+            gpu = data.DeviceDecodeLoader(files, batch, workers=workers, device=device)
+            out["gpu"] = loader_img_per_s(gpu, device, warmup, n)
+            out["model"] = bvit_img_per_s(cfg, img, device, amp, warmup, repeats)
+    return out
 
 
 def merged_ffn_ratio(device, warmup, repeats, B=64, T=197, D=384, E=4):
@@ -176,6 +218,46 @@ def mfu_bvit_b16(device, warmup, repeats, batch=128):
     name = torch.cuda.get_device_name(device)
     peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     return (flops / 1e12 / peak if peak else None), flops / 1e12, name
+
+
+def _step_memory(cfg, depth, device, amp, ckpt):
+    """Extra memory (MiB) one bViT training step needs over the model, optimizer-free: CUDA
+    max_memory_allocated; CPU (a fresh process: freed memory is not reused) peak RSS during the
+    step minus the RSS before it (Linux /proc)."""
+    torch.manual_seed(0)
+    m = bvit.BViT(img_size=cfg["img"], patch_size=cfg["patch"], num_classes=cfg["classes"], embed_dim=cfg["dim"],
+                  depth=depth, num_heads=cfg["heads"]).to(device).set_grad_checkpointing(ckpt)
+    x = torch.randn(cfg["batch"], 3, cfg["img"], cfg["img"], device=device)
+    y = torch.randint(0, cfg["classes"], (cfg["batch"],), device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    else:  # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kib("VmRSS") * 1024
+    with torch.autocast(device.type, torch.bfloat16, enabled=amp):
+        m(x, y)[1].backward()
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _status_kib("VmHWM") * 1024
+    return (peak - before) / 2 ** 20
+
+
+def _status_kib(key):
+    return next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith(key + ":"))
+
+
+def memory_ratios(cfg, device, amp):
+    """Peak step memory at depth 12 and 48, without and with activation checkpointing: 4 values."""
+    jobs = [(cfg, d, device, amp, c) for c in (False, True) for d in (12, 48)]
+    if device.type == "cuda":
+        return [_step_memory(*j) for j in jobs]
+    import multiprocessing  # a fresh process per measurement: RSS peaks never go down
+    # glibc's malloc would keep freed tensors' pages resident and count fragmentation; with a
+    # fixed mmap threshold every large tensor is its own mapping, so the RSS follows the tensors.
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # read by the spawned processes at start
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        return pool.starmap(_step_memory, jobs)
 
 
 def main():
@@ -217,6 +299,15 @@ def main():
                f"E=4, depth {cfg['depth']}, eval")
     r, li, mi = loader_ratio(dict(cfg, batch=256 if cuda else 64), device, amp, warmup, repeats, args.workers)
     report("loader_over_model_img_per_s", r, f"loader {li:.0f} img/s, bViT training {mi:.0f} img/s")
+    folder = imagefolder_loaders(cfg, device, amp, warmup, repeats, args.workers)
+    report("imagefolder_img_per_s", folder["cpu"], f"{args.workers} CPU workers (PIL), 224 px RandomResizedCrop")
+    if cuda:
+        report("gpu_decode_loader_over_model_img_per_s", folder["gpu"] / folder["model"],
+               f"loader {folder['gpu']:.0f} img/s (nvJPEG), bViT 224 px training {folder['model']:.0f} img/s")
+    mem = memory_ratios(cfg, device, amp)
+    report("train_mem_d48_over_d12", mem[1] / mem[0], f"{mem[0]:.0f} -> {mem[1]:.0f} MiB, bViT step")
+    report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
+           f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
     if cuda:
         report("merged_ffn_reference_over_triton_b64", merged_ffn_ratio(device, warmup, repeats),
                "fwd+bwd, B=64 T=197 D=384 E=4, bf16")

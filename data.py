@@ -3,20 +3,27 @@
 - `cifar100`: the standard `cifar-100-python` pickles (train, test, meta), read directly, so a
   copy whose bytes differ from the official archive (e.g. ../shared/data) works. `--download`
   fetches the official archive through torchvision.
-- `imagenet`: ImageFolder layout `train/<class>/*`, `val/<class>/*`.
+- `imagenet`: an image folder `train/<class>/*` with `val/<class>/*` (any subset of the classes),
+  a flat `val/` + a labels file, or Tiny-ImageNet's `val/images/` + `val_annotations.txt`
+  (`image_folder`); undecodable files are skipped (`ImageFiles`, `drop_undecodable`).
 - `synthetic`: deterministic random images, for smoke tests and benchmarks only.
 
 The data root defaults to $RVITS_DATA, else ./data (SPEC section 7). Each DDP rank sees a
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
 labels int64 (B,). A GPU-resident CIFAR loader (SPEC section 7) plugs in at `build_loader`.
 """
+import io
 import math
 import os
 import pickle
+import sys
 
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+from torchvision.io import ImageReadMode, decode_jpeg, read_file
 from torchvision.transforms import v2
 
 CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
@@ -153,11 +160,220 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
     return v2.Compose(ops)
 
 
+# ----------------------------------------------------------------------------- image folders
+LAYOUT = ("expected train/<class>/<image> and val/<class>/<image>, or a flat val/ with --val-labels "
+          "FILE, or Tiny-ImageNet's val/images/ + val/val_annotations.txt")
+
+
+def _hidden(path, root):
+    """True when a part of `path` below `root` starts with a dot (.ipynb_checkpoints/, macOS ._x)."""
+    return any(part.startswith(".") for part in os.path.relpath(path, root).split(os.sep))
+
+
+def _images(folder):
+    """The visible image files directly in `folder`, sorted."""
+    return sorted(e.name for e in os.scandir(folder) if e.is_file() and not e.name.startswith(".")
+                  and e.name.lower().endswith(IMG_EXTENSIONS))
+
+
+def _class_samples(folder, class_to_idx):
+    """[(path, class index)] of every visible image below folder/<class>/ (torchvision's make_dataset)."""
+    try:
+        return make_dataset(folder, class_to_idx, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS)
+                            and not _hidden(p, folder))
+    except FileNotFoundError as e:  # a class folder without one image
+        raise DataError(f"{folder}: {str(e).split('. ')[0]}; {LAYOUT}: add images or remove the empty folders")
+
+
+def read_labels(path, class_to_idx):
+    """A labels file as plain text: lines `<file name> <class>` separated by whitespace or a comma
+    (further fields, e.g. Tiny-ImageNet's boxes, ignored; blank lines, `#` comments and a header
+    whose class is no class are skipped). Returns {file name: class index}; a name without its
+    extension also matches. Raises DataError naming the line of a class not in train/."""
+    out = {}
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"labels file {path} is unreadable ({e}); give a text file of lines '<file> <class>'")
+    for n, line in enumerate(lines, 1):
+        fields = line.replace(",", " ").split()
+        if not fields or fields[0].startswith("#") or (n == 1 and len(fields) > 1 and fields[1] not in class_to_idx
+                                                        and fields[0].lower() in ("imageid", "file", "filename")):
+            continue
+        if len(fields) < 2 or fields[1] not in class_to_idx:
+            raise DataError(f"{path} line {n}: {line.strip()[:80]!r}: expected '<file name> <class>' with the "
+                            f"class a train/ folder name ({len(class_to_idx)} classes, e.g. {next(iter(class_to_idx))})")
+        out[fields[0]] = class_to_idx[fields[1]]
+    return out
+
+
+def image_folder(root, val_labels=None):
+    """Class names and (path, class index) samples of an image folder, in one of the layouts:
+    val/<class>/ (a subset of the train classes is fine), a flat val/ labelled by `val_labels`, or
+    Tiny-ImageNet's val/images/ + val/val_annotations.txt. Class indices always come from train/
+    (sorted folder names); val classes are mapped to them by name. Hidden files and folders are
+    ignored. Raises DataError, one line saying which layout was expected and how to fix it."""
+    train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
+    for d in (train_dir, val_dir):
+        if not os.path.isdir(d):
+            raise DataError(f"no {os.path.basename(d)}/ folder in {root}; {LAYOUT}; pass --data-dir DIR")
+    classes = sorted(e.name for e in os.scandir(train_dir) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise DataError(f"{train_dir} has no class folder; {LAYOUT}")
+    class_to_idx = {c: i for i, c in enumerate(classes)}
+    train = _class_samples(train_dir, class_to_idx)
+    annotations = os.path.join(val_dir, "val_annotations.txt")
+    if val_labels or os.path.isfile(annotations):  # flat: files in val/ (or Tiny-ImageNet's val/images/)
+        labels = read_labels(val_labels or annotations, class_to_idx)
+        flat = val_dir if val_labels else os.path.join(val_dir, "images")
+        files = _images(flat) if os.path.isdir(flat) else []
+        unlabeled = [f for f in files if f not in labels and os.path.splitext(f)[0] not in labels]
+        if not files or unlabeled:
+            raise DataError(f"{flat}: " + (f"{unlabeled[0]} has no line in {val_labels or annotations}"
+                                           if files else "no image files") + f"; {LAYOUT}")
+        val = [(os.path.join(flat, f), labels.get(f, labels.get(os.path.splitext(f)[0]))) for f in files]
+    else:
+        found = sorted(e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith("."))
+        unknown = [c for c in found if c not in class_to_idx]
+        if unknown or not found:
+            raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not in train/" if unknown else
+                            "no class folder (a flat folder of images needs --val-labels FILE)") + f"; {LAYOUT}")
+        val = _class_samples(val_dir, {c: class_to_idx[c] for c in found})
+    return classes, train, val
+
+
+class ImageFiles(Dataset):
+    """Image files decoded by PIL as RGB (grayscale, CMYK and RGBA included) + a v2 transform.
+    samples: [(path, class index)]. An undecodable file (truncated, not an image) yields a zero
+    image and the label -1 - i (i its index here), which `drop_undecodable` removes from the batch,
+    so one bad file costs one image, not the run."""
+
+    def __init__(self, samples, classes, transform, img_size):
+        self.samples, self.classes, self.transform, self.img_size = samples, classes, transform, img_size
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, label = self.samples[i]
+        img = self.open_rgb(path)
+        if img is None:
+            return torch.zeros(3, self.img_size, self.img_size), -1 - i
+        return self.transform(img), label
+
+    @staticmethod
+    def open_rgb(file):
+        """PIL image in RGB of a path or file object, decoded in full (a truncated file fails here);
+        None when it cannot be decoded."""
+        try:
+            with Image.open(file) as img:
+                return img.convert("RGB")
+        except Exception:  # PIL raises OSError, SyntaxError, ValueError, ... for broken files
+            return None
+
+
+def drop_undecodable(x, y, dataset):
+    """Remove the images ImageFiles could not decode from a batch (labels < 0, on the CPU), with
+    one warning line per file. Returns (x, y, paths of the removed files). dataset: the
+    ImageFiles (or Subsets of it); any other dataset never has such labels."""
+    bad = y < 0
+    if not bad.any():
+        return x, y, []
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    paths = [dataset.samples[-1 - int(v)][0] for v in y[bad]]
+    for p in paths:
+        if p not in WARNED:
+            WARNED.add(p)
+            print(f"warning: skipped undecodable image {p}", file=sys.stderr, flush=True)
+    return x[~bad], y[~bad], paths
+
+
+WARNED = set()  # files drop_undecodable has warned about (one line per file and process)
+
+
+class FileBytes(Dataset):
+    """The raw bytes of ImageFiles' files, for DeviceDecodeLoader: item (i, seed) -> (bytes uint8
+    (n,), label, seed, i); workers only read files. Unreadable: empty bytes (then undecodable)."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, item):
+        i, seed = item
+        path, label = self.files.samples[i]
+        try:
+            raw = read_file(path)
+        except (OSError, RuntimeError):
+            raw = torch.empty(0, dtype=torch.uint8)
+        return raw, label, seed, i
+
+
+class DeviceDecodeLoader:
+    """Image-folder training with JPEG decoding on `device` (nvJPEG on CUDA): loader workers only
+    read file bytes; decode_jpeg decodes the batch's JPEGs in one call there, other formats (PNG,
+    ...) are decoded on the CPU, and the training transform (RandomResizedCrop + flip, 3-Augment or
+    RandAugment when asked; torchvision v2 ops run on device tensors) is applied per image on the
+    device under the image's seed, so the crops equal the CPU path's (data.Seeded). Files that
+    torchvision cannot decode (CMYK JPEGs on some builds, a corrupt file in the batch) go through
+    PIL like ImageFiles. A 2-core host
+    cannot decode ImageNet fast enough for one GPU; this moves the work to it.
+
+    Same order, shards and resume as `build_loader` (a ResumableSampler). Yields (images float
+    (B, 3, S, S) normalized on `device`, labels int64 (B,) on the CPU); an undecodable file gives
+    a zero image and label -1 - i, as ImageFiles does (`drop_undecodable`)."""
+
+    def __init__(self, files, batch_size, rank=0, world_size=1, seed=0, workers=2, device="cuda"):
+        self.files, self.device = files, torch.device(device)
+        self.sampler = ResumableSampler(files, world_size, rank, seed)
+        self.loader = DataLoader(FileBytes(files), batch_size, sampler=self.sampler, num_workers=workers,
+                                 drop_last=True, persistent_workers=workers > 0, collate_fn=list,
+                                 generator=torch.Generator())
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for items in self.loader:
+            yield self.decode(items)
+
+    def decode(self, items):
+        """[(bytes, label, seed, i)] -> (images (B, 3, S, S) on the device, labels (B,))."""
+        raw = [r for r, *_ in items]
+        images = [None] * len(raw)
+        jpeg = [k for k, r in enumerate(raw) if len(r) > 2 and r[0] == 0xFF and r[1] == 0xD8]
+        try:  # one batched call; a file it cannot decode fails it, then the CPU decodes each file
+            for k, img in zip(jpeg, decode_jpeg([raw[k] for k in jpeg], mode=ImageReadMode.RGB, device=self.device)):
+                images[k] = img
+        except RuntimeError:
+            pass
+        out, labels, size = [], [], self.files.img_size
+        for k, (r, label, seed, i) in enumerate(items):
+            img = images[k]
+            if img is None:  # not a JPEG, or not decodable above: PIL on the CPU
+                pil = ImageFiles.open_rgb(io.BytesIO(r.numpy().tobytes()))
+                if pil is None:
+                    out.append(torch.zeros(3, size, size, device=self.device))
+                    labels.append(-1 - i)
+                    continue
+                img = v2.functional.pil_to_tensor(pil).to(self.device)
+            with torch.random.fork_rng(devices=[]):  # the crop parameters come from the CPU RNG
+                torch.manual_seed(seed)
+                out.append(self.files.transform(img))
+            labels.append(label)
+        return torch.stack(out), torch.tensor(labels)
+
+
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
-                   synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False):
+                   synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
+                   val_labels=None):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
+    imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder).
     Raises DataError for a missing/corrupt dataset and ValueError for an unknown name.
     """
     root = data_dir or default_root()
@@ -169,22 +385,12 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         val = TensorImages(*load_cifar100(root, False, download), t_val)
         return train, val, 100, img_size
     if name == "imagenet":
-        from torchvision.datasets import ImageFolder
         img_size = img_size or 224
-        for split in ("train", "val"):
-            if not os.path.isdir(os.path.join(root, split)):
-                raise DataError(f"ImageNet not found: no '{split}/' folder in {root}; pass --data-dir "
-                                "DIR with train/<class>/*.JPEG and val/<class>/*.JPEG")
         t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment, three_aug)
         t_val = build_transform(False, img_size, IMAGENET_MEAN, IMAGENET_STD, name)
-        try:
-            train = ImageFolder(os.path.join(root, "train"), t_train)
-            val = ImageFolder(os.path.join(root, "val"), t_val)
-        except (FileNotFoundError, OSError) as e:
-            raise DataError(f"ImageNet folder {root} is unusable: {e}")
-        if train.classes != val.classes:
-            raise DataError(f"ImageNet train/ and val/ in {root} have different class folders")
-        return train, val, len(train.classes), img_size
+        classes, train_samples, val_samples = image_folder(root, val_labels)
+        return (ImageFiles(train_samples, classes, t_train, img_size),
+                ImageFiles(val_samples, classes, t_val, img_size), len(classes), img_size)
     if name == "synthetic":
         img_size = img_size or 32
         # No augmentation: random images gain nothing from it, and without it a run is a pure

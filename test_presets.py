@@ -160,7 +160,7 @@ def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_i
         device = torch.device(dev)
         plain = train.parse_args(p, ["--workers", "0"])
         assert train.batched_loader(plain, device)
-        for flag in (["--randaug", "9"], ["--three-augment"], ["--cpu-loader"]):
+        for flag in (["--randaug", "9"], ["--three-augment"], ["--cpu-loader"], ["--img-size", "64"]):
             assert not train.batched_loader(train.parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
         assert not train.batched_loader(train.parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
     assert not train.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cpu"))

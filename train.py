@@ -183,7 +183,12 @@ def get_parser():
     a("--workers", type=int, default=2, help="data loader processes per rank")
     a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
       "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
-      "0, unless --randaug or --three-augment is set)")
+      "0, unless --randaug or --three-augment is set); image folders on CUDA: decode and augment "
+      "in the CPU workers instead of decoding JPEGs and augmenting on the GPU")
+    a("--val-labels", metavar="FILE", help="image folders: labels of a flat val/ folder, lines "
+      "'<file name> <class>' (whitespace or comma separated; class = a train/ folder name)")
+    a("--max-bad-images", type=int, default=100, help="image folders: undecodable files are skipped "
+      "with a warning; stop (exit 2) once more than this many were skipped in the run (default 100)")
     a("--val-subset", type=positive(int), help="evaluate on the first N validation images only")
     # optimization
     a("--epochs", type=positive(int), default=100)
@@ -215,6 +220,13 @@ def get_parser():
     a("--seed", type=int, default=0)
     a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
     a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams)")
+    a("--finetune", metavar="PATH", help="start from these model weights only (optimizer, schedule "
+      "and epochs start fresh): an rvits checkpoint, whose architecture flags are used unless given, "
+      "or a state-dict file (timm, DeiT); a head with another number of classes is re-initialized "
+      "and pos_embed resized to the patch grid (README \"Fine-tuning\"); ignored with --resume")
+    a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
+      "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
+      "instead of all its activations, at the cost of about one more forward")
     a("--save-every", type=positive(int), help="also checkpoint every N optimizer steps mid-epoch")
     a("--max-nonfinite", type=positive(int), default=20,
       help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
@@ -225,6 +237,7 @@ def get_parser():
       "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(default 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
+      "another --img-size interpolates the position embedding (dynamic_img_size); "
       "writes only depth_eval.json (+ PNG) in --out-dir")
     return p
 
@@ -271,8 +284,8 @@ def batched_loader(args, device):
     """True: train on data.DeviceCIFARLoader (the whole uint8 CIFAR on `device`, batched crop + flip
     there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
     training process). Never when the run asks for an augmentation only the per-image DataLoader
-    has (--randaug, --three-augment), or for --cpu-loader."""
-    per_image_aug = args.randaug or args.three_augment
+    has (--randaug, --three-augment, an --img-size other than 32), or for --cpu-loader."""
+    per_image_aug = args.randaug or args.three_augment or args.img_size not in (None, 32)  # resize
     return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
             and (device.type == "cuda" or args.workers == 0))
 
@@ -365,21 +378,27 @@ def save_atomic(obj, path):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, args):
-    """torch.load(weights_only=True) with one clear error per way a checkpoint can be wrong."""
+def read_weights(path, flag):
+    """torch.load(weights_only=True): tensors and plain values only, never code. One clear Fail per
+    way the file can be wrong, naming `flag` (--resume, --finetune)."""
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise Fail(f"--resume {path}: no such file")
+        raise Fail(f"{flag} {path}: no such file")
     except pickle.UnpicklingError as e:
         if "Unsupported global" in str(e):  # a class or function reference: code could run
             glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
-            raise Fail(f"--resume {path}: refused, it holds a pickled Python object ({glob}) and rvits "
+            raise Fail(f"{flag} {path}: refused, it holds a pickled Python object ({glob}) and rvits "
                        "loads only tensors and plain values (weights_only=True); do not load files you do not trust")
-        raise Fail(f"--resume {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
+        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
     except Exception as e:
-        raise Fail(f"--resume {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
+        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
                    f"{str(e).splitlines()[0] if str(e) else ''})")
+
+
+def load_checkpoint(path, args):
+    """An rvits training checkpoint for --resume, checked for every key an exact resume needs."""
+    ck = read_weights(path, "--resume")
     keys = {"model", "optimizer", "scheduler", "scaler", "epoch", "batch", "step", "rng", "args"}
     if not isinstance(ck, dict) or not keys <= set(ck):
         raise Fail(f"--resume {path}: not an rvits training checkpoint (missing {sorted(keys - set(ck or {}))})")
@@ -388,12 +407,57 @@ def load_checkpoint(path, args):
     return ck
 
 
+def _shape(t):
+    return "x".join(map(str, t.shape))
+
+
+def finetune_weights(path, model):
+    """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
+    (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
+    `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
+    classes differs, and `pos_embed` (1, prefix + n*n, D) is resized bicubically to this model's
+    patch grid (prefix rows as they are; bvit.resample_pos_embed). Anything else that does not fit
+    raises Fail naming the first mismatching key and both shapes. Returns a one-line report."""
+    from bvit import resample_pos_embed
+    ck = read_weights(path, "--finetune")
+    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
+    if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
+        raise Fail(f"--finetune {path}: not a state dict of tensors nor a checkpoint holding one "
+                   "(under 'model' or 'state_dict')")
+    sd = {k.removeprefix("module."): v for k, v in sd.items()}  # saved from a DDP-wrapped model
+    own, done = model.state_dict(), []
+    classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
+    if classes != own["head.weight"].shape[0]:
+        done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
+        sd.update({k: own[k] for k in ("head.weight", "head.bias")})
+    if "pos_embed" in sd and "pos_embed" in own and sd["pos_embed"].shape != own["pos_embed"].shape:
+        src, dst = sd["pos_embed"], own["pos_embed"]
+        prefix = int(getattr(model, "cls_token", None) is not None)
+        n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
+        if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
+            raise Fail(f"--finetune {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
+                       f"model: not the same width and token layout{' (class token?)' if prefix else ''}")
+        sd["pos_embed"] = resample_pos_embed(src.float(), (grid, grid), prefix).to(src.dtype)
+        done.append(f"pos_embed resized {n}x{n} -> {grid}x{grid} patches (bicubic)")
+    for k in list(own) + [k for k in sd if k not in own]:
+        if k not in sd or k not in own or sd[k].shape != own[k].shape:
+            got = "absent" if k not in sd else _shape(sd[k])
+            want = "absent" if k not in own else _shape(own[k])
+            raise Fail(f"--finetune {path}: {k} is {got} in the file and {want} in this model; "
+                       "give the model flags of the run that saved it (--model, --embed-dim, --depth, ...)")
+    model.load_state_dict(sd, strict=True)
+    return f"finetune {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
+
+
 @torch.no_grad()
 def evaluate(model, loader, device, amp_ctx, depth=None):
     """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks."""
     model.eval()
     sums = torch.zeros(4, device=device, dtype=torch.float64)  # loss, top1, top5, count
     for x, y in loader:
+        x, y, _ = data.drop_undecodable(x, y, loader.dataset)  # image folders only; warns once per file
+        if not len(y):
+            continue
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with amp_ctx:
             logits, _ = model(x, depth=depth)
@@ -426,23 +490,29 @@ class Fail(Exception):
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
                   "download", "eval_batch_size", "compile"}
+# Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
+ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
+              "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
+              "field", "extend"}
 
 
-def eval_only_args(p, args, argv):
-    """--eval-only: rebuild the checkpoint's model from its saved flags; flags given on the command
-    line win (e.g. --extend refine, or another --solver), run flags are always the command line's."""
-    if not args.resume:
-        p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
+def checkpoint_args(p, args, argv, path, keep):
+    """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
+    `keep(flag)` is true; flags given on the command line always win. --eval-only takes all but the
+    run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
+    architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
+    another --img-size is built at it with dynamic_img_size=True)."""
     unset = object()
     given = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
     try:
-        saved = dict(torch.load(args.resume, map_location="cpu", weights_only=True)["args"])
+        saved = dict(torch.load(path, map_location="cpu", weights_only=True)["args"])
     except Exception:
-        return args  # load_checkpoint reports what is wrong with the file
+        return args  # not an rvits checkpoint: read_weights reports what is wrong, if anything
     for k, v in saved.items():
-        if hasattr(args, k) and getattr(given, k) is unset and k not in EVAL_RUN_FLAGS:
+        if hasattr(args, k) and getattr(given, k) is unset and keep(k):
             setattr(args, k, v)
+    args.model_img_size = saved.get("img_size")
     return args
 
 
@@ -480,7 +550,11 @@ def main(argv=None):
     p = get_parser()
     args = parse_args(p, argv)
     if args.eval_only:
-        args = eval_only_args(p, args, argv)
+        if not args.resume:
+            p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
+        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS)
+    elif args.finetune and not args.resume:
+        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS)
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
@@ -512,7 +586,7 @@ def main(argv=None):
     try:
         train_set, val_set, num_classes, img_size = data.build_datasets(
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
-            three_aug=args.three_augment)
+            three_aug=args.three_augment, val_labels=args.val_labels)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = resolve(args, p, img_size)
@@ -528,6 +602,9 @@ def main(argv=None):
     if batched_loader(args, device):
         train_loader = data.DeviceCIFARLoader(train_set, args.batch_size // world, True, rank, world,
                                               args.seed, device)
+    elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:  # JPEGs decoded there
+        train_loader = data.DeviceDecodeLoader(train_set, args.batch_size // world, rank, world, args.seed,
+                                               args.workers, device)
     else:
         train_loader = data.build_loader(train_set, args.batch_size // world, True, rank, world,
                                          args.seed, args.workers)
@@ -545,10 +622,20 @@ def main(argv=None):
         common["init"] = args.init
     if args.bce:  # likewise: loss="bce" only when asked for
         common["loss"] = "bce"
+    model_img = getattr(args, "model_img_size", None) if args.eval_only else None
+    if model_img and model_img != img_size:  # --eval-only at another --img-size: timm's dynamic size
+        common.update(img_size=model_img, dynamic_img_size=True)
     try:
-        model = MODELS[args.model](args, common).to(device)
+        model = MODELS[args.model](args, common)
     except ValueError as e:
         raise Fail(str(e))
+    if args.finetune and not args.resume:  # before .to(device): the weights are read on the CPU
+        report = finetune_weights(args.finetune, model)
+        if master:
+            print(report)
+    model = model.to(device)
+    if args.grad_checkpoint:
+        model.set_grad_checkpointing(True)
     raw_model = model
     if args.opt == "lamb":  # eps 1e-8: DeiT's --opt-eps default (our reading of its code)
         optimizer = Lamb(param_groups(model, args.weight_decay), lr=args.lr, eps=1e-8)
@@ -642,7 +729,7 @@ def main(argv=None):
                 json.dump(vars(args), f, indent=1)
 
     # --- the loop ---
-    eps, bad_steps = args.label_smoothing, 0
+    eps, bad_steps, bad_total = args.label_smoothing, 0, 0
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # batches of this epoch already done
@@ -650,6 +737,7 @@ def main(argv=None):
         train_loader.sampler.set_start(first * (args.batch_size // world))
         # running sums of this epoch (restored when resuming mid-epoch)
         t_spent, n_img, n_steps = progress.get("time", 0.0), progress.get("imgs", 0), progress.get("steps", 0)
+        skipped = progress.get("skipped", 0)  # undecodable images (image folders)
         loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
         progress, t0 = {}, time.time()
         left = min(steps_per_epoch - first, total_steps - step)
@@ -657,6 +745,13 @@ def main(argv=None):
         for i, (x, y) in enumerate(train_loader):
             if i == left:
                 break
+            if args.data == "imagenet":  # an undecodable file comes as a label < 0 (data.ImageFiles)
+                x, y, bad = data.drop_undecodable(x, y, train_set)
+                skipped, bad_total = skipped + len(bad), bad_total + len(bad)
+                if bad_total > args.max_bad_images:
+                    raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
+                               f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then "
+                               f"--resume {ckpt_path}")
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             if mix is not None:
                 x, y = mix(x, y)  # y becomes (B, classes) probabilities
@@ -690,16 +785,20 @@ def main(argv=None):
                 bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
                     and step < total_steps and bad_steps == 0:
-                save(epoch, first + i + 1, {"time": t_spent + time.time() - t0, "imgs": n_img,
-                                            "steps": n_steps, "loss_sum": loss_sum.item()})
+                save(epoch, first + i + 1, {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": n_steps,
+                                            "loss_sum": loss_sum.item(), "skipped": skipped})
         bar.close()
         epoch_time = t_spent + time.time() - t0
+        skipped = torch.tensor(float(skipped), device=device, dtype=torch.float64)
         if ddp:
             dist.all_reduce(loss_sum)
+            dist.all_reduce(skipped)
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
                "train_loss": loss_sum.item() / max(1, n_steps * world),
                **evaluate(raw_model, val_loader, device, amp_ctx),
                "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)}
+        if args.data == "imagenet":
+            rec["skipped_images"] = int(skipped.item())
         if ema is not None:
             rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
         if master:

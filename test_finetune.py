@@ -1,0 +1,161 @@
+"""Transfer (issue 12): --finetune from timm / rvits weights with the head and position embedding
+adapted, --eval-only at another --img-size, and --grad-checkpoint through train.py.
+
+CPU only; tiny models. The ImageFolder runs use ../shared/data/imagenet-sample (20 classes of 64 px
+Tiny-ImageNet images) and skip without it.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import bvit
+import train
+from test_train import TINY, fake_cifar
+
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
+FOLDER = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "64", "--device", "cpu", "--workers", "0",
+          "--batch-size", "8", "--val-subset", "16", "--eval-batch-size", "16", "--max-steps", "1"]
+VIT = dict(embed_dim=32, depth=2, num_heads=2)
+
+
+def timm_file(tmp_path, **kw):
+    """A timm VisionTransformer (1000 classes, 32 px, patch 8: a 4x4 grid) saved as a state dict."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(1)
+    ref = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, **{**VIT, **kw})
+    path = str(tmp_path / "timm_vit.pth")
+    torch.save(ref.state_dict(), path)
+    return path, ref.state_dict()
+
+
+def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp_path):
+    path, ref = timm_file(tmp_path)
+    torch.manual_seed(0)
+    m = bvit.BViT(img_size=64, patch_size=8, num_classes=20, num_blocks=2, **VIT)
+    head = m.head.weight.clone()
+    report = train.finetune_weights(path, m)
+    assert "head re-initialized (1000 -> 20 classes)" in report and "4x4 -> 8x8" in report, report
+    own = m.state_dict()
+    assert torch.equal(own["head.weight"], head)
+    assert torch.equal(own["pos_embed"], bvit.resample_pos_embed(ref["pos_embed"], (8, 8), 1))
+    assert torch.equal(own["pos_embed"][:, 0], ref["pos_embed"][:, 0])  # class-token row as it was
+    loaded = [k for k in ref if not k.startswith(("head.", "pos_embed"))]
+    assert len(loaded) > 20 and all(torch.equal(own[k], ref[k]) for k in loaded)
+
+
+def test_same_grid_and_classes_is_an_exact_copy(tmp_path):
+    path, ref = timm_file(tmp_path)
+    m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
+    assert train.finetune_weights(path, m).endswith("nothing adapted")
+    assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
+
+
+@needs_sample
+def test_timm_state_dict_fine_tunes_into_vit_on_the_20_class_folder(tmp_path, capsys):
+    path, ref = timm_file(tmp_path)
+    out = tmp_path / "ft"
+    rc = train.cli(FOLDER + ["--model", "vit", "--patch-size", "8", "--embed-dim", "32", "--depth", "2",
+                             "--num-heads", "2", "--finetune", path, "--out-dir", str(out)])
+    said = capsys.readouterr()
+    assert rc == 0, said.err
+    assert "head re-initialized (1000 -> 20 classes)" in said.out and "4x4 -> 8x8" in said.out
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["model"]["head.weight"].shape == (20, 32) and ck["step"] == 1  # fresh optimizer, schedule
+    assert ck["model"]["pos_embed"].shape == (1, 65, 32)
+
+
+@needs_sample
+def test_rvits_cifar_checkpoint_fine_tunes_at_64px_with_a_16x16_grid(tmp_path, capsys):
+    cifar = fake_cifar(tmp_path / "data")
+    src = tmp_path / "c100"
+    assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--gap",
+                             "--out-dir", str(src)]) == 0
+    out = tmp_path / "ft"
+    # no model flags: the architecture (patch 4, D=32, depth 2, GAP) comes from the checkpoint
+    rc = train.cli(FOLDER + ["--finetune", str(src / "ckpt.pt"), "--out-dir", str(out)])
+    said = capsys.readouterr()
+    assert rc == 0, said.err
+    assert "8x8 -> 16x16" in said.out and "100 -> 20 classes" in said.out
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["model"]["pos_embed"].shape == (1, 256, 32) and ck["args"]["gap"] and ck["args"]["patch_size"] == 4
+
+
+@pytest.fixture
+def cifar_ckpt(tmp_path):
+    cifar = fake_cifar(tmp_path / "data")
+    out = tmp_path / "vit"
+    assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--model", "vit", "--max-steps", "1",
+                             "--out-dir", str(out)]) == 0
+    return cifar, str(out / "ckpt.pt")
+
+
+def test_bad_finetune_files_and_mismatches_are_one_line_exit_2(tmp_path, cifar_ckpt, capsys):
+    cifar, ckpt = cifar_ckpt
+    d = TINY + ["--data", "cifar100", "--data-dir", cifar, "--out-dir", str(tmp_path / "o")]
+    not_weights, evil = str(tmp_path / "list.pt"), str(tmp_path / "evil.pt")
+    torch.save([1, 2, 3], not_weights)
+    ck = torch.load(ckpt, weights_only=True)
+    torch.save({"model": ck["model"], "payload": np.random.RandomState(0)}, evil)  # an object: code could run
+    cases = {
+        "no such file": (["--finetune", str(tmp_path / "nowhere.pt")], "no such file"),
+        "not a state dict": (["--finetune", not_weights], "not a state dict"),
+        "pickled object": (["--finetune", evil], "refused"),
+        "other width": (["--model", "vit", "--embed-dim", "64", "--finetune", ckpt], "in the file"),
+        "untied model of other depth": (["--model", "vit", "--depth", "3", "--finetune", ckpt],
+                                        "blocks.2.norm1.weight is absent in the file"),
+    }
+    capsys.readouterr()
+    failures = []
+    for name, (flags, says) in cases.items():
+        rc = train.cli(d + flags)
+        lines = capsys.readouterr().err.strip().splitlines()
+        if rc != 2 or len(lines) != 1 or says not in lines[0]:
+            failures.append(f"{name}: rc={rc} stderr={lines[-3:]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_recurrent_models_fine_tune_from_their_own_checkpoints(tmp_path, capsys):
+    cifar = fake_cifar(tmp_path / "data")
+    for model in ("bvit", "revit", "srvit", "odevit"):
+        src, out = tmp_path / model, tmp_path / f"{model}_ft"
+        assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--model", model, "--max-steps",
+                                 "1", "--out-dir", str(src)]) == 0
+        assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--finetune", str(src / "ckpt.pt"),
+                                 "--max-steps", "1", "--out-dir", str(out)]) == 0, model
+        said = capsys.readouterr().out
+        assert "nothing adapted" in said and json.load(open(out / "args.json"))["model"] == model
+
+
+def test_eval_only_at_another_img_size_interpolates_the_position_embedding(tmp_path, capsys):
+    data = ["--data", "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "16"]
+    src = tmp_path / "s"
+    assert train.cli(TINY + data + ["--img-size", "16", "--max-steps", "1", "--out-dir", str(src)]) == 0
+    rc = train.cli(data + ["--eval-only", "--resume", str(src / "ckpt.pt"), "--img-size", "32",
+                           "--eval-depths", "2", "--out-dir", str(tmp_path / "e")])
+    assert rc == 0, capsys.readouterr().err
+    assert json.load(open(tmp_path / "e" / "depth_eval.json"))["results"][0]["depth"] == 2
+
+
+def test_grad_checkpoint_gives_the_same_weights_through_train_py(tmp_path):
+    cifar = fake_cifar(tmp_path / "data")
+    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "3", "--drop-path", "0.1"]
+    for model in ("vit", "revit"):
+        a, b = tmp_path / f"{model}_plain", tmp_path / f"{model}_ckpt"
+        assert train.cli(job + ["--model", model, "--out-dir", str(a)]) == 0
+        assert train.cli(job + ["--model", model, "--grad-checkpoint", "--out-dir", str(b)]) == 0
+        wa = torch.load(a / "ckpt.pt", weights_only=True)["model"]
+        wb = torch.load(b / "ckpt.pt", weights_only=True)["model"]
+        assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa), model
+
+
+def test_cifar_at_another_img_size_is_resized_for_fine_tuning(tmp_path):
+    import data
+    train_set, val_set, classes, size = data.build_datasets("cifar100", fake_cifar(tmp_path / "d"), img_size=64)
+    assert size == 64 and train_set[0][0].shape == val_set[0][0].shape == (3, 64, 64)
+    small = data.build_datasets("cifar100", str(tmp_path / "d"))[1][0][0]
+    down = torch.nn.functional.avg_pool2d(val_set[0][0][None], 2)[0]  # the same image, bicubically 2x
+    assert torch.corrcoef(torch.stack([down.flatten(), small.flatten()]))[0, 1] > 0.95

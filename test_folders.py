@@ -1,0 +1,184 @@
+"""Image folders as people have them (issue 13): undecodable files, hidden folders, ImageNet's flat
+val/ with a labels file, Tiny-ImageNet's val layout, a val/ holding a subset of the classes.
+
+Every folder is rebuilt from ../shared/data/imagenet-sample (real 64 px JPEGs); the tests skip
+without it. CPU only.
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import data
+import train
+from test_train import TINY
+
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+pytestmark = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
+CLASSES = sorted(os.listdir(os.path.join(SAMPLE, "train")))[:3]
+RUN = TINY + ["--data", "imagenet", "--img-size", "32", "--patch-size", "8", "--batch-size", "4",
+              "--max-steps", "2"]
+
+
+def folder(root, classes=CLASSES, n_train=4, n_val=2):
+    """train/<class>/ and val/<class>/ with the first images of each class of the sample."""
+    for split, n in (("train", n_train), ("val", n_val)):
+        for c in classes:
+            os.makedirs(root / split / c)
+            for f in sorted(os.listdir(os.path.join(SAMPLE, split, c)))[:n]:
+                shutil.copy(os.path.join(SAMPLE, split, c, f), root / split / c / f)
+    return root
+
+
+def val_truth(root):
+    """{file name: class name} of val/<class>/<file>, the ground truth of the flat layouts."""
+    return {f: c for c in os.listdir(root / "val") for f in os.listdir(root / "val" / c)}
+
+
+def flatten_val(root, sub=""):
+    """Move every val/<class>/<file> to val/<sub>/<file>; returns the ground truth."""
+    truth = val_truth(root)
+    os.makedirs(root / "val" / sub, exist_ok=True)
+    for f, c in truth.items():
+        shutil.move(root / "val" / c / f, root / "val" / sub / f)
+    for c in set(truth.values()):
+        os.rmdir(root / "val" / c)
+    return truth
+
+
+def labels_of(samples, classes):
+    return {os.path.basename(p): classes[y] for p, y in samples}
+
+
+def test_hidden_folders_and_files_are_ignored(tmp_path):
+    root = folder(tmp_path)
+    for where in ("train", "val", f"train/{CLASSES[0]}"):
+        os.makedirs(root / where / ".ipynb_checkpoints")
+        shutil.copy(next((root / "train" / CLASSES[0]).iterdir()), root / where / ".ipynb_checkpoints" / "x.JPEG")
+    (root / "train" / CLASSES[1] / "._a.JPEG").write_bytes(b"macOS resource fork, not an image")
+    classes, tr, va = data.image_folder(str(root))
+    assert classes == CLASSES and len(tr) == 12 and len(va) == 6
+    assert not any("/." in p for p, _ in tr + va)
+
+
+def test_val_subset_of_classes_is_mapped_by_name(tmp_path):
+    root = folder(tmp_path)
+    shutil.rmtree(root / "val" / CLASSES[0])  # val holds classes 1 and 2 only
+    classes, _, va = data.image_folder(str(root))
+    assert labels_of(va, classes) == val_truth(root) and {y for _, y in va} == {1, 2}
+
+
+def test_flat_val_with_a_labels_file(tmp_path):
+    root = folder(tmp_path)
+    truth = flatten_val(root)
+    lines = ["ImageId,PredictionString"] + [f"{os.path.splitext(f)[0]},{c} 1 2 3 4" for f, c in truth.items()]
+    (tmp_path / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")  # ImageNet's own format
+    classes, _, va = data.image_folder(str(root), str(tmp_path / "LOC_val_solution.csv"))
+    assert labels_of(va, classes) == truth
+    (tmp_path / "labels.txt").write_text("".join(f"{f} {c}\n" for f, c in truth.items()))
+    assert labels_of(data.image_folder(str(root), str(tmp_path / "labels.txt"))[2], classes) == truth
+
+
+def test_tiny_imagenet_val_layout_is_recognized(tmp_path):
+    root = folder(tmp_path)
+    truth = flatten_val(root, "images")
+    (root / "val" / "val_annotations.txt").write_text(
+        "".join(f"{f}\t{c}\t0\t0\t63\t63\n" for f, c in truth.items()))
+    classes, _, va = data.image_folder(str(root))
+    assert labels_of(va, classes) == truth
+
+
+@pytest.mark.parametrize("case, says", [
+    ("val class not in train", "class folder nzzz is not in train/"),
+    ("empty class folder", "Found no valid file"),
+    ("flat val without labels", "--val-labels"),
+    ("labels file naming an unknown class", "line 1"),
+    ("unlabelled val file", "has no line in"),
+])
+def test_layout_problems_are_one_line_exit_2(tmp_path, capsys, case, says):
+    root = folder(tmp_path / "d")
+    flags = []
+    if case == "val class not in train":
+        os.makedirs(root / "val" / "nzzz")
+        shutil.copy(next((root / "val" / CLASSES[0]).iterdir()), root / "val" / "nzzz" / "a.JPEG")
+    elif case == "empty class folder":
+        os.makedirs(root / "train" / "nempty")
+    elif case == "flat val without labels":
+        flatten_val(root)
+    else:
+        truth = flatten_val(root)
+        rows = [f"{f} {c}" for f, c in truth.items()]
+        rows = ["a.JPEG n99999999"] + rows if "unknown" in case else rows[1:]
+        (tmp_path / "labels.txt").write_text("\n".join(rows) + "\n")
+        flags = ["--val-labels", str(tmp_path / "labels.txt")]
+    rc = train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(tmp_path / "o")] + flags)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0] and "expected" in err[0], err
+
+
+def test_grayscale_cmyk_and_rgba_files_decode_as_rgb(tmp_path):
+    rng = np.random.RandomState(0)
+    samples = []
+    for mode, ext in (("L", "jpg"), ("CMYK", "jpg"), ("RGBA", "png"), ("P", "png")):
+        img = Image.fromarray(rng.randint(0, 256, (40, 48, 3), dtype=np.uint8)).convert(mode)
+        img.save(tmp_path / f"{mode}.{ext}")
+        samples.append((str(tmp_path / f"{mode}.{ext}"), 0))
+    t = data.build_transform(False, 32, data.IMAGENET_MEAN, data.IMAGENET_STD, "imagenet")
+    ds = data.ImageFiles(samples, ["a"], t, 32)
+    assert all(ds[i][0].shape == (3, 32, 32) and ds[i][1] == 0 for i in range(len(ds)))
+
+
+def truncate_one(root):
+    victim = sorted((root / "train" / CLASSES[1]).iterdir())[0]
+    victim.write_bytes(victim.read_bytes()[:400])  # "Truncated File Read" in PIL
+    return victim
+
+
+def test_a_truncated_jpeg_is_skipped_named_and_counted_with_worker_processes(tmp_path, capsys):
+    root = folder(tmp_path / "d")
+    victim = truncate_one(root)
+    out = tmp_path / "o"
+    rc = train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(out), "--workers", "1", "--max-steps", "3"])
+    err = capsys.readouterr().err
+    assert rc == 0 and f"skipped undecodable image {victim}" in err and "Traceback" not in err, err
+    rec = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    assert rec["skipped_images"] == 1 and rec["step"] == 3  # 12 images, batch 4: the whole epoch
+
+
+def test_past_max_bad_images_the_run_stops_naming_the_file_and_keeps_the_checkpoint(tmp_path, capsys):
+    root = folder(tmp_path / "d")
+    out = tmp_path / "o"
+    assert train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(out), "--max-steps", "3", "--epochs", "2"]) == 0
+    before = (out / "ckpt.pt").read_bytes()
+    victim = truncate_one(root)
+    capsys.readouterr()
+    rc = train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(out), "--max-steps", "6", "--epochs", "2",
+                          "--max-bad-images", "0", "--resume", str(out / "ckpt.pt")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]  # not the progress bar
+    assert rc == 2 and len(err) == 1 and str(victim) in err[0] and "--max-bad-images" in err[0], err
+    assert (out / "ckpt.pt").read_bytes() == before
+
+
+def test_device_decode_path_matches_pil_after_the_same_crop(tmp_path):
+    # The GPU loader's code run with device="cpu": torchvision's JPEG decoder + tensor transforms
+    # vs PIL + the same transforms, same per-image seeds, hence the same RandomResizedCrop and flip.
+    root = folder(tmp_path / "d", n_train=8)
+    png = sorted((root / "train" / CLASSES[0]).iterdir())[0]
+    Image.open(png).save(png.with_suffix(".png"))  # one non-JPEG file: the CPU fallback
+    png.unlink()
+    classes, tr, _ = data.image_folder(str(root))
+    t = data.build_transform(True, 48, data.IMAGENET_MEAN, data.IMAGENET_STD, "imagenet")
+    files = data.ImageFiles(tr, classes, t, 48)
+    cpu = data.build_loader(files, 8, True, seed=3, workers=0)
+    dev = data.DeviceDecodeLoader(files, 8, seed=3, workers=0, device="cpu")
+    std = torch.tensor(data.IMAGENET_STD).view(1, 3, 1, 1) * 255
+    n = 0
+    for (xa, ya), (xb, yb) in zip(cpu, dev):
+        assert torch.equal(ya, yb)
+        assert ((xa - xb) * std).abs().mean() <= 2.0  # pixel units (0.000 on this machine)
+        n += len(ya)
+    assert n == 24
