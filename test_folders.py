@@ -1,8 +1,8 @@
 """Image folders as people have them (issue 13): undecodable files, hidden folders, ImageNet's flat
 val/ with a labels file, Tiny-ImageNet's val layout, a val/ holding a subset of the classes.
 
-Every folder is rebuilt from ../shared/data/imagenet-sample (real 64 px JPEGs); the tests skip
-without it. CPU only.
+Every folder is rebuilt from ../shared/data/imagenet-sample (real 64 px JPEGs); those tests skip
+without it. The GPU-decode equivalence test makes its own JPEGs and also runs on CUDA when present.
 """
 import json
 import os
@@ -18,8 +18,8 @@ import train
 from test_train import TINY
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
-pytestmark = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
-CLASSES = sorted(os.listdir(os.path.join(SAMPLE, "train")))[:3]
+needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
+CLASSES = sorted(os.listdir(os.path.join(SAMPLE, "train")))[:3] if os.path.isdir(SAMPLE) else []
 RUN = TINY + ["--data", "imagenet", "--img-size", "32", "--patch-size", "8", "--batch-size", "4",
               "--max-steps", "2"]
 
@@ -54,6 +54,7 @@ def labels_of(samples, classes):
     return {os.path.basename(p): classes[y] for p, y in samples}
 
 
+@needs_sample
 def test_hidden_folders_and_files_are_ignored(tmp_path):
     root = folder(tmp_path)
     for where in ("train", "val", f"train/{CLASSES[0]}"):
@@ -65,6 +66,7 @@ def test_hidden_folders_and_files_are_ignored(tmp_path):
     assert not any("/." in p for p, _ in tr + va)
 
 
+@needs_sample
 def test_val_subset_of_classes_is_mapped_by_name(tmp_path):
     root = folder(tmp_path)
     shutil.rmtree(root / "val" / CLASSES[0])  # val holds classes 1 and 2 only
@@ -72,6 +74,7 @@ def test_val_subset_of_classes_is_mapped_by_name(tmp_path):
     assert labels_of(va, classes) == val_truth(root) and {y for _, y in va} == {1, 2}
 
 
+@needs_sample
 def test_flat_val_with_a_labels_file(tmp_path):
     root = folder(tmp_path)
     truth = flatten_val(root)
@@ -83,6 +86,7 @@ def test_flat_val_with_a_labels_file(tmp_path):
     assert labels_of(data.image_folder(str(root), str(tmp_path / "labels.txt"))[2], classes) == truth
 
 
+@needs_sample
 def test_tiny_imagenet_val_layout_is_recognized(tmp_path):
     root = folder(tmp_path)
     truth = flatten_val(root, "images")
@@ -92,6 +96,7 @@ def test_tiny_imagenet_val_layout_is_recognized(tmp_path):
     assert labels_of(va, classes) == truth
 
 
+@needs_sample
 @pytest.mark.parametrize("case, says", [
     ("val class not in train", "class folder nzzz is not in train/"),
     ("empty class folder", "Found no valid file"),
@@ -138,6 +143,7 @@ def truncate_one(root):
     return victim
 
 
+@needs_sample
 def test_a_truncated_jpeg_is_skipped_named_and_counted_with_worker_processes(tmp_path, capsys):
     root = folder(tmp_path / "d")
     victim = truncate_one(root)
@@ -149,6 +155,7 @@ def test_a_truncated_jpeg_is_skipped_named_and_counted_with_worker_processes(tmp
     assert rec["skipped_images"] == 1 and rec["step"] == 3  # 12 images, batch 4: the whole epoch
 
 
+@needs_sample
 def test_past_max_bad_images_the_run_stops_naming_the_file_and_keeps_the_checkpoint(tmp_path, capsys):
     root = folder(tmp_path / "d")
     out = tmp_path / "o"
@@ -163,22 +170,27 @@ def test_past_max_bad_images_the_run_stops_naming_the_file_and_keeps_the_checkpo
     assert (out / "ckpt.pt").read_bytes() == before
 
 
-def test_device_decode_path_matches_pil_after_the_same_crop(tmp_path):
-    # The GPU loader's code run with device="cpu": torchvision's JPEG decoder + tensor transforms
-    # vs PIL + the same transforms, same per-image seeds, hence the same RandomResizedCrop and flip.
-    root = folder(tmp_path / "d", n_train=8)
-    png = sorted((root / "train" / CLASSES[0]).iterdir())[0]
-    Image.open(png).save(png.with_suffix(".png"))  # one non-JPEG file: the CPU fallback
-    png.unlink()
-    classes, tr, _ = data.image_folder(str(root))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_device_decode_path_matches_pil_after_the_same_crop(tmp_path, device):
+    # DeviceDecodeLoader (torchvision's JPEG decoder, nvJPEG on CUDA, + the transforms on device
+    # tensors) vs ImageFiles (PIL + the same transforms), same per-image seeds, hence the same
+    # RandomResizedCrop and flip. Smooth random 60x80 JPEGs and one PNG (the CPU fallback).
+    rng = np.random.RandomState(0)
+    samples = []
+    for k in range(24):
+        img = Image.fromarray(rng.randint(0, 256, (3, 4, 3), dtype=np.uint8)).resize((80, 60), Image.BICUBIC)
+        path = str(tmp_path / f"{k}.{'png' if k == 5 else 'jpg'}")
+        img.save(path)
+        samples.append((path, k % 3))
     t = data.build_transform(True, 48, data.IMAGENET_MEAN, data.IMAGENET_STD, "imagenet")
-    files = data.ImageFiles(tr, classes, t, 48)
+    files = data.ImageFiles(samples, ["a", "b", "c"], t, 48)
     cpu = data.build_loader(files, 8, True, seed=3, workers=0)
-    dev = data.DeviceDecodeLoader(files, 8, seed=3, workers=0, device="cpu")
+    dev = data.DeviceDecodeLoader(files, 8, seed=3, workers=0, device=device)
     std = torch.tensor(data.IMAGENET_STD).view(1, 3, 1, 1) * 255
     n = 0
     for (xa, ya), (xb, yb) in zip(cpu, dev):
-        assert torch.equal(ya, yb)
-        assert ((xa - xb) * std).abs().mean() <= 2.0  # pixel units (0.000 on this machine)
+        assert torch.equal(ya, yb) and xb.device.type == device
+        assert ((xa - xb.cpu()) * std).abs().mean() <= 2.0  # pixel units (0.000 on CPU-2)
         n += len(ya)
     assert n == 24

@@ -64,7 +64,7 @@ else
   COMPILE=(--compile)
   CIFAR=()
   BENCH=(--device cuda)
-  TESTS=(test_speed.py test_revit.py test_models.py -k "cuda or compil or kernel or timm or bf16")
+  TESTS=(test_speed.py test_revit.py test_models.py test_folders.py -k "cuda or compil or kernel or timm or bf16")
 fi
 
 step env 20 python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', \
