@@ -1,0 +1,369 @@
+"""Look inside a trained rvits checkpoint: depthwise self-CKA and what the recurrent block does at each step.
+
+    python analyze.py --resume runs/bvit/ckpt.pt --out-dir runs/bvit/analysis [--num-images 512]
+        [--data-dir ../shared/data] [--device cpu|cuda] [--depth L] [--batch-size 128]
+
+The model is rebuilt from the run's saved flags through train.py's registry (train.MODELS) and
+evaluated on the first N images of the validation set it was trained on (no augmentation).
+Writes OUT/cka.json and OUT/steps.json, and OUT/cka.png and OUT/steps.png when matplotlib is
+installed. Any bad input is one line `analyze.py: error: ...` and exit status 2.
+
+1. Depthwise self-CKA (cka.json): linear CKA (Kornblith et al. 2019, "Similarity of Neural
+   Network Representations Revisited", eq. 5 with a linear kernel) between the mean-pooled patch
+   tokens (class token excluded) after the embedding and after every step, before the final norm,
+   as the layer-by-layer CKA maps of Raghu et al. 2021 ("Do Vision Transformers See Like
+   Convolutional Neural Networks?"). reViT checkpoints also get their gate table g_e(t_k).
+2. The mechanistic analyses of the bViT paper (Byra et al.; papers/training-crossroads-bvit-
+   softmor-loopvae-abstracts.txt: "analyses of activations, attention and step-specific pruning
+   show that the shared block changes its effective behavior across recurrent steps"), per step k
+   (steps.json): the mean L2 norm of the tokens (all of them) after step k; the attention entropy
+   of each head in nats (mean over queries, class token included, and images; a uniform map over
+   T tokens has log T); the mean attention distance of each head in patches (Dosovitskiy et al.
+   2021, fig. 7; Raghu et al. 2021: the attention-weighted Euclidean distance between query and
+   key patches on the patch grid, class token excluded; our choice: the patch-to-patch weights
+   are renormalized to sum to 1, so the value is an expected distance); and the top-1 on the N
+   images with step k skipped (the step maps its state to itself), next to the unpruned top-1.
+
+What a "step" is (its state = the tokens the next step receives):
+    vit, bvit, revit  one block application: step k runs blocks[phase_map(k)] (the shared block
+                      for bvit/revit, block k for the untied vit). State: the block's output.
+    srvit             one recursion h_r = f(h_{r-1}): a pass through the `depth` untied layers.
+                      State: h_r (before the token mixture). Attention: mean over the layers.
+    odevit            one solver step of odeint (NFE_PER_STEP block evaluations: euler 1,
+                      midpoint/heun 2, rk4 4). State: the solver's z(t_k) = the input of the next
+                      step's first evaluation (the final norm's input after the last step).
+                      Attention: mean over the step's evaluations (at z and the solver's stages).
+    Skipping step k: its block evaluations return their input (vit/bvit/revit/srvit: the identity,
+    bViT's optional step embedding is still added; odevit's subtracted field F(z) - z is then 0),
+    for odevit's black-box field dz/dt = F(z) they return 0, so z(t_{k+1}) = z(t_k) either way.
+    For a model whose step k is a function of the state alone (bvit with one block and no step
+    embedding, odevit), skipping ANY one step is running L - 1 steps, so its pruning curve is flat
+    by construction (a test checks it); steps differ under pruning only where the block depends on
+    k (the untied vit, bvit's phases, reViT's gates g(t_k), srvit's per-recursion router).
+    --depth L analyses the model run at L steps (L recursions for srvit, L solver steps for odevit).
+
+How, without editing a model file: forward hooks. A shared block is called once per evaluation,
+in order, so a counter over the calls of all blocks gives the step; a pre-hook on a block sees the
+state it receives and a hook its output; a hook on `attn.qkv` recomputes the attention
+probabilities softmax(q k^T / sqrt(d_head)) (the models call F.scaled_dot_product_attention, which
+returns no weights); a block hook that returns the block's input skips the step.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
+
+import data
+import train
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # cli() prints it as one line with exit status 2
+        raise train.Fail(message)
+
+
+def get_parser():
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--resume", required=True, metavar="CKPT", help="an rvits checkpoint (train.py's ckpt.pt)")
+    p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (and PNGs) are written")
+    p.add_argument("--num-images", type=train.positive(int), default=512, help="first N validation images")
+    p.add_argument("--data-dir", help="dataset root (default: the checkpoint's --data-dir)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--depth", type=train.positive(int), help="steps to run (default: the trained depth)")
+    p.add_argument("--batch-size", type=train.positive(int), default=128)
+    return p
+
+
+# ----------------------------------------------------------------------------- the measures
+def linear_cka(x, y):
+    """Linear CKA (Kornblith et al. 2019, eq. 5 with k(a, b) = a.b): x (n, d1), y (n, d2), n
+    examples -> ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) of the column-centered X, Y, in float64.
+    1 for x = y; invariant to orthogonal maps and isotropic scaling of either side; nan when one
+    side is constant over the examples."""
+    x, y = x.double() - x.double().mean(0), y.double() - y.double().mean(0)
+    return float((y.T @ x).square().sum() / ((x.T @ x).norm() * (y.T @ y).norm()))
+
+
+def attention_entropy(attn):
+    """Entropy in nats of each query's attention: attn (B, h, T, T) rows summing to 1 -> (B, h),
+    the mean over the T queries. log T for a uniform map, 0 for a one-hot one."""
+    return -torch.special.xlogy(attn, attn).sum(-1).mean(-1)
+
+
+def attention_distance(attn, grid, prefix):
+    """Mean attention distance in patches (Dosovitskiy et al. 2021, fig. 7): attn (B, h, T, T)
+    with `prefix` leading non-patch tokens (the class token) and a grid x grid patch map ->
+    (B, h). Per patch query: sum_j a_ij |pos_i - pos_j| over patch keys j, the weights a_ij
+    renormalized over the patch keys (our choice); then the mean over the patch queries."""
+    a = attn[..., prefix:, prefix:]  # (B, h, n, n): patches only
+    a = a / a.sum(-1, keepdim=True).clamp_min(1e-30)
+    rows, cols = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    pos = torch.stack([rows.flatten(), cols.flatten()], 1).to(attn)  # (n, 2) row, column of each patch
+    return (a * torch.cdist(pos, pos)).sum(-1).mean(-1)
+
+
+# ----------------------------------------------------------------------------- model and data
+def load(args):
+    """(model on args.device in eval mode, validation set, the run's saved flags) of the
+    checkpoint args.resume, built as train.py builds it: the saved flags over train.py's parser
+    defaults, train.resolve, then train.MODELS[model](flags, common)."""
+    ck = train.read_weights(args.resume, "--resume")  # weights_only: a pickled object is refused
+    if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("args"), dict)
+            and ck["args"].get("model") in train.MODELS):
+        raise train.Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
+                         f"under 'model' and the run's flags under 'args', --model one of {', '.join(train.MODELS)})")
+    run = train.get_parser().parse_args([])
+    vars(run).update(ck["args"])
+    if args.data_dir:
+        run.data_dir = args.data_dir
+    try:
+        _, val_set, num_classes, img_size = data.build_datasets(
+            run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels)
+    except (data.DataError, ValueError) as e:
+        raise train.Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
+    run = train.resolve(run, get_parser(), img_size)
+    # The keyword arguments train.main passes to every builder, repeated: a train.model_kwargs(args,
+    # img_size, num_classes) factored out of train.main would let this file call it instead.
+    common = dict(img_size=img_size, patch_size=run.patch_size, num_classes=num_classes,
+                  embed_dim=run.embed_dim, depth=run.depth, num_heads=run.num_heads,
+                  mlp_ratio=run.mlp_ratio, class_token=not run.gap, layer_scale=run.layer_scale,
+                  drop_path_rate=run.drop_path)
+    if run.init != "default":
+        common["init"] = run.init
+    if run.bce:
+        common["loss"] = "bce"
+    try:
+        model = train.MODELS[run.model](run, common)
+        model.load_state_dict(ck["model"])
+    except (ValueError, RuntimeError) as e:
+        raise train.Fail(f"--resume {args.resume}: its weights do not fit the model its flags describe "
+                         f"({str(e).strip().splitlines()[-1].strip()})")
+    return model.to(args.device).eval(), val_set, run
+
+
+def step_structure(model, name, depth):
+    """(number of steps L, block calls per step, does the solver hold the state) for a model of
+    train.py's --model `name` run at `depth` (None: as trained); see the module docstring."""
+    if name == "odevit":
+        import odevit
+        return depth or model.steps, odevit.NFE_PER_STEP[model.solver], True
+    if name == "srvit":
+        return depth or model.recursions, len(model.blocks), False
+    return depth or model.depth, 1, False
+
+
+# ----------------------------------------------------------------------------- the hooks
+class StepProbe:
+    """Forward hooks on every block, on each block's attn.qkv and on the final norm.
+
+    `reset(record=True)` before a forward: `inputs[c]`/`outputs[c]` then hold, for block call c
+    (in call order, over all blocks), the (mean-pooled patch tokens (B, D), mean token norm (B,))
+    of the tensor the call received / returned, `attn[c]` the (entropy, distance) (B, h) of its
+    attention and `final` that of the final norm's input. `reset(skip=k)`: the calls of step k
+    return their input (zeros with `zero_field`), nothing is recorded."""
+
+    def __init__(self, model, calls_per_step, zero_field=False):
+        self.cps, self.zero_field = calls_per_step, zero_field
+        self.prefix = int(getattr(model, "cls_token", None) is not None)
+        self.grid, self.heads = model.img_size // model.patch_size, model.num_heads
+        self.handles = [model.norm.register_forward_pre_hook(self._final)]
+        for blk in model.blocks:
+            self.handles += [blk.register_forward_pre_hook(self._pre), blk.register_forward_hook(self._post),
+                             blk.attn.qkv.register_forward_hook(self._qkv)]
+        self.reset()
+
+    def reset(self, record=False, skip=None):
+        self.call, self.record, self.skip = -1, record, skip
+        self.inputs, self.outputs, self.attn, self.final = [], [], [], None
+
+    def summary(self, z):  # z (B, T, D) -> (B, D), (B,) on the CPU
+        return z[:, self.prefix:].float().mean(1).cpu(), z.float().norm(dim=-1).mean(1).cpu()
+
+    def _pre(self, blk, args):
+        self.call += 1
+        if self.record:
+            self.inputs.append(self.summary(args[0]))
+
+    def _post(self, blk, args, out):
+        if self.skip is not None and self.call // self.cps == self.skip:
+            return torch.zeros_like(out) if self.zero_field else args[0]
+        if self.record:
+            self.outputs.append(self.summary(out))
+
+    def _qkv(self, linear, args, qkv):
+        if not self.record:
+            return
+        B, T, D3 = qkv.shape
+        qkv = qkv.float().view(B, T, 3, self.heads, D3 // (3 * self.heads))
+        q, k, _ = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, hd), as the models split it
+        a = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(-1)  # (B, h, T, T), as SDPA computes it
+        self.attn.append((attention_entropy(a).cpu(), attention_distance(a, self.grid, self.prefix).cpu()))
+
+    def _final(self, norm, args):
+        if self.record:
+            self.final = self.summary(args[0])
+
+    def states(self, steps, solver_state):
+        """The L + 1 summaries embed, step 1, ..., step L of the last recorded forward."""
+        c = self.cps
+        if solver_state:  # odevit: step k's state is what step k + 1's first evaluation receives
+            return [self.inputs[k * c] for k in range(steps)] + [self.final]
+        return [self.inputs[0]] + [self.outputs[k * c - 1] for k in range(1, steps + 1)]
+
+
+# ----------------------------------------------------------------------------- the analysis
+@torch.no_grad()
+def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device="cpu"):
+    """Run the probe and the L pruned passes over the first `num_images` of val_set. Returns the
+    dict of numbers that cka.json and steps.json are written from."""
+    steps, cps, solver_state = step_structure(model, name, depth)
+    zero_field = name == "odevit" and model.field == "blackbox"
+    probe = StepProbe(model, cps, zero_field)
+    subset = Subset(val_set, range(min(num_images, len(val_set))))
+    feats, norms = [[] for _ in range(steps + 1)], torch.zeros(steps + 1, dtype=torch.float64)
+    ent = torch.zeros(steps, model.num_heads, dtype=torch.float64)
+    dist = torch.zeros(steps, model.num_heads, dtype=torch.float64)
+    correct, skip_correct, n, mix = 0, torch.zeros(steps, dtype=torch.float64), 0, None
+    try:
+        for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="analyze", unit="batch"):
+            x, y, _ = data.drop_undecodable(x, y, subset)  # image folders only
+            x, y = x.to(device), y.to(device)
+            probe.reset(record=True)
+            logits, _ = model(x, depth=depth)
+            if len(probe.inputs) != steps * cps:
+                raise train.Fail(f"--model {name} made {len(probe.inputs)} block calls for {steps} steps; "
+                                 f"analyze.py expects {cps} per step (see its docstring)")
+            correct += int((logits.argmax(1) == y).sum())
+            for k, (pooled, norm) in enumerate(probe.states(steps, solver_state)):
+                feats[k].append(pooled)
+                norms[k] += norm.double().sum()
+            for c, (e, d) in enumerate(probe.attn):
+                ent[c // cps] += e.double().sum(0) / cps
+                dist[c // cps] += d.double().sum(0) / cps
+            if getattr(model, "mix_weights", None) is not None:  # srvit: (B, T, R) token mixture
+                w = model.mix_weights.double().mean(1).sum(0).cpu()
+                mix = w if mix is None else mix + w
+            for k in range(steps):
+                probe.reset(skip=k)
+                skip_correct[k] += int((model(x, depth=depth)[0].argmax(1) == y).sum())
+            n += len(y)
+    finally:
+        for hnd in probe.handles:
+            hnd.remove()
+    feats = [torch.cat(f) for f in feats]
+    cka = [[linear_cka(a, b) for b in feats] for a in feats]
+    res = {"model": name, "depth": steps, "calls_per_step": cps, "num_images": n, "cka": cka,
+           "top1": 100 * correct / n, "act_norm": (norms / n).tolist(), "attn_entropy": (ent / n).tolist(),
+           "attn_distance": (dist / n).tolist(), "top1_skip": (100 * skip_correct / n).tolist(),
+           "tokens": probe.grid ** 2 + probe.prefix, "patch_size": model.patch_size}
+    if hasattr(model, "gates"):  # reViT: expert weights g_e(t_k) of the analysed grid, (L, E)
+        res["gates"] = model.gates(steps).tolist()
+    if mix is not None:
+        res["mix_weights"] = (mix / n).tolist()
+    return res
+
+
+STEP_MEANING = {
+    "odevit": "one solver step ({c} block evaluations); state = the solver's z(t_k)",
+    "srvit": "one recursion through the {c}-layer stack; state = h_r before the token mixture",
+}
+
+
+def finite(v):  # JSON has no NaN: an undefined CKA (a constant representation) is written as null
+    return [finite(u) for u in v] if isinstance(v, list) else (v if math.isfinite(v) else None)
+
+
+def write(res, checkpoint, out_dir):
+    """OUT/cka.json, OUT/steps.json and, with matplotlib, OUT/cka.png and OUT/steps.png."""
+    L, name = res["depth"], res["model"]
+    layers = ["embed"] + [f"step {k}" for k in range(1, L + 1)]
+    cka = {"cka": finite(res["cka"]), "layers": layers, "checkpoint": checkpoint,
+           "num_images": res["num_images"], "model": name, "depth": L}
+    if "gates" in res:
+        cka["gates"] = [[round(g, 4) for g in row] for row in res["gates"]]
+    rows = []
+    for k in range(L):
+        row = {"step": k + 1, "act_norm": res["act_norm"][k + 1], "attn_entropy": res["attn_entropy"][k],
+               "attn_distance": res["attn_distance"][k], "top1_skip": res["top1_skip"][k]}
+        if "gates" in res:
+            row["gates"] = res["gates"][k]
+        if "mix_weights" in res:
+            row["mix_weight"] = res["mix_weights"][k]
+        rows.append(row)
+    meaning = STEP_MEANING.get(name, "one block application; state = the block's output")
+    steps = {"checkpoint": checkpoint, "model": name, "depth": L, "num_images": res["num_images"],
+             "step": meaning.format(c=res["calls_per_step"]), "calls_per_step": res["calls_per_step"],
+             "top1": res["top1"], "embed_act_norm": res["act_norm"][0], "tokens": res["tokens"],
+             "max_entropy": math.log(res["tokens"]), "patch_size": res["patch_size"], "steps": rows}
+    os.makedirs(out_dir, exist_ok=True)
+    for fname, obj in (("cka.json", cka), ("steps.json", steps)):
+        with open(os.path.join(out_dir, fname), "w") as f:
+            json.dump(obj, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(5 + 0.2 * L, 4 + 0.2 * L))
+    im = ax.imshow(torch.tensor(res["cka"]).numpy(), vmin=0, vmax=1, cmap="magma", origin="lower")
+    ax.set_xticks(range(L + 1), ["embed"] + list(range(1, L + 1)))
+    ax.set_yticks(range(L + 1), ["embed"] + list(range(1, L + 1)))
+    ax.set(xlabel="step", ylabel="step", title=f"{name}: linear CKA of mean patch tokens (n={res['num_images']})")
+    fig.colorbar(im, ax=ax)
+    fig.savefig(os.path.join(out_dir, "cka.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    k = list(range(1, L + 1))
+    fig, ax = plt.subplots(2, 2, figsize=(11, 8), layout="constrained")
+    ax[0, 0].plot(range(L + 1), res["act_norm"], "o-")
+    ax[0, 0].set(xlabel="step (0 = embedding)", ylabel="mean token norm", title="activation norm")
+    for h, (e, d) in enumerate(zip(zip(*res["attn_entropy"]), zip(*res["attn_distance"]))):
+        ax[0, 1].plot(k, e, "o-", label=f"head {h}")
+        ax[1, 0].plot(k, d, "o-", label=f"head {h}")
+    ax[0, 1].axhline(math.log(res["tokens"]), color="gray", ls="--", label="uniform (log T)")
+    ax[0, 1].set(xlabel="step", ylabel="nats", title="attention entropy per head")
+    ax[1, 0].set(xlabel="step", ylabel="patches", title="mean attention distance per head")
+    ax[1, 1].bar(k, res["top1_skip"], label="step k skipped")
+    ax[1, 1].axhline(res["top1"], color="k", ls="--", label=f"no step skipped ({res['top1']:.1f}%)")
+    ax[1, 1].set(xlabel="skipped step k", ylabel="top-1 (%)", title="step-specific pruning")
+    for a in (ax[0, 1], ax[1, 0], ax[1, 1]):
+        a.legend(fontsize=7)
+    fig.suptitle(f"{name}, {checkpoint}: {steps['step']} (n={res['num_images']})", fontsize=9)
+    fig.savefig(os.path.join(out_dir, "steps.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = get_parser().parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise train.Fail("--device cuda: no CUDA device is available; use --device cpu")
+    model, val_set, run = load(args)
+    try:
+        res = analyze(model, run.model, val_set, args.num_images, args.depth, args.batch_size, args.device)
+    except ValueError as e:  # e.g. a depth the model cannot run (bViT's step embedding)
+        raise train.Fail(f"--depth {args.depth}: {e}")
+    try:
+        write(res, args.resume, args.out_dir)
+    except OSError as e:
+        raise train.Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    print(f"top-1 {res['top1']:.2f}% on {res['num_images']} images; skipping step k: "
+          + " ".join(f"{v:.1f}" for v in res["top1_skip"]) + f"; wrote {args.out_dir}/cka.json, steps.json")
+
+
+def cli(argv=None):
+    """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except train.Fail as e:
+        sys.stderr.write(f"analyze.py: error: {e}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,221 @@
+"""analyze.py (issue 14): linear CKA, attention entropy and distance, and the per-step analyses of
+tiny checkpoints written by train.py. CPU only, tiny models, a few seconds each."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import analyze
+import bvit
+import odevit
+import srvit
+import train
+from test_train import TINY, fake_cifar
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+# ----------------------------------------------------------------------------- linear CKA
+def test_cka_of_a_representation_with_itself_is_one():
+    x = torch.randn(64, 16)
+    assert analyze.linear_cka(x, x) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_cka_is_invariant_to_orthogonal_maps_and_isotropic_scaling():
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(100, d, generator=g, dtype=torch.float64) for d in (12, 20))
+    q, _ = torch.linalg.qr(torch.randn(12, 12, generator=g, dtype=torch.float64))  # random orthogonal
+    ref = analyze.linear_cka(x, y)
+    assert analyze.linear_cka(x @ q, y) == pytest.approx(ref, abs=1e-12)
+    assert analyze.linear_cka(3.7 * x, y) == pytest.approx(ref, abs=1e-12)
+    assert analyze.linear_cka(x, 0.01 * x @ q) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_cka_is_not_invariant_to_a_general_invertible_linear_map():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 10, generator=g, dtype=torch.float64)
+    q1, _ = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64))
+    q2, _ = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64))
+    a = q1 @ torch.diag(torch.logspace(0, 2, 10, dtype=torch.float64)) @ q2  # invertible, condition 100
+    assert torch.linalg.matrix_rank(a) == 10
+    assert analyze.linear_cka(x, x @ a) < 0.8  # CKA sees the anisotropic stretch
+
+
+# ----------------------------------------------------------------------------- attention measures
+def test_entropy_of_a_uniform_attention_is_log_n_and_of_a_one_hot_attention_zero():
+    n = 17
+    uniform = torch.full((2, 3, n, n), 1.0 / n)
+    assert torch.allclose(analyze.attention_entropy(uniform), torch.full((2, 3), math.log(n)))
+    one_hot = torch.eye(n).expand(2, 3, n, n)
+    assert torch.equal(analyze.attention_entropy(one_hot), torch.zeros(2, 3))
+
+
+def test_distance_of_an_attention_to_the_query_patch_itself_is_zero():
+    grid = 4
+    own = torch.eye(1 + grid * grid).expand(2, 3, -1, -1)  # every token (class token too) attends itself
+    assert torch.equal(analyze.attention_distance(own, grid, prefix=1), torch.zeros(2, 3))
+
+
+def test_distance_of_a_uniform_attention_on_a_2x2_grid_is_the_mean_pairwise_distance():
+    # from each patch: itself 0, two neighbours 1, the diagonal sqrt(2); the class token is ignored
+    attn = torch.softmax(torch.randn(1, 1, 5, 5), -1)
+    attn[..., 1:, 1:] = 0.1  # patch-to-patch weights equal (renormalized over the patch keys)
+    assert analyze.attention_distance(attn, 2, prefix=1).item() == pytest.approx((2 + math.sqrt(2)) / 4)
+
+
+def test_distance_of_a_shift_by_one_patch_is_one():
+    grid, n = 3, 9
+    attn = torch.zeros(1, 1, n, n)
+    for i in range(n):  # each patch attends to its right neighbour (the last column to its left one)
+        r, c = divmod(i, grid)
+        attn[0, 0, i, r * grid + (c + 1 if c + 1 < grid else c - 1)] = 1.0
+    assert analyze.attention_distance(attn, grid, prefix=0).item() == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- hooks
+def images(n=12, size=16, classes=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(n, 3, size, size, generator=g), torch.randint(0, classes, (n,), generator=g))
+
+
+TINY_MODEL = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2)
+
+
+@torch.no_grad()
+def test_the_probe_does_not_change_the_logits_and_skipping_calls_the_step_the_identity():
+    torch.manual_seed(0)
+    model = bvit.BViT(depth=3, num_blocks=3, **TINY_MODEL).eval()  # untied: each step is its own block
+    x = images()[:][0]
+    ref = model(x)[0]
+    probe = analyze.StepProbe(model, 1)
+    probe.reset(record=True)
+    assert torch.equal(model(x)[0], ref)
+    want = model.classify(model.blocks[2](model.blocks[0](model.embed(x))))  # block 1 left out
+    probe.reset(skip=1)
+    assert torch.equal(model(x)[0], want)
+
+
+@torch.no_grad()
+def test_skipping_any_step_of_the_single_block_bvit_is_running_one_step_less():
+    torch.manual_seed(0)
+    model = bvit.BViT(depth=4, **TINY_MODEL).eval()
+    x = images()[:][0]
+    probe = analyze.StepProbe(model, 1)
+    for k in range(4):
+        probe.reset(skip=k)
+        assert torch.equal(model(x)[0], model(x, depth=3)[0])
+
+
+@pytest.mark.parametrize("solver", ["euler", "heun", "rk4"])
+@torch.no_grad()
+def test_an_odevit_step_is_a_solver_step_and_its_state_the_solver_state(solver):
+    torch.manual_seed(0)
+    model = odevit.ODEViT(depth=3, solver=solver, **TINY_MODEL).eval()
+    steps, cps, solver_state = analyze.step_structure(model, "odevit", None)
+    assert (steps, cps, solver_state) == (3, odevit.NFE_PER_STEP[solver], True)
+    x = images()[:][0]
+    probe = analyze.StepProbe(model, cps)
+    probe.reset(record=True)
+    model(x)
+    states = probe.states(steps, solver_state)
+    for k in range(1, steps + 1):  # z(t_k) is what a k-step run (same h) hands to the final norm
+        probe.reset(record=True)
+        model(x, depth=k, extend="time")
+        assert torch.allclose(states[k][0], probe.final[0], atol=1e-5)
+
+
+@torch.no_grad()
+def test_an_srvit_step_is_one_recursion_through_the_stack():
+    torch.manual_seed(0)
+    model = srvit.SRViT(depth=2, recursions=3, **TINY_MODEL).eval()
+    res = analyze.analyze(model, "srvit", images(), 12, batch_size=5)
+    assert (res["depth"], res["calls_per_step"]) == (3, 2)
+    assert len(res["cka"]) == 4 and len(res["top1_skip"]) == 3 and sum(res["mix_weights"]) == pytest.approx(1)
+
+
+# ----------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Tiny bvit and revit runs on a fake CIFAR-100 folder: {model: (ckpt path, data dir)}."""
+    root = tmp_path_factory.mktemp("runs")
+    cifar = fake_cifar(root / "data", n_train=32, n_test=40)
+    out = {}
+    for model, extra in (("bvit", ["--depth", "3"]), ("revit", ["--depth", "4", "--experts", "2"])):
+        job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "2", "--model", model,
+                      "--out-dir", str(root / model)] + extra
+        assert train.cli(job) == 0
+        out[model] = (str(root / model / "ckpt.pt"), cifar)
+    return out
+
+
+@pytest.mark.parametrize("name, depth", [("bvit", 3), ("revit", 4)])
+def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, name, depth):
+    ckpt, cifar = checkpoints[name]
+    assert analyze.cli(["--resume", ckpt, "--out-dir", str(tmp_path), "--num-images", "24",
+                        "--batch-size", "10"]) == 0
+    cka = json.load(open(tmp_path / "cka.json"))
+    m = np.array(cka["cka"])
+    assert m.shape == (depth + 1, depth + 1) and np.allclose(np.diag(m), 1) and np.allclose(m, m.T)
+    assert cka["layers"] == ["embed"] + [f"step {k}" for k in range(1, depth + 1)]
+    assert cka["num_images"] == 24 and cka["checkpoint"] == ckpt
+    assert ("gates" in cka) == (name == "revit")
+    if name == "revit":
+        assert np.allclose(np.array(cka["gates"]).sum(1), 1, atol=1e-3) and len(cka["gates"]) == depth
+    steps = json.load(open(tmp_path / "steps.json"))
+    assert [s["step"] for s in steps["steps"]] == list(range(1, depth + 1))
+    log_t = math.log(steps["tokens"])
+    for s in steps["steps"]:
+        assert len(s["attn_entropy"]) == len(s["attn_distance"]) == 2  # heads
+        assert all(0 <= e <= log_t + 1e-6 for e in s["attn_entropy"])
+        assert all(d >= 0 for d in s["attn_distance"]) and s["act_norm"] > 0 and 0 <= s["top1_skip"] <= 100
+    # with no step skipped, the hooked pass gives the model's own top-1 on the same images
+    model, val_set, _ = analyze.load(analyze.get_parser().parse_args(["--resume", ckpt, "--out-dir", "x"]))
+    x, y = zip(*(val_set[i] for i in range(24)))
+    with torch.no_grad():
+        own = 100 * (model(torch.stack(x))[0].argmax(1) == torch.tensor(y)).double().mean().item()
+    assert steps["top1"] == pytest.approx(own)
+
+
+def test_analyze_at_another_depth(checkpoints, tmp_path):
+    ckpt, _ = checkpoints["revit"]
+    assert analyze.cli(["--resume", ckpt, "--out-dir", str(tmp_path), "--num-images", "8", "--depth", "6"]) == 0
+    assert len(json.load(open(tmp_path / "cka.json"))["gates"]) == 6
+    assert len(json.load(open(tmp_path / "steps.json"))["steps"]) == 6
+
+
+# ----------------------------------------------------------------------------- bad input
+def one_error_line(capsys, argv):
+    rc = analyze.cli(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("analyze.py: error: "), (rc, err)
+    return err[0]
+
+
+def test_bad_checkpoints_are_one_line_and_exit_2(tmp_path, capsys, checkpoints):
+    out = ["--out-dir", str(tmp_path / "o")]
+    assert "no such file" in one_error_line(capsys, ["--resume", str(tmp_path / "nope.pt")] + out)
+    torch.save({"weight": torch.zeros(3)}, tmp_path / "sd.pt")
+    assert "not an rvits checkpoint" in one_error_line(capsys, ["--resume", str(tmp_path / "sd.pt")] + out)
+    ck = torch.load(checkpoints["bvit"][0], weights_only=True)
+    ck["payload"] = np.random.RandomState(0)  # a pickled object outside the weights_only allow-list
+    torch.save(ck, tmp_path / "evil.pt")
+    assert "refused" in one_error_line(capsys, ["--resume", str(tmp_path / "evil.pt")] + out)
+    ck = torch.load(checkpoints["bvit"][0], weights_only=True)
+    ck["args"]["embed_dim"] = 64  # flags that do not describe the weights
+    torch.save(ck, tmp_path / "mismatch.pt")
+    assert "do not fit" in one_error_line(capsys, ["--resume", str(tmp_path / "mismatch.pt")] + out)
+    assert "--num-images" in one_error_line(capsys, ["--resume", checkpoints["bvit"][0], "--num-images", "0"] + out)
+
+
+def test_the_script_exits_2_with_one_line(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "analyze.py"), "--resume", str(tmp_path / "no.pt"),
+                        "--out-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert r.stderr.startswith("analyze.py: error: --resume") and "no such file" in r.stderr
