@@ -175,7 +175,7 @@ def bad_cases(tmp_path, cifar):
         "truncated checkpoint": (d + ["--model", "vit", "--resume", truncated], "corrupt"),
         "corrupt checkpoint": (d + ["--resume", garbage], "corrupt"),
         "checkpoint of another model": (d + ["--resume", vit_ckpt], "--model vit"),
-        "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "do not fit"),
+        "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "changes the model"),
         "malformed eval depths": (d + ["--eval-depths", "3,x"], "--eval-depths"),
         "zero eval depth": (d + ["--eval-depths", "0,3"], "--eval-depths"),
         "out-dir not writable": (d + ["--out-dir", os.path.join(a_file, "sub")], "--out-dir"),

@@ -18,6 +18,7 @@ import math
 import os
 import pickle
 import random
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -195,6 +196,8 @@ def get_parser():
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
       "warmup + cosine schedule is compressed to end there")
     a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
+    a("--grad-accum", type=positive(int), default=1, help="split each process's share of the batch "
+      "into N micro-batches whose gradients add up to one optimizer step (same global batch)")
     a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
     a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
@@ -219,7 +222,10 @@ def get_parser():
     a("--device", default="auto", help="auto, cpu, cuda")
     a("--seed", type=int, default=0)
     a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
-    a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams)")
+    a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams); "
+      "'auto': OUT/ckpt.pt when it exists, else start fresh (one command for every requeue); a "
+      "flag that differs from the checkpoint's is printed, and refused where it breaks the run "
+      "(README \"Resuming and failures\")")
     a("--finetune", metavar="PATH", help="start from these model weights only (optimizer, schedule "
       "and epochs start fresh): an rvits checkpoint, whose architecture flags are used unless given, "
       "or a state-dict file (timm, DeiT); a head with another number of classes is re-initialized "
@@ -232,6 +238,8 @@ def get_parser():
       help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
     a("--dist-timeout", type=positive(float), default=600.0,
       help="seconds a process waits for its peers before failing (DDP)")
+    a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
+      "(a run trained with --ema)")
     a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
       "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
@@ -407,6 +415,38 @@ def load_checkpoint(path, args):
     return ck
 
 
+# --resume policy. Flags that shape the weights never change on a resume (--finetune starts a new
+# run from them). Flags that decide which images the remaining steps of an epoch see, and how they
+# are augmented, change only at an epoch boundary, where a new epoch draws a new permutation: mid-
+# epoch the position in the data order (samples consumed per process) would be wrong. Every other
+# difference (lr, schedule, EMA, workers, device, ...) is printed and applies from the resumed step
+# on; schedule flags rebuild the learning-rate curve at the current step.
+EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "cpu_loader", "val_labels",
+               "val_subset"}
+NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "eval_only", "eval_depths"}
+
+
+def resume_changes(ck, args, world, path):
+    """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
+    from the checkpoint's run; raises Fail for a difference the policy above refuses."""
+    saved, lines = ck["args"], []
+    changes = [(k, saved[k], v) for k, v in vars(args).items()
+               if k in saved and k not in NOT_COMPARED and saved[k] != v]
+    if len(ck["rng"]) != world:
+        changes.append(("processes", len(ck["rng"]), world))
+    for k, old, new in changes:
+        flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
+        if k in ARCH_FLAGS:
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
+                       f"original value, or start a new run from these weights with --finetune {path}")
+        if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "
+                       f"{ck['batch']} of epoch {ck['epoch']}), where this changes which images the remaining "
+                       "steps see; give the original value, or resume from an end-of-epoch checkpoint")
+        lines.append(f"resume: {flag} {old} -> {new}")
+    return lines
+
+
 def _shape(t):
     return "x".join(map(str, t.shape))
 
@@ -486,6 +526,34 @@ class Fail(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
 
 
+class Preempted(Exception):
+    """SIGTERM / SIGUSR1 arrived: the current step finished and a checkpoint was written; printed
+    as one line, exit status PREEMPTED."""
+
+
+PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
+
+
+def lock_out_dir(out_dir):
+    """Take an exclusive lock on OUT/.lock for this run, so a second run on the same --out-dir is
+    refused. flock is released by the OS when the process ends, however it ends: a killed run
+    leaves no stuck lock. Returns the open file; the lock lasts until it is closed."""
+    import fcntl
+    f = open(os.path.join(out_dir, ".lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise Fail(f"--out-dir {out_dir} is in use by a running training process (pid {pid}); wait for it "
+                   "to end, or choose another --out-dir")
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
@@ -549,6 +617,9 @@ def depth_report(args, model, rows, step):
 def main(argv=None):
     p = get_parser()
     args = parse_args(p, argv)
+    if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
+        auto = os.path.join(args.out_dir, "ckpt.pt")
+        args.resume = auto if os.path.exists(auto) else None
     if args.eval_only:
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
@@ -575,10 +646,14 @@ def main(argv=None):
     device = torch.device(f"cuda:{local_rank}" if args.device == "cuda" else "cpu")
     if args.amp == "auto":
         args.amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
+    if args.eval_ema and not args.ema:
+        p.error("--eval-ema needs EMA weights: train with --ema DECAY (--eval-only takes it from the checkpoint)")
     if args.amp == "fp16" and device.type == "cpu":
         p.error("--amp fp16 needs a CUDA device; use --amp bf16 or none on CPU")
-    if args.batch_size % world:
-        p.error(f"--batch-size {args.batch_size} is not divisible by the {world} processes")
+    if args.batch_size % (world * args.grad_accum):
+        p.error(f"--batch-size {args.batch_size} is not divisible by the {world} processes x "
+                f"--grad-accum {args.grad_accum}")
+    micro = args.batch_size // world // args.grad_accum  # images per forward pass on one process
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     amp_ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
 
@@ -600,16 +675,13 @@ def main(argv=None):
             torch.cuda.set_device(device)
     master = rank == 0
     if batched_loader(args, device):
-        train_loader = data.DeviceCIFARLoader(train_set, args.batch_size // world, True, rank, world,
-                                              args.seed, device)
+        train_loader = data.DeviceCIFARLoader(train_set, micro, True, rank, world, args.seed, device)
     elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:  # JPEGs decoded there
-        train_loader = data.DeviceDecodeLoader(train_set, args.batch_size // world, rank, world, args.seed,
-                                               args.workers, device)
+        train_loader = data.DeviceDecodeLoader(train_set, micro, rank, world, args.seed, args.workers, device)
     else:
-        train_loader = data.build_loader(train_set, args.batch_size // world, True, rank, world,
-                                         args.seed, args.workers)
+        train_loader = data.build_loader(train_set, micro, True, rank, world, args.seed, args.workers)
     val_loader = data.build_loader(val_set, args.eval_batch_size, False, rank, world, workers=args.workers)
-    if len(train_loader) == 0:
+    if len(train_loader) < args.grad_accum:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
 
     # --- model, optimizer, schedule ---
@@ -642,7 +714,7 @@ def main(argv=None):
     else:
         optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
                                       fused=device.type == "cuda")
-    steps_per_epoch = len(train_loader)
+    steps_per_epoch = len(train_loader) // args.grad_accum
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -665,8 +737,12 @@ def main(argv=None):
         os.remove(os.path.join(args.out_dir, ".write_test"))
     except OSError as e:
         raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror}); choose another directory")
+    lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
     if args.resume:
         ck = load_checkpoint(args.resume, args)
+        for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
+            if master:
+                print(line)
         try:
             model.load_state_dict(ck["model"])
         except RuntimeError as e:
@@ -683,10 +759,11 @@ def main(argv=None):
         rngs = ck["rng"]
         if len(rngs) == world:
             set_rng_state(rngs[rank])
-        else:  # another number of processes: same data order, fresh per-rank randomness
+        else:  # another number of processes (an epoch boundary): fresh per-rank randomness
             torch.manual_seed(args.seed + rank + 7919 * step)
     elif os.path.exists(ckpt_path):
-        raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} to continue it or choose another --out-dir")
+        raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
+                   "choose another --out-dir")
     else:
         torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
 
@@ -729,10 +806,14 @@ def main(argv=None):
                 json.dump(vars(args), f, indent=1)
 
     # --- the loop ---
+    stop = []  # the signal that asked this process to stop (SIGTERM: schedulers; SIGUSR1: SLURM)
+    if not args.eval_only:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, lambda signum, frame: stop.append(signum))
     eps, bad_steps, bad_total = args.label_smoothing, 0, 0
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
-        first = start_batch if epoch == start_epoch else 0  # batches of this epoch already done
+        first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
         train_loader.sampler.set_epoch(epoch)
         train_loader.sampler.set_start(first * (args.batch_size // world))
         # running sums of this epoch (restored when resuming mid-epoch)
@@ -740,34 +821,42 @@ def main(argv=None):
         skipped = progress.get("skipped", 0)  # undecodable images (image folders)
         loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
         progress, t0 = {}, time.time()
+        sums = lambda: {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": n_steps,  # noqa: E731
+                        "loss_sum": loss_sum.item(), "skipped": skipped}
         left = min(steps_per_epoch - first, total_steps - step)
         bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not master, dynamic_ncols=True)
-        for i, (x, y) in enumerate(train_loader):
-            if i == left:
-                break
-            if args.data == "imagenet":  # an undecodable file comes as a label < 0 (data.ImageFiles)
-                x, y, bad = data.drop_undecodable(x, y, train_set)
-                skipped, bad_total = skipped + len(bad), bad_total + len(bad)
-                if bad_total > args.max_bad_images:
-                    raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
-                               f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then "
-                               f"--resume {ckpt_path}")
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            if mix is not None:
-                x, y = mix(x, y)  # y becomes (B, classes) probabilities
-                if args.bce:  # DeiT III's code: every class in the mix is a positive
-                    y = (y > 0).to(y.dtype)
-            if eps:
-                y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
-            with amp_ctx:
-                _, loss = model(x, y)
-            scaler.scale(loss).backward()
+        batches = iter(train_loader)
+        for i in range(left):
+            step_loss = 0.0
+            for j in range(args.grad_accum):  # micro-batches of one optimizer step
+                x, y = next(batches)
+                if args.data == "imagenet":  # an undecodable file comes as a label < 0 (data.ImageFiles)
+                    x, y, bad = data.drop_undecodable(x, y, train_set)
+                    skipped, bad_total = skipped + len(bad), bad_total + len(bad)
+                    if bad_total > args.max_bad_images:
+                        raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
+                                   f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then "
+                                   f"--resume {ckpt_path}")
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                if mix is not None:
+                    x, y = mix(x, y)  # y becomes (B, classes) probabilities
+                    if args.bce:  # DeiT III's code: every class in the mix is a positive
+                        y = (y > 0).to(y.dtype)
+                if eps:
+                    y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
+                # DDP all-reduces the gradients in the last micro-batch's backward only
+                with model.no_sync() if ddp and j < args.grad_accum - 1 else nullcontext():
+                    with amp_ctx:
+                        _, loss = model(x, y)
+                    scaler.scale(loss / args.grad_accum).backward()  # the mean over the whole batch
+                step_loss += loss.detach() / args.grad_accum
+                n_img += x.shape[0] * world
             scaler.unscale_(optimizer)
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad or float("inf"))
             # one host sync per step; gradients are all-reduced, so every rank takes the same branch
             if torch.isfinite(gnorm):
                 scaler.step(optimizer)
-                loss_sum += loss.detach()
+                loss_sum += step_loss
                 n_steps, bad_steps = n_steps + 1, 0
             else:
                 bad_steps += 1
@@ -779,14 +868,19 @@ def main(argv=None):
             scheduler.step()
             if ema is not None:
                 ema.update_parameters(raw_model)
-            step, n_img = step + 1, n_img + x.shape[0] * world
+            step += 1
             bar.update()
             if master and (i % 20 == 0 or i == left - 1):
                 bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
+                save(epoch, first + i + 1, sums())
+                bar.close()
+                raise Preempted(f"stopped by {signal.Signals(stop[0] if stop else signal.SIGTERM).name} after "
+                                f"step {step}; checkpoint {ckpt_path}; continue with the same command and "
+                                f"--resume auto (or --resume {ckpt_path})")
             if args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
                     and step < total_steps and bad_steps == 0:
-                save(epoch, first + i + 1, {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": n_steps,
-                                            "loss_sum": loss_sum.item(), "skipped": skipped})
+                save(epoch, first + i + 1, sums())
         bar.close()
         epoch_time = t_spent + time.time() - t0
         skipped = torch.tensor(float(skipped), device=device, dtype=torch.float64)
@@ -805,19 +899,23 @@ def main(argv=None):
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
+        if first + left < steps_per_epoch:  # stopped inside the epoch by --max-steps: resumable there
+            save(epoch, first + left, sums())
+            break
         epoch += 1
         save(epoch, 0, {})
 
     # --- evaluation at other depths ("beyond the training horizon") ---
     depths, rows = args.eval_depths or [], []
+    weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     if args.eval_only and not depths:  # SPEC s1: 0.5, 1, 2, 4, 8 x the training depth
         depths = sorted({max(1, round(f * args.depth)) for f in (0.5, 1, 2, 4, 8)})
     for depth in depths:
         try:
-            r = evaluate(raw_model, val_loader, device, amp_ctx, depth=depth)
+            r = evaluate(eval_model, val_loader, device, amp_ctx, depth=depth)
         except ValueError as e:
             raise Fail(f"--eval-depths {depth}: {e}")
-        rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"]}
+        rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
         # block evaluations per image: counted by the model if it can (odevit), else the depth
         rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
         if master and not args.eval_only:
@@ -828,11 +926,25 @@ def main(argv=None):
         depth_report(args, raw_model, rows, step)
     if ddp:
         dist.destroy_process_group()
+    if lock is not None:
+        lock.close()
+
+
+def stopping(stop, ddp, device):
+    """True once any process got SIGTERM/SIGUSR1 (the flag is all-reduced, so every rank stops after
+    the same step and takes part in the checkpoint)."""
+    if not ddp:
+        return bool(stop)
+    flag = torch.tensor(float(bool(stop)), device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
 
 
 def cli(argv=None):
     """Run main(argv) and turn user-fixable problems into one line on stderr: returns the exit
-    status (0 ok, 2 bad input or non-finite training, 1 a failed or timed-out DDP peer)."""
+    status (0 ok, 2 bad input or non-finite training, 1 a failed or timed-out DDP peer, 75 stopped
+    by SIGTERM/SIGUSR1 after writing a checkpoint)."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         main(argv)
     except SystemExit as e:  # argparse errors (status 2) and --help (status 0)
@@ -840,6 +952,9 @@ def cli(argv=None):
     except Fail as e:
         sys.stderr.write(f"train.py: error: {e}\n")
         return 2
+    except Preempted as e:
+        sys.stderr.write(f"train.py: {e}\n")
+        return PREEMPTED
     except Exception as e:
         if not (dist.is_available() and dist.is_initialized()):
             raise
@@ -847,6 +962,9 @@ def cli(argv=None):
         sys.stderr.write(f"train.py: error: rank {dist.get_rank()}: a peer process failed or timed out "
                          f"({msg[:200]}); resume from the last checkpoint with --resume\n")
         return 1
+    finally:  # main's preemption handlers end with the run (cli may be called again in-process)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return 0
 
 
