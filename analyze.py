@@ -60,11 +60,12 @@ from tqdm import tqdm
 
 import data
 import train
+from checkpoints import Fail, read_weights
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # cli() prints it as one line with exit status 2
-        raise train.Fail(message)
+        raise Fail(message)
 
 
 def get_parser():
@@ -112,10 +113,10 @@ def load(args):
     """(model on args.device in eval mode, validation set, the run's saved flags) of the
     checkpoint args.resume, built as train.py builds it: the saved flags over train.py's parser
     defaults, train.resolve, then train.MODELS[model](flags, common)."""
-    ck = train.read_weights(args.resume, "--resume")  # weights_only: a pickled object is refused
+    ck = read_weights(args.resume, "--resume")  # weights_only: a pickled object is refused
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("args"), dict)
             and ck["args"].get("model") in train.MODELS):
-        raise train.Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
+        raise Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
                          f"under 'model' and the run's flags under 'args', --model one of {', '.join(train.MODELS)})")
     run = train.get_parser().parse_args([])
     vars(run).update(ck["args"])
@@ -125,24 +126,14 @@ def load(args):
         _, val_set, num_classes, img_size = data.build_datasets(
             run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels)
     except (data.DataError, ValueError) as e:
-        raise train.Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
+        raise Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
     run = train.resolve(run, get_parser(), img_size)
-    # The keyword arguments train.main passes to every builder, repeated: a train.model_kwargs(args,
-    # img_size, num_classes) factored out of train.main would let this file call it instead.
-    common = dict(img_size=img_size, patch_size=run.patch_size, num_classes=num_classes,
-                  embed_dim=run.embed_dim, depth=run.depth, num_heads=run.num_heads,
-                  mlp_ratio=run.mlp_ratio, class_token=not run.gap, layer_scale=run.layer_scale,
-                  drop_path_rate=run.drop_path)
-    if run.init != "default":
-        common["init"] = run.init
-    if run.bce:
-        common["loss"] = "bce"
+    model = train.build_model(run, img_size, num_classes)
     try:
-        model = train.MODELS[run.model](run, common)
         model.load_state_dict(ck["model"])
-    except (ValueError, RuntimeError) as e:
-        raise train.Fail(f"--resume {args.resume}: its weights do not fit the model its flags describe "
-                         f"({str(e).strip().splitlines()[-1].strip()})")
+    except RuntimeError as e:
+        raise Fail(f"--resume {args.resume}: its weights do not fit the model its flags describe "
+                   f"({str(e).strip().splitlines()[-1].strip()})")
     return model.to(args.device).eval(), val_set, run
 
 
@@ -236,7 +227,7 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
             probe.reset(record=True)
             logits, _ = model(x, depth=depth)
             if len(probe.inputs) != steps * cps:
-                raise train.Fail(f"--model {name} made {len(probe.inputs)} block calls for {steps} steps; "
+                raise Fail(f"--model {name} made {len(probe.inputs)} block calls for {steps} steps; "
                                  f"analyze.py expects {cps} per step (see its docstring)")
             correct += int((logits.argmax(1) == y).sum())
             for k, (pooled, norm) in enumerate(probe.states(steps, solver_state)):
@@ -341,16 +332,16 @@ def write(res, checkpoint, out_dir):
 def main(argv=None):
     args = get_parser().parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise train.Fail("--device cuda: no CUDA device is available; use --device cpu")
+        raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     model, val_set, run = load(args)
     try:
         res = analyze(model, run.model, val_set, args.num_images, args.depth, args.batch_size, args.device)
     except ValueError as e:  # e.g. a depth the model cannot run (bViT's step embedding)
-        raise train.Fail(f"--depth {args.depth}: {e}")
+        raise Fail(f"--depth {args.depth}: {e}")
     try:
         write(res, args.resume, args.out_dir)
     except OSError as e:
-        raise train.Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
     print(f"top-1 {res['top1']:.2f}% on {res['num_images']} images; skipping step k: "
           + " ".join(f"{v:.1f}" for v in res["top1_skip"]) + f"; wrote {args.out_dir}/cka.json, steps.json")
 
@@ -359,7 +350,7 @@ def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
     try:
         main(argv)
-    except train.Fail as e:
+    except Fail as e:
         sys.stderr.write(f"analyze.py: error: {e}\n")
         return 2
     return 0

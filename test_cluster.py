@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+import checkpoints
 import train
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
@@ -124,13 +125,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_nodes_on_localhost_equal_one_process(tmp_path):
+def test_two_nodes_on_localhost_with_grad_accum_equal_one_process(tmp_path):
     job = SYNTH + ["--batch-size", "16", "--max-steps", "3", "--drop-path", "0"]
     assert train.cli(job + ["--out-dir", str(tmp_path / "one")]) == 0
     port, env = free_port(), {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
                                str(r), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-                               str(port), os.path.join(ROOT, "train.py")] + job + ["--out-dir", str(tmp_path / "two")],
+                               str(port), os.path.join(ROOT, "train.py")] + job + ["--grad-accum", "2", "--out-dir",
+                                                                                   str(tmp_path / "two")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
              for r in (0, 1)]
     for n in nodes:
@@ -140,18 +142,21 @@ def test_two_nodes_on_localhost_equal_one_process(tmp_path):
     assert len(b["rng"]) == 2 and weights_close(a["model"], b["model"])
 
 
+def hold_lock(out):
+    """Another process that takes the --out-dir lock and then waits."""
+    p = subprocess.Popen([sys.executable, "-c", f"import checkpoints, time; f = checkpoints.lock_out_dir({str(out)!r}); "
+                          "print('locked', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
 def test_a_second_run_on_a_live_out_dir_is_refused_and_a_dead_one_leaves_no_lock(tmp_path, capsys):
     out = tmp_path / "o"
     out.mkdir()
-    holder = train.lock_out_dir(str(out))  # a live run holds it
+    live = hold_lock(out)
     assert train.cli(SYNTH + ["--max-steps", "1", "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "in use" in err and str(os.getpid()) in err
-    holder.close()
-    # a run killed with SIGKILL while holding the lock: the OS releases it
-    p = subprocess.Popen([sys.executable, "-c", f"import train, time; train.lock_out_dir({str(out)!r}); "
-                          "print('locked', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert p.stdout.readline().strip() == "locked"
-    p.kill()
-    p.wait()
+    assert "in use" in err and str(live.pid) in err
+    live.kill()  # SIGKILL: no chance to clean up; the OS releases the lock
+    live.wait()
     assert train.cli(SYNTH + ["--max-steps", "1", "--out-dir", str(out)]) == 0

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import bvit
+import checkpoints
 import train
 from test_train import TINY, fake_cifar
 
@@ -37,7 +38,7 @@ def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp
     torch.manual_seed(0)
     m = bvit.BViT(img_size=64, patch_size=8, num_classes=20, num_blocks=2, **VIT)
     head = m.head.weight.clone()
-    report = train.finetune_weights(path, m)
+    report = checkpoints.finetune_weights(path, m)
     assert "head re-initialized (1000 -> 20 classes)" in report and "4x4 -> 8x8" in report, report
     own = m.state_dict()
     assert torch.equal(own["head.weight"], head)
@@ -50,7 +51,7 @@ def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp
 def test_same_grid_and_classes_is_an_exact_copy(tmp_path):
     path, ref = timm_file(tmp_path)
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
-    assert train.finetune_weights(path, m).endswith("nothing adapted")
+    assert checkpoints.finetune_weights(path, m).endswith("nothing adapted")
     assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
 
 

@@ -2,13 +2,15 @@
 one claim the comparison relies on. CPU only, tiny models (D=32, 2 heads, 16x16 images, patch 4).
 Run: OMP_NUM_THREADS=1 python -m pytest -q test_revit_moe.py
 """
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import bvit
 import revit
-from revit_moe import ReViTMoE
+from revit_moe import ROUTINGS, ReViTMoE
 
 torch.set_num_threads(1)
 TINY = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2)
@@ -386,3 +388,20 @@ def test_bf16_autocast_and_dynamic_img_size_run_every_routing():
         loss.backward()
         assert logits.shape == (4, 10) and torch.isfinite(loss), kw
         assert all(v.dtype == torch.float32 for v in m.aux.values()), kw
+
+
+def test_every_routing_and_lora_trains_through_train_py(tmp_path, capsys):
+    import train
+    from test_train import TINY, fake_cifar
+    cifar = fake_cifar(tmp_path / "data")
+    runs = [["--routing", r] for r in ROUTINGS] + [["--lora-rank", "2", "--experts", "1"]]
+    for flags in runs:
+        out = tmp_path / "_".join(flags)
+        assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--model", "revit", "--max-steps", "2",
+                                 "--out-dir", str(out)] + flags) == 0, (flags, capsys.readouterr().err)
+        saved = json.load(open(out / "args.json"))
+        assert (saved["routing"], saved["lora_rank"]) == (flags[1], 0) if flags[0] == "--routing" else \
+            saved["lora_rank"] == 2
+    assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--model", "revit", "--lora-rank", "2",
+                             "--out-dir", str(tmp_path / "bad")]) == 2
+    assert "experts" in capsys.readouterr().err

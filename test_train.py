@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import checkpoints
 import train
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -82,14 +83,14 @@ def test_sigkill_then_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, cifa
 
 def test_crash_during_save_keeps_the_previous_checkpoint(tmp_path):
     path = str(tmp_path / "ckpt.pt")
-    train.save_atomic({"step": 1, "w": torch.ones(3)}, path)
+    checkpoints.save_atomic({"step": 1, "w": torch.ones(3)}, path)
 
     class Boom:
         def __reduce__(self):
             raise RuntimeError("disk died mid-write")
 
     with pytest.raises(RuntimeError, match="mid-write"):
-        train.save_atomic({"step": 2, "w": torch.zeros(1000), "boom": Boom()}, path)
+        checkpoints.save_atomic({"step": 2, "w": torch.zeros(1000), "boom": Boom()}, path)
     ck = load(path)
     assert ck["step"] == 1 and torch.equal(ck["w"], torch.ones(3))
 

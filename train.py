@@ -16,14 +16,11 @@ import datetime
 import json
 import math
 import os
-import pickle
-import random
 import signal
 import sys
 import time
 from contextlib import nullcontext
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -31,6 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
+from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, checkpoint_args, finetune_weights, load_checkpoint,
+                         lock_out_dir, read_weights, resume_changes, rng_state, save_atomic, set_rng_state)
 from presets import PRESETS
 
 # ----------------------------------------------------------------------------- arguments
@@ -48,8 +47,12 @@ def build_revit(args, common):
     import revit
     if not 0 <= args.depth_dropout < 1:
         raise ValueError(f"--depth-dropout {args.depth_dropout} must be in [0, 1)")
-    return revit.ReViT(experts=args.experts, depth_dropout=args.depth_dropout, lambda_bal=args.lambda_bal,
-                       lambda_z=args.lambda_z, lambda_div=args.lambda_div, **common)
+    kw = dict(experts=args.experts, depth_dropout=args.depth_dropout, lambda_bal=args.lambda_bal,
+              lambda_z=args.lambda_z, lambda_div=args.lambda_div, **common)
+    if args.routing == "depth" and not args.lora_rank:
+        return revit.ReViT(**kw)
+    import revit_moe  # the paper's comparison baselines (section 4.3, appendix B)
+    return revit_moe.ReViTMoE(routing=args.routing, lora_rank=args.lora_rank, **kw)
 
 
 # The model registry: name -> builder(args, common kwargs). New model files add one line here.
@@ -76,6 +79,25 @@ def build_odevit(args, common):
 
 
 MODELS["odevit"] = build_odevit
+
+
+def build_model(args, img_size, num_classes, dynamic_img_size=False):
+    """The model of resolved flags `args`: the keyword arguments every model file takes, then
+    its MODELS builder. Raises Fail (one line) for sizes the model refuses."""
+    common = dict(img_size=img_size, patch_size=args.patch_size, num_classes=num_classes,
+                  embed_dim=args.embed_dim, depth=args.depth, num_heads=args.num_heads,
+                  mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
+                  drop_path_rate=args.drop_path)
+    if args.init != "default":  # only then: a model without init= support fails with its own message
+        common["init"] = args.init
+    if args.bce:  # likewise: loss="bce" only when asked for
+        common["loss"] = "bce"
+    if dynamic_img_size:
+        common["dynamic_img_size"] = True
+    try:
+        return MODELS[args.model](args, common)
+    except ValueError as e:
+        raise Fail(str(e))
 
 
 class Parser(argparse.ArgumentParser):
@@ -158,6 +180,12 @@ def get_parser():
       "normalized depth (default 4; 1 = the tied bViT block)")
     a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
       "dropping each step in training (elastic depth; dropped = identity), in [0, 1), 0 = off")
+    a("--routing", default="depth", choices=["depth", "smear", "lory", "token", "mixture"], help="revit: "
+      "how experts are chosen (revit_moe.py): depth = reViT; smear / lory = one FFN merged per image "
+      "from the step's FFN input / the previous state; token = top-1 of E routed + 1 shared expert "
+      "(hidden ratio 2); mixture = all E experts per token (compute grows with E)")
+    a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
+      "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
     a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the expert usage "
       "balance loss E*sum_e mean_k(g_e)^2 (E > 1 only)")
     a("--lambda-z", type=non_negative, default=1e-3, help="revit: weight of the router z-loss "
@@ -181,7 +209,8 @@ def get_parser():
     a("--data-dir", help="dataset root (default $RVITS_DATA, else ./data)")
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
     a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
-    a("--workers", type=int, default=2, help="data loader processes per rank")
+    a("--workers", type=int, help="data loader processes per rank (default 2 on CPU; on CUDA the "
+      "machine's cores / processes per node, at most 16)")
     a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
       "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
       "0, unless --randaug or --three-augment is set); image folders on CUDA: decode and augment "
@@ -214,6 +243,13 @@ def get_parser():
     a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off")
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
       "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
+    a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
+      "same augmented images (distill.py); the loss becomes the task loss + --distill-weight x the term")
+    a("--distill", default="feature", choices=["feature", "logits"], help="feature: match the final "
+      "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
+      "final-feature objective; logits: soft KD, KL at --distill-temperature")
+    a("--distill-weight", type=non_negative, default=1.0)
+    a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
     a("--ema", type=non_negative, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
     # system
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
@@ -362,138 +398,11 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
-def rng_state():
-    s = {"torch": torch.get_rng_state(), "python": random.getstate(),
-         "numpy": [v.tolist() if isinstance(v, np.ndarray) else v for v in np.random.get_state()]}
-    if torch.cuda.is_available():
-        s["cuda"] = torch.cuda.get_rng_state_all()
-    return s
-
-
-def set_rng_state(s):
-    torch.set_rng_state(s["torch"])
-    random.setstate(tuple(tuple(v) if isinstance(v, list) else v for v in s["python"]))
-    n = s["numpy"]
-    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), *n[2:]))
-    if "cuda" in s and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
-def save_atomic(obj, path):
-    """Write to a temporary file, then rename: a crash mid-write keeps the previous file."""
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def read_weights(path, flag):
-    """torch.load(weights_only=True): tensors and plain values only, never code. One clear Fail per
-    way the file can be wrong, naming `flag` (--resume, --finetune)."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise Fail(f"{flag} {path}: no such file")
-    except pickle.UnpicklingError as e:
-        if "Unsupported global" in str(e):  # a class or function reference: code could run
-            glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
-            raise Fail(f"{flag} {path}: refused, it holds a pickled Python object ({glob}) and rvits "
-                       "loads only tensors and plain values (weights_only=True); do not load files you do not trust")
-        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
-    except Exception as e:
-        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
-                   f"{str(e).splitlines()[0] if str(e) else ''})")
-
-
-def load_checkpoint(path, args):
-    """An rvits training checkpoint for --resume, checked for every key an exact resume needs."""
-    ck = read_weights(path, "--resume")
-    keys = {"model", "optimizer", "scheduler", "scaler", "epoch", "batch", "step", "rng", "args"}
-    if not isinstance(ck, dict) or not keys <= set(ck):
-        raise Fail(f"--resume {path}: not an rvits training checkpoint (missing {sorted(keys - set(ck or {}))})")
-    if ck["args"].get("model") != args.model:
-        raise Fail(f"--resume {path}: checkpoint of --model {ck['args'].get('model')}, not {args.model}")
-    return ck
-
-
-# --resume policy. Flags that shape the weights never change on a resume (--finetune starts a new
-# run from them). Flags that decide which images the remaining steps of an epoch see, and how they
-# are augmented, change only at an epoch boundary, where a new epoch draws a new permutation: mid-
-# epoch the position in the data order (samples consumed per process) would be wrong. Every other
-# difference (lr, schedule, EMA, workers, device, ...) is printed and applies from the resumed step
-# on; schedule flags rebuild the learning-rate curve at the current step.
-EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "cpu_loader", "val_labels",
-               "val_subset"}
-NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "eval_only", "eval_depths"}
-
-
-def resume_changes(ck, args, world, path):
-    """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
-    from the checkpoint's run; raises Fail for a difference the policy above refuses."""
-    saved, lines = ck["args"], []
-    changes = [(k, saved[k], v) for k, v in vars(args).items()
-               if k in saved and k not in NOT_COMPARED and saved[k] != v]
-    if len(ck["rng"]) != world:
-        changes.append(("processes", len(ck["rng"]), world))
-    for k, old, new in changes:
-        flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
-        if k in ARCH_FLAGS:
-            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
-                       f"original value, or start a new run from these weights with --finetune {path}")
-        if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
-            raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "
-                       f"{ck['batch']} of epoch {ck['epoch']}), where this changes which images the remaining "
-                       "steps see; give the original value, or resume from an end-of-epoch checkpoint")
-        lines.append(f"resume: {flag} {old} -> {new}")
-    return lines
-
-
-def _shape(t):
-    return "x".join(map(str, t.shape))
-
-
-def finetune_weights(path, model):
-    """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
-    (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
-    `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
-    classes differs, and `pos_embed` (1, prefix + n*n, D) is resized bicubically to this model's
-    patch grid (prefix rows as they are; bvit.resample_pos_embed). Anything else that does not fit
-    raises Fail naming the first mismatching key and both shapes. Returns a one-line report."""
-    from bvit import resample_pos_embed
-    ck = read_weights(path, "--finetune")
-    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
-    if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
-        raise Fail(f"--finetune {path}: not a state dict of tensors nor a checkpoint holding one "
-                   "(under 'model' or 'state_dict')")
-    sd = {k.removeprefix("module."): v for k, v in sd.items()}  # saved from a DDP-wrapped model
-    own, done = model.state_dict(), []
-    classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
-    if classes != own["head.weight"].shape[0]:
-        done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
-        sd.update({k: own[k] for k in ("head.weight", "head.bias")})
-    if "pos_embed" in sd and "pos_embed" in own and sd["pos_embed"].shape != own["pos_embed"].shape:
-        src, dst = sd["pos_embed"], own["pos_embed"]
-        prefix = int(getattr(model, "cls_token", None) is not None)
-        n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
-        if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
-            raise Fail(f"--finetune {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
-                       f"model: not the same width and token layout{' (class token?)' if prefix else ''}")
-        sd["pos_embed"] = resample_pos_embed(src.float(), (grid, grid), prefix).to(src.dtype)
-        done.append(f"pos_embed resized {n}x{n} -> {grid}x{grid} patches (bicubic)")
-    for k in list(own) + [k for k in sd if k not in own]:
-        if k not in sd or k not in own or sd[k].shape != own[k].shape:
-            got = "absent" if k not in sd else _shape(sd[k])
-            want = "absent" if k not in own else _shape(own[k])
-            raise Fail(f"--finetune {path}: {k} is {got} in the file and {want} in this model; "
-                       "give the model flags of the run that saved it (--model, --embed-dim, --depth, ...)")
-    model.load_state_dict(sd, strict=True)
-    return f"finetune {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
-
-
 @torch.no_grad()
 def evaluate(model, loader, device, amp_ctx, depth=None):
     """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks."""
     model.eval()
-    sums = torch.zeros(4, device=device, dtype=torch.float64)  # loss, top1, top5, count
+    sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
     for x, y in loader:
         x, y, _ = data.drop_undecodable(x, y, loader.dataset)  # image folders only; warns once per file
         if not len(y):
@@ -504,8 +413,9 @@ def evaluate(model, loader, device, amp_ctx, depth=None):
         logits = logits.float()
         top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
         hit = top5 == y[:, None]
-        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum"), hit[:, 0].sum(),
-                             hit.any(1).sum(), torch.tensor(len(y), device=device)]).double()
+        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum"), hit[:, 0].sum(), hit.any(1).sum()]).double()
+        count += len(y)
+    sums = torch.cat([sums, sums.new_tensor([count])])  # one host-to-device copy per evaluation
     if dist.is_initialized():
         dist.all_reduce(sums)
     loss, a1, a5, n = sums.tolist()
@@ -522,66 +432,12 @@ def model_log(model):
     return out
 
 
-class Fail(Exception):
-    """A problem the user can fix: printed as one line, exit status 2."""
-
-
 class Preempted(Exception):
     """SIGTERM / SIGUSR1 arrived: the current step finished and a checkpoint was written; printed
     as one line, exit status PREEMPTED."""
 
 
 PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
-
-
-def lock_out_dir(out_dir):
-    """Take an exclusive lock on OUT/.lock for this run, so a second run on the same --out-dir is
-    refused. flock is released by the OS when the process ends, however it ends: a killed run
-    leaves no stuck lock. Returns the open file; the lock lasts until it is closed."""
-    import fcntl
-    f = open(os.path.join(out_dir, ".lock"), "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise Fail(f"--out-dir {out_dir} is in use by a running training process (pid {pid}); wait for it "
-                   "to end, or choose another --out-dir")
-    f.truncate(0)
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-# Flags that --eval-only always takes from the command line, never from the checkpoint (the data
-# flags, --data-dir and --val-subset included, come from the checkpoint unless given).
-EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile"}
-# Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
-ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
-              "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
-              "field", "extend"}
-
-
-def checkpoint_args(p, args, argv, path, keep):
-    """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line always win. --eval-only takes all but the
-    run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
-    architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
-    another --img-size is built at it with dynamic_img_size=True)."""
-    unset = object()
-    given = argparse.Namespace(**{k: unset for k in vars(args)})
-    p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
-    try:
-        saved = dict(torch.load(path, map_location="cpu", weights_only=True)["args"])
-    except Exception:
-        return args  # not an rvits checkpoint: read_weights reports what is wrong, if anything
-    for k, v in saved.items():
-        if hasattr(args, k) and getattr(given, k) is unset and keep(k):
-            setattr(args, k, v)
-    args.model_img_size = saved.get("img_size")
-    return args
 
 
 def depth_report(args, model, rows, step):
@@ -654,6 +510,9 @@ def main(argv=None):
         p.error(f"--batch-size {args.batch_size} is not divisible by the {world} processes x "
                 f"--grad-accum {args.grad_accum}")
     micro = args.batch_size // world // args.grad_accum  # images per forward pass on one process
+    if args.workers is None:  # a GPU consumes images faster than 2 workers decode them
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        args.workers = 2 if device.type == "cpu" else max(2, min(16, (os.cpu_count() or 2) // per_node))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     amp_ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
 
@@ -669,10 +528,11 @@ def main(argv=None):
         val_set = torch.utils.data.Subset(val_set, range(min(args.val_subset, len(val_set))))
     if ddp:
         # a dead or hung peer makes the others fail after --dist-timeout instead of waiting forever
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                timeout=datetime.timedelta(seconds=args.dist_timeout))
-        if device.type == "cuda":
+        if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
             torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=args.dist_timeout),
+                                device_id=device if device.type == "cuda" else None)
     master = rank == 0
     if batched_loader(args, device):
         train_loader = data.DeviceCIFARLoader(train_set, micro, True, rank, world, args.seed, device)
@@ -686,21 +546,11 @@ def main(argv=None):
 
     # --- model, optimizer, schedule ---
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts them)
-    common = dict(img_size=img_size, patch_size=args.patch_size, num_classes=num_classes,
-                  embed_dim=args.embed_dim, depth=args.depth, num_heads=args.num_heads,
-                  mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
-                  drop_path_rate=args.drop_path)
-    if args.init != "default":  # only then: a model without init= support fails with its own message
-        common["init"] = args.init
-    if args.bce:  # likewise: loss="bce" only when asked for
-        common["loss"] = "bce"
     model_img = getattr(args, "model_img_size", None) if args.eval_only else None
     if model_img and model_img != img_size:  # --eval-only at another --img-size: timm's dynamic size
-        common.update(img_size=model_img, dynamic_img_size=True)
-    try:
-        model = MODELS[args.model](args, common)
-    except ValueError as e:
-        raise Fail(str(e))
+        model = build_model(args, model_img, num_classes, dynamic_img_size=True)
+    else:
+        model = build_model(args, img_size, num_classes)
     if args.finetune and not args.resume:  # before .to(device): the weights are read on the CPU
         report = finetune_weights(args.finetune, model)
         if master:
@@ -708,12 +558,21 @@ def main(argv=None):
     model = model.to(device)
     if args.grad_checkpoint:
         model.set_grad_checkpointing(True)
-    raw_model = model
+    raw_model, distiller = model, None
+    if args.teacher and not args.eval_only:
+        import distill
+        teacher = model_from_checkpoint(args.teacher, "--teacher", p, img_size).to(device)
+        try:
+            distiller = distill.Distiller(model, teacher, args.distill, args.distill_temperature).to(device)
+        except ValueError as e:
+            raise Fail(str(e))
     if args.opt == "lamb":  # eps 1e-8: DeiT's --opt-eps default (our reading of its code)
         optimizer = Lamb(param_groups(model, args.weight_decay), lr=args.lr, eps=1e-8)
     else:
         optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
                                       fused=device.type == "cuda")
+    if distiller is not None and list(distiller.parameters()):  # the feature projection trains too
+        optimizer.add_param_group({"params": list(distiller.parameters()), "weight_decay": args.weight_decay})
     steps_per_epoch = len(train_loader) // args.grad_accum
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
@@ -754,6 +613,8 @@ def main(argv=None):
         scaler.load_state_dict(ck["scaler"])
         if ema is not None and ck.get("ema") is not None:
             ema.load_state_dict(ck["ema"])
+        if distiller is not None and ck.get("distill") is not None:
+            distiller.load_state_dict(ck["distill"])
         start_epoch, start_batch, step = ck["epoch"], ck["batch"], ck["step"]
         progress = ck["progress"]
         rngs = ck["rng"]
@@ -778,14 +639,18 @@ def main(argv=None):
             save_atomic({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                          "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                          "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
+                         "distill": raw_distiller.state_dict() if distiller is not None else None,
                          "batch": batch, "step": step, "progress": progress, "rng": rngs,
                          "args": vars(args)}, ckpt_path)
             print(f"saved checkpoint at step {step}", flush=True)
 
     if args.compile:  # regional compilation (each model's compile_regions), before DDP
         model.compile_regions() if hasattr(model, "compile_regions") else model.compile()
+    raw_distiller = distiller
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        if distiller is not None and list(distiller.parameters()):
+            distiller = DDP(distiller, device_ids=[local_rank] if device.type == "cuda" else None)
 
     mix = None
     if args.mixup or args.cutmix:
@@ -811,6 +676,7 @@ def main(argv=None):
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, lambda signum, frame: stop.append(signum))
     eps, bad_steps, bad_total = args.label_smoothing, 0, 0
+    waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
@@ -829,7 +695,9 @@ def main(argv=None):
         for i in range(left):
             step_loss = 0.0
             for j in range(args.grad_accum):  # micro-batches of one optimizer step
+                t_wait = time.perf_counter()
                 x, y = next(batches)
+                waited += time.perf_counter() - t_wait
                 if args.data == "imagenet":  # an undecodable file comes as a label < 0 (data.ImageFiles)
                     x, y, bad = data.drop_undecodable(x, y, train_set)
                     skipped, bad_total = skipped + len(bad), bad_total + len(bad)
@@ -845,9 +713,12 @@ def main(argv=None):
                 if eps:
                     y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
                 # DDP all-reduces the gradients in the last micro-batch's backward only
-                with model.no_sync() if ddp and j < args.grad_accum - 1 else nullcontext():
+                accumulating = ddp and j < args.grad_accum - 1
+                with no_sync(model, accumulating), no_sync(distiller, accumulating):
                     with amp_ctx:
-                        _, loss = model(x, y)
+                        logits, loss = model(x, y)
+                        if distiller is not None:
+                            loss = loss + args.distill_weight * distiller(x, logits)
                     scaler.scale(loss / args.grad_accum).backward()  # the mean over the whole batch
                 step_loss += loss.detach() / args.grad_accum
                 n_img += x.shape[0] * world
@@ -870,6 +741,10 @@ def main(argv=None):
                 ema.update_parameters(raw_model)
             step += 1
             bar.update()
+            if master and step == probe[0] + 50 and waited > 0.2 * (time.perf_counter() - probe[1]):
+                print(f"note: the data loader is the bottleneck: {waited / (time.perf_counter() - probe[1]):.0%} of "
+                      f"the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
+                      "leave out per-image augmentations (CIFAR then uses the batched loader)", flush=True)
             if master and (i % 20 == 0 or i == left - 1):
                 bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
@@ -928,6 +803,31 @@ def main(argv=None):
         dist.destroy_process_group()
     if lock is not None:
         lock.close()
+
+
+def no_sync(module, accumulating):
+    """DDP's no_sync() while gradients accumulate over micro-batches (nothing for a plain module)."""
+    return module.no_sync() if accumulating and isinstance(module, DDP) else nullcontext()
+
+
+def model_from_checkpoint(path, flag, p, img_size):
+    """The model of an rvits checkpoint, rebuilt from its saved flags, with its weights, in eval
+    mode; at another image size than it was trained at, built with dynamic_img_size=True (its
+    position embedding interpolated on the fly). Raises Fail naming `flag` for a bad file."""
+    ck = read_weights(path, flag)
+    if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("args"), dict)
+            and ck["args"].get("model") in MODELS and "head.weight" in ck["model"]):
+        raise Fail(f"{flag} {path}: not an rvits checkpoint (model weights and the flags of its run)")
+    saved = p.parse_args([])
+    vars(saved).update(ck["args"])
+    own = saved.img_size or (224 if saved.data == "imagenet" else 32)
+    model = build_model(saved, own, ck["model"]["head.weight"].shape[0], dynamic_img_size=own != img_size)
+    try:
+        model.load_state_dict(ck["model"])
+    except RuntimeError as e:
+        raise Fail(f"{flag} {path}: its weights do not fit the model its flags describe "
+                   f"({str(e).strip().splitlines()[-1].strip()})")
+    return model.eval()
 
 
 def stopping(stop, ddp, device):

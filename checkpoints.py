@@ -1,0 +1,197 @@
+"""Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG
+states), the --resume policy, --finetune weights (head and position embedding adapted), flags taken
+from a checkpoint (--eval-only, --finetune), and the lock that gives an --out-dir to one run.
+
+Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
+"""
+import argparse
+import math
+import os
+import pickle
+import random
+
+import numpy as np
+import torch
+
+
+class Fail(Exception):
+    """A problem the user can fix: printed as one line, exit status 2."""
+
+
+def rng_state():
+    s = {"torch": torch.get_rng_state(), "python": random.getstate(),
+         "numpy": [v.tolist() if isinstance(v, np.ndarray) else v for v in np.random.get_state()]}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
+
+
+def set_rng_state(s):
+    torch.set_rng_state(s["torch"])
+    random.setstate(tuple(tuple(v) if isinstance(v, list) else v for v in s["python"]))
+    n = s["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), *n[2:]))
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save_atomic(obj, path):
+    """Write to a temporary file, then rename: a crash mid-write keeps the previous file."""
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def read_weights(path, flag):
+    """torch.load(weights_only=True): tensors and plain values only, never code. One clear Fail per
+    way the file can be wrong, naming `flag` (--resume, --finetune)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise Fail(f"{flag} {path}: no such file")
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" in str(e):  # a class or function reference: code could run
+            glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
+            raise Fail(f"{flag} {path}: refused, it holds a pickled Python object ({glob}) and rvits "
+                       "loads only tensors and plain values (weights_only=True); do not load files you do not trust")
+        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
+    except Exception as e:
+        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
+                   f"{str(e).splitlines()[0] if str(e) else ''})")
+
+
+def load_checkpoint(path, args):
+    """An rvits training checkpoint for --resume, checked for every key an exact resume needs."""
+    ck = read_weights(path, "--resume")
+    keys = {"model", "optimizer", "scheduler", "scaler", "epoch", "batch", "step", "rng", "args"}
+    if not isinstance(ck, dict) or not keys <= set(ck):
+        raise Fail(f"--resume {path}: not an rvits training checkpoint (missing {sorted(keys - set(ck or {}))})")
+    if ck["args"].get("model") != args.model:
+        raise Fail(f"--resume {path}: checkpoint of --model {ck['args'].get('model')}, not {args.model}")
+    return ck
+
+
+# --resume policy. Flags that shape the weights never change on a resume (--finetune starts a new
+# run from them). Flags that decide which images the remaining steps of an epoch see, and how they
+# are augmented, change only at an epoch boundary, where a new epoch draws a new permutation: mid-
+# epoch the position in the data order (samples consumed per process) would be wrong. Every other
+# difference (lr, schedule, EMA, workers, device, ...) is printed and applies from the resumed step
+# on; schedule flags rebuild the learning-rate curve at the current step.
+EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "cpu_loader", "val_labels",
+               "val_subset"}
+NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "eval_only", "eval_depths"}
+
+
+def resume_changes(ck, args, world, path):
+    """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
+    from the checkpoint's run; raises Fail for a difference the policy above refuses."""
+    saved, lines = ck["args"], []
+    changes = [(k, saved[k], v) for k, v in vars(args).items()
+               if k in saved and k not in NOT_COMPARED and saved[k] != v]
+    if len(ck["rng"]) != world:
+        changes.append(("processes", len(ck["rng"]), world))
+    for k, old, new in changes:
+        flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
+        if k in ARCH_FLAGS:
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
+                       f"original value, or start a new run from these weights with --finetune {path}")
+        if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "
+                       f"{ck['batch']} of epoch {ck['epoch']}), where this changes which images the remaining "
+                       "steps see; give the original value, or resume from an end-of-epoch checkpoint")
+        lines.append(f"resume: {flag} {old} -> {new}")
+    return lines
+
+
+def _shape(t):
+    return "x".join(map(str, t.shape))
+
+
+def finetune_weights(path, model):
+    """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
+    (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
+    `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
+    classes differs, and `pos_embed` (1, prefix + n*n, D) is resized bicubically to this model's
+    patch grid (prefix rows as they are; bvit.resample_pos_embed). Anything else that does not fit
+    raises Fail naming the first mismatching key and both shapes. Returns a one-line report."""
+    from bvit import resample_pos_embed
+    ck = read_weights(path, "--finetune")
+    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
+    if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
+        raise Fail(f"--finetune {path}: not a state dict of tensors nor a checkpoint holding one "
+                   "(under 'model' or 'state_dict')")
+    sd = {k.removeprefix("module."): v for k, v in sd.items()}  # saved from a DDP-wrapped model
+    own, done = model.state_dict(), []
+    classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
+    if classes != own["head.weight"].shape[0]:
+        done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
+        sd.update({k: own[k] for k in ("head.weight", "head.bias")})
+    if "pos_embed" in sd and "pos_embed" in own and sd["pos_embed"].shape != own["pos_embed"].shape:
+        src, dst = sd["pos_embed"], own["pos_embed"]
+        prefix = int(getattr(model, "cls_token", None) is not None)
+        n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
+        if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
+            raise Fail(f"--finetune {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
+                       f"model: not the same width and token layout{' (class token?)' if prefix else ''}")
+        sd["pos_embed"] = resample_pos_embed(src.float(), (grid, grid), prefix).to(src.dtype)
+        done.append(f"pos_embed resized {n}x{n} -> {grid}x{grid} patches (bicubic)")
+    for k in list(own) + [k for k in sd if k not in own]:
+        if k not in sd or k not in own or sd[k].shape != own[k].shape:
+            got = "absent" if k not in sd else _shape(sd[k])
+            want = "absent" if k not in own else _shape(own[k])
+            raise Fail(f"--finetune {path}: {k} is {got} in the file and {want} in this model; "
+                       "give the model flags of the run that saved it (--model, --embed-dim, --depth, ...)")
+    model.load_state_dict(sd, strict=True)
+    return f"finetune {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
+
+
+def lock_out_dir(out_dir):
+    """Take an exclusive lock on OUT/.lock for this run, so a second run on the same --out-dir is
+    refused. A POSIX record lock (lockf): the OS releases it when the process ends, however it
+    ends, so a killed run leaves no stuck lock, and unlike flock it is not shared with forked
+    loader workers (which outlive a SIGKILLed parent for a few seconds). Returns the open file;
+    the lock lasts until it is closed."""
+    import fcntl
+    f = open(os.path.join(out_dir, ".lock"), "a+")
+    try:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise Fail(f"--out-dir {out_dir} is in use by a running training process (pid {pid}); wait for it "
+                   "to end, or choose another --out-dir")
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+# Flags that --eval-only always takes from the command line, never from the checkpoint (the data
+# flags, --data-dir and --val-subset included, come from the checkpoint unless given).
+EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
+                  "download", "eval_batch_size", "compile"}
+# Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
+ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
+              "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
+              "field", "extend", "routing", "lora_rank"}
+
+
+def checkpoint_args(p, args, argv, path, keep):
+    """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
+    `keep(flag)` is true; flags given on the command line always win. --eval-only takes all but the
+    run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
+    architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
+    another --img-size is built at it with dynamic_img_size=True)."""
+    unset = object()
+    given = argparse.Namespace(**{k: unset for k in vars(args)})
+    p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
+    try:
+        saved = dict(torch.load(path, map_location="cpu", weights_only=True)["args"])
+    except Exception:
+        return args  # not an rvits checkpoint: read_weights reports what is wrong, if anything
+    for k, v in saved.items():
+        if hasattr(args, k) and getattr(given, k) is unset and keep(k):
+            setattr(args, k, v)
+    args.model_img_size = saved.get("img_size")
+    return args
