@@ -118,3 +118,22 @@ def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_
 @pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh"])
 def test_scripts_parse(script):
     assert subprocess.run(["bash", "-n", os.path.join(ROOT, "scripts", script)]).returncode == 0
+
+
+def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    fake_run(runs, "vit", 0, 33.0, model="vit")
+    fake_run(runs, "bvit", 0, 25.0, {4: 20.0, 8: 25.0, 16: 10.0, 32: 2.0})
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- mini-table -->\nold table\n<!-- /mini-table -->\nprose\n"
+                      "<!-- mini-verdicts -->\nold verdicts\n<!-- /mini-verdicts -->\nend\n")
+    summarize_mini.main(str(runs), str(readme))
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("intro\n<!-- mini-table -->\nTop-1 (%)") and text.endswith("end\n")
+    table = text.split("<!-- mini-table -->")[1].split("<!-- /mini-table -->")[0]
+    assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
+    assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit) as e:
+        summarize_mini.main(str(runs), str(readme))
+    assert e.value.code == 2 and "markers" in capsys.readouterr().err

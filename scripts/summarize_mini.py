@@ -1,6 +1,8 @@
 """Summarize the CPU-scale CIFAR-100 study (scripts/reproduce_mini.sh): RUNS/summary.md and figures.
 
     python scripts/summarize_mini.py runs/mini
+    python scripts/summarize_mini.py runs/mini --readme README.md   # also refresh README's tables
+
 
 Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
 - RUNS/summary.md: top-1 per arm (mean, spread over seeds = max - min, n seeds) at each evaluation
@@ -10,8 +12,10 @@ Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs 
   g_e(t) as a heat map), when matplotlib is installed (optional, not a requirement of rvits).
 Standard library only, apart from the optional matplotlib.
 """
+import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 
@@ -194,7 +198,32 @@ def figures(runs, root):
         plt.close(fig)
 
 
-def main(root):
+def update_readme(path, text, root):
+    """Put summary.md's two tables between README's <!-- mini-table --> and <!-- mini-verdicts -->
+    markers (each closed by <!-- /... -->) and copy the figures to docs/mini_depth.png and
+    docs/mini_gates.png next to it. The prose around them is for a person to update."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Top-1 (%)"))
+    claims = next(i for i, ln in enumerate(lines) if ln.startswith("| claim |"))
+    blocks = {"mini-table": "\n".join(lines[start:claims]).strip(), "mini-verdicts": "\n".join(lines[claims:]).strip()}
+    readme = open(path).read()
+    for name, block in blocks.items():
+        head, tail = f"<!-- {name} -->", f"<!-- /{name} -->"
+        if head not in readme or tail not in readme:
+            sys.stderr.write(f"summarize_mini.py: error: --readme {path} has no {head} ... {tail} markers\n")
+            sys.exit(2)
+        before, rest = readme.split(head, 1)
+        readme = before + head + "\n" + block + "\n" + tail + rest.split(tail, 1)[1]
+    with open(path, "w") as f:
+        f.write(readme)
+    docs = os.path.join(os.path.dirname(os.path.abspath(path)), "docs")
+    for fig in ("depth", "gates"):
+        if os.path.exists(os.path.join(root, f"{fig}.png")):
+            os.makedirs(docs, exist_ok=True)
+            shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"mini_{fig}.png"))
+
+
+def main(root, readme=None):
     if not os.path.isdir(root):
         sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
         sys.exit(2)
@@ -207,8 +236,14 @@ def main(root):
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write(text)
     figures(runs, root)
+    if readme:
+        update_readme(readme, text, root)
     print(text)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "runs/mini")
+    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_argument("runs", nargs="?", default="runs/mini")
+    cli.add_argument("--readme", help="also write the tables into this README between its markers")
+    a = cli.parse_args()
+    main(a.runs, a.readme)
