@@ -333,7 +333,8 @@ class BViT(nn.Module):
             return logits, None
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
-        loss = (losses * losses.new_tensor(self.stage_weights)).sum()
+        # weights as Python floats: no host-to-device copy per forward; same products, same sum
+        loss = torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
         return logits, loss
 
     def compile_regions(self, **kwargs):

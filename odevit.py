@@ -57,8 +57,8 @@ def odeint(f: Callable, z0: torch.Tensor, t0, t1, steps: int, method: str = "eul
     t0, t1 = float(t0), float(t1)
     h = (t1 - t0) / steps
 
-    def time(s):  # 0-dim float32 tensor on the state's device
-        return torch.tensor(s, dtype=torch.float32, device=z0.device)
+    def time(s):  # 0-dim float32 tensor on the state's device, filled there: no host-to-device copy
+        return torch.full((), s, dtype=torch.float32, device=z0.device)
 
     def v(t, z):  # the field dz/dt
         g = f(time(t), z)
@@ -402,7 +402,8 @@ class ODEViT(nn.Module):
             return logits, None
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
-        return logits, (losses * losses.new_tensor(self.stage_weights)).sum()
+        # weights as Python floats: no host-to-device copy per forward; same products, same sum
+        return logits, torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
 
     def compile_regions(self, **kwargs):
         """Regional compilation: the block F is compiled once (fullgraph) and serves every field

@@ -35,6 +35,21 @@ except ImportError:
     merged_ffn = None
 
 
+def fused_ffn_wins(x):
+    """Whether per-image FFNs on x run in kernels.py's fused kernel: where Triton runs, and only
+    without autograd. Its backward recomputes the reference (B x H x D merged weights included), so
+    a training step with it is slower than the grouped path (bench.py: revit_elastic_grouped_over_fused_*)."""
+    return merged_ffn is not None and not torch.is_grad_enabled() and triton_usable(x)
+
+
+def to_device(t, device):
+    """A host tensor (the rows, coordinates and groups of an elastic step) on `device` without making
+    the host wait for the GPU: an asynchronous copy from pinned memory (a pageable one may wait)."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 def drop_path(x, p: float, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
     probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
@@ -154,10 +169,12 @@ class Block(nn.Module):
 
     def grouped(self, x, w1, b1, w2, b2, groups):
         """Per-image FFNs: sort the images by group, one dense FFN per group, unsort (eager: the
-        group sizes are data; kernels.py may fuse this path)."""
+        group sizes are data). groups (B,) long on the CPU, so that the sizes need no device sync."""
         x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
         order = groups.argsort()
-        chunks = self.norm2(x)[order].split(torch.bincount(groups, minlength=w1.shape[0]).tolist())
+        sizes = torch.bincount(groups, minlength=w1.shape[0]).tolist()
+        order = to_device(order, x.device)
+        chunks = self.norm2(x)[order].split(sizes)
         y = torch.cat([ffn(c, *w) for c, *w in zip(chunks, *(t.unbind(0) for t in (w1, b1, w2, b2)))])
         return x + drop_path(self.ls2(y[order.argsort()]), self.drop_path, self.training)
 
@@ -214,11 +231,12 @@ def init_attention_(attn, init, pos, grid):
 
 def sample_keep(batch: int, depth: int, p: float, device=None):
     """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
-    An image that drops every step keeps one step chosen uniformly (our choice; SPEC: >= 1 kept)."""
+    An image that drops every step keeps one step chosen uniformly (our choice; SPEC: >= 1 kept).
+    ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
     keep = torch.rand(batch, depth, device=device) >= p
-    empty = ~keep.any(1)
-    keep[empty, torch.randint(depth, (batch,), device=device)[empty]] = True
-    return keep
+    empty = ~keep.any(1)  # (B,)
+    pick = torch.randint(depth, (batch,), device=device)  # (B,) the step an empty image keeps
+    return keep | (empty[:, None] & (torch.arange(depth, device=device) == pick[:, None]))
 
 
 def step_coords(keep):
@@ -395,18 +413,19 @@ class ReViT(nn.Module):
             raise ValueError(f"depth must be >= 1, got {depth}")
         z, blk = self.embed(x), self.blocks[0]
         if keep is None and self.training and self.depth_dropout > 0:
-            keep = sample_keep(z.shape[0], depth, self.depth_dropout, z.device)
+            keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
             for w in zip(*(t.unbind(0) for t in self.ffn_weights(self.grid(depth)))):
                 z = self._step(blk, z, *w)
         else:  # elastic depth: step k runs only the images that keep it, each at its own coordinate
+            keep = keep.cpu()  # the rows of each step are host data (a given CUDA mask: one copy)
             if keep.shape != (z.shape[0], depth) or not keep.any(1).all():
                 raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool with a step kept per image")
-            coords = step_coords(keep)  # (B, L)
+            coords = step_coords(keep)  # (B, L), CPU
             for k in range(depth):
-                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,)
+                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,), CPU
                 if len(rows):
-                    z = self._step(self._elastic_step, z, rows, coords[rows, k])
+                    z = self._step(self._elastic_step, z, to_device(rows, z.device), coords[rows, k])
         logits = self.classify(z)
         if targets is None:
             return logits, None
@@ -419,13 +438,15 @@ class ReViT(nn.Module):
         return logits, loss
 
     def _elastic_step(self, z, rows, t):
-        """One elastic-depth step of the images `rows` (B_k,) at their coordinates t (B_k,), the
-        others unchanged: z (B, N, D) -> (B, N, D). The FFNs are merged here, inside the step."""
+        """One elastic-depth step of the images `rows` (B_k,) at their coordinates t (B_k,) (on the
+        CPU), the others unchanged: z (B, N, D) -> (B, N, D). The FFNs are merged here, inside the step."""
         blk = self.blocks[0]
-        if merged_ffn is not None and triton_usable(z):  # fused GPU path
-            return z.index_copy(0, rows, blk.fused(z[rows], self.route(t).float().softmax(-1)))
+        if fused_ffn_wins(z):  # fused GPU path, inference only
+            gates = self.route(to_device(t, z.device)).float().softmax(-1)  # (B_k, E)
+            return z.index_copy(0, rows, blk.fused(z[rows], gates))
         uniq, groups = t.unique(return_inverse=True)  # (U,), (B_k,): a shared coordinate, one merged FFN
-        return z.index_copy(0, rows, blk.grouped(z[rows], *self.ffn_weights(uniq), groups))
+        weights = self.ffn_weights(to_device(uniq, z.device))
+        return z.index_copy(0, rows, blk.grouped(z[rows], *weights, groups))
 
     def compile_regions(self, **kwargs):
         """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,

@@ -37,16 +37,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import revit
-from revit import classification_loss, drop_path, ffn, sample_keep, step_coords
+from revit import classification_loss, drop_path, ffn, sample_keep, step_coords, to_device
 
 ROUTINGS = ("depth", "smear", "lory", "token", "mixture")
 
 
 def per_image_ffn(mlp, x, g):
     """SMEAR/Lory: image b runs ONE FFN whose weights and biases are sum_e g[b, e] (expert e's).
-    mlp: revit.ExpertMlp; x (B, N, D), g (B, E) -> (B, N, D). On CUDA kernels.py's Triton kernel
-    merges the weight tiles in registers; compiled regions leave the fusion to the compiler."""
-    if revit.merged_ffn is not None and revit.triton_usable(x) and not torch.compiler.is_compiling():
+    mlp: revit.ExpertMlp; x (B, N, D), g (B, E) -> (B, N, D). On CUDA without autograd kernels.py's
+    Triton kernel merges the weight tiles in registers (revit.fused_ffn_wins: in training its
+    recomputing backward would cost more than it saves); compiled regions leave it to the compiler."""
+    if revit.fused_ffn_wins(x) and not torch.compiler.is_compiling():
         return revit.merged_ffn(x, g, *mlp.tensors())
     w1, b1, w2, b2 = mlp.merge(g)  # (B, H, D), (B, H), (B, D, H), (B, D)
     h = F.gelu(torch.baddbmm(b1[:, None], x, w1.mT))  # (B, N, H)
@@ -63,7 +64,8 @@ def token_choice(mlp, shared, h, p):
     x, p = h.flatten(0, 1), p.flatten(0, 1)  # (M, D), (M, E) with M = B*N
     top = p.argmax(-1)  # (M,)
     order = top.argsort()
-    chunks = x[order].split(torch.bincount(top, minlength=p.shape[1]).tolist())  # expert e's tokens
+    # expert e's tokens; their number is data, so on CUDA this reads it back: one sync per step
+    chunks = x[order].split(torch.bincount(top, minlength=p.shape[1]).tolist())
     y = torch.cat([ffn(c, *(w[e] for w in mlp.tensors())) for e, c in enumerate(chunks)])[order.argsort()]
     y = ffn(x, *(w[0] for w in shared.tensors())) + p.gather(1, top[:, None]) * y  # (M, D)
     return y.view_as(h)
@@ -189,11 +191,13 @@ class ReViTMoE(revit.ReViT):
         z = self.embed(x)
         B = z.shape[0]
         if keep is None and self.training and self.depth_dropout > 0:
-            keep = sample_keep(B, depth, self.depth_dropout, z.device)
-        if keep is not None and (keep.shape != (B, depth) or not keep.any(1).all()):
-            raise ValueError(f"keep must be ({B}, {depth}) bool with a step kept per image")
+            keep = sample_keep(B, depth, self.depth_dropout)  # on the CPU, as reViT: no device sync
+        if keep is not None:
+            keep = keep.cpu()  # the rows of each step are host data (a given CUDA mask: one copy)
+            if keep.shape != (B, depth) or not keep.any(1).all():
+                raise ValueError(f"keep must be ({B}, {depth}) bool with a step kept per image")
         # each image's coordinate of each step (3.2): the grid, or its retained steps renumbered
-        t = self.grid(depth).expand(B, depth) if keep is None else step_coords(keep)  # (B, L)
+        t = self.grid(depth).expand(B, depth) if keep is None else to_device(step_coords(keep), z.device)  # (B, L)
         adapters = self.adapter_index(t) if self.lora_rank else None  # (B, L) long
         logits = []
         for k in range(depth):
@@ -201,10 +205,11 @@ class ReViTMoE(revit.ReViT):
             if keep is None:
                 z, lg = self._step(self._step_fn, z, ad)
             else:  # elastic depth: only the images that keep step k run it
-                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,)
+                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,), CPU
                 if not len(rows):
                     logits.append(None)
                     continue
+                rows = to_device(rows, z.device)
                 zk, lg = self._step(self._step_fn, z[rows], None if ad is None else ad[rows])
                 z = z.index_copy(0, rows, zk)
             logits.append(lg)

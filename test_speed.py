@@ -17,6 +17,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 KERNEL_CHECK = r"""
 import torch, kernels
 assert kernels.triton_usable(torch.zeros(1)), "TRITON_INTERPRET=1 should enable the kernel on CPU"
+launches = []  # every Triton layer launch: (x dtype, weight dtype)
+real_linear = kernels._merged_linear
+kernels._merged_linear = lambda x, g, w, *a, **k: launches.append((x.dtype, w.dtype)) or real_linear(x, g, w, *a, **k)
 torch.manual_seed(0)
 B, T, D, H, E = 3, 37, 24, 72, 4   # T, H not multiples of the tiles: masks are exercised
 x = torch.randn(B, T, D, requires_grad=True)
@@ -25,7 +28,7 @@ ws = [torch.randn(E, H, D), torch.randn(E, H), torch.randn(E, D, H), torch.randn
 ws = [w.requires_grad_() for w in ws]
 y = kernels.merged_ffn(x, g, *ws)
 r = kernels.merged_ffn_reference(x, g, *ws)
-assert y.shape == (B, T, D)
+assert y.shape == (B, T, D) and len(launches) == 2
 assert torch.allclose(y, r, atol=1e-4, rtol=1e-4), (y - r).abs().max()
 gy = torch.randn_like(y)
 for a, b in zip(torch.autograd.grad(y, [x, g, *ws], gy), torch.autograd.grad(r, [x, g, *ws], gy)):
@@ -35,7 +38,32 @@ for b in range(B):
     W1, b1, W2, b2 = (torch.tensordot(g[b], w, dims=1) for w in ws)
     ref = torch.nn.functional.gelu(x[b] @ W1.T + b1) @ W2.T + b2
     assert torch.allclose(r[b], ref, atol=1e-4, rtol=1e-4)
-# reViT's elastic-depth training step takes the fused path and matches the grouped reference
+# every autotuned tile shape (the GPU's configs, run here by the interpreter) at T = 197
+xl = torch.randn(2, 197, D)
+for cfg in kernels.CONFIGS:
+    h = kernels._merged_linear(xl, g[:2].detach(), ws[0].detach(), ws[1].detach(), True, cfg)
+    W1 = torch.einsum("be,ehd->bhd", g[:2].detach(), ws[0].detach())
+    want = torch.nn.functional.gelu(torch.baddbmm((g[:2].detach() @ ws[1].detach())[:, None], xl, W1.mT))
+    assert torch.allclose(h, want, atol=1e-4, rtol=1e-4), (cfg, (h - want).abs().max())
+# bf16 autocast: the kernel gets bf16 inputs (fp32 gates), returns bf16; the backward recomputes under
+# the same autocast (interpreter: bf16 rounding truncates, hence the loose tolerance)
+launches.clear()
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    y = kernels.merged_ffn(x, g, *ws)
+    r = kernels.merged_ffn_reference(x, g, *ws)
+assert launches == [(torch.bfloat16, torch.bfloat16)] * 2 and y.dtype == r.dtype == torch.bfloat16
+scale = r.float().abs().max()
+assert (y.float() - r.float()).abs().max() < 4e-2 * scale, (y.float() - r.float()).abs().max() / scale
+gy = torch.randn_like(y)
+for a, b in zip(torch.autograd.grad(y, [x, g, *ws], gy), torch.autograd.grad(r, [x, g, *ws], gy)):
+    assert a.dtype == torch.float32 and torch.equal(a, b)  # the same recompute, bit for bit
+# bf16 experts with fp32 gates (reViT's elastic step on a model.to(bfloat16)): forward and backward
+wb = [w.detach().bfloat16().requires_grad_() for w in ws]
+xb = x.detach().bfloat16().requires_grad_()
+y = kernels.merged_ffn(xb, g, *wb)
+y.float().sum().backward()
+assert y.dtype == torch.bfloat16 and g.grad.dtype == torch.float32 and all(w.grad.dtype == torch.bfloat16 for w in wb)
+# reViT: training takes the grouped path (no launch), inference the kernel, and they agree
 import revit
 m = revit.ReViT(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4, depth=5,
                 experts=3, depth_dropout=0.4).train()
@@ -44,16 +72,23 @@ with torch.no_grad():
         p.normal_()  # non-uniform gates
 xi, yi = torch.randn(6, 3, 16, 16), torch.arange(6)
 keep = revit.sample_keep(6, 5, 0.4)
-assert revit.merged_ffn is not None and revit.triton_usable(xi)  # the fused path is taken
-fused_logits, fused_loss = m(xi, yi, keep=keep)
-fused_loss.backward()
-fused_grads = [p.grad.clone() for p in m.parameters()]
-m.zero_grad()
-revit.merged_ffn = None  # force the grouped plain-PyTorch path
-ref_logits, ref_loss = m(xi, yi, keep=keep)
-ref_loss.backward()
-assert torch.allclose(fused_logits, ref_logits, atol=1e-4), (fused_logits - ref_logits).abs().max()
-assert all(torch.allclose(a, p.grad, atol=1e-4) for a, p in zip(fused_grads, m.parameters()))
+launches.clear()
+m(xi, yi, keep=keep)[1].backward()
+assert launches == [], "a training step should not launch the kernel"
+with torch.no_grad():
+    fused = m.eval()(xi, keep=keep)[0]
+    assert len(launches) == 2 * int(keep.any(0).sum())  # two layers per step that some image keeps
+    kernel, revit.merged_ffn = revit.merged_ffn, None  # force the grouped plain-PyTorch path
+    grouped = m(xi, keep=keep)[0]
+    revit.merged_ffn = kernel
+assert torch.allclose(fused, grouped, atol=1e-4), (fused - grouped).abs().max()
+# a bf16 elastic-depth reViT trains (its first version failed in the kernel's backward)
+m = m.train().to(torch.bfloat16)
+m(xi.bfloat16(), yi)[1].backward()
+assert all(p.grad is not None and p.grad.isfinite().all() for p in m.parameters())
+with torch.no_grad():
+    launches.clear()
+    assert m.eval()(xi.bfloat16(), keep=keep)[0].dtype == torch.bfloat16 and launches
 print("ok")
 """
 
@@ -73,6 +108,55 @@ def test_merged_ffn_falls_back_to_reference_without_triton_device():
     x, g = torch.randn(2, 5, 8), torch.softmax(torch.randn(2, 3), 1)
     ws = [torch.randn(3, 16, 8), torch.randn(3, 16), torch.randn(3, 8, 16), torch.randn(3, 8)]
     assert torch.equal(kernels.merged_ffn(x, g, *ws), kernels.merged_ffn_reference(x, g, *ws))
+
+
+def test_merged_ffn_reference_merges_fp32_gates_in_the_experts_bf16():
+    """The reference is the kernel's backward: with bf16 experts (model.to(bfloat16)) and fp32 gates
+    it merges in bf16, as revit.ExpertMlp.merge does, and its gradients keep each input's dtype."""
+    import kernels
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8).bfloat16().requires_grad_()
+    g = torch.softmax(torch.randn(2, 3), 1).requires_grad_()
+    ws = [(torch.randn(3, 16, 8) * 0.2).bfloat16().requires_grad_(), torch.randn(3, 16).bfloat16().requires_grad_(),
+          (torch.randn(3, 8, 16) * 0.2).bfloat16().requires_grad_(), torch.randn(3, 8).bfloat16().requires_grad_()]
+    y = kernels.merged_ffn_reference(x, g, *ws)
+    y.float().sum().backward()
+    assert y.dtype == torch.bfloat16 and g.grad.dtype == torch.float32
+    assert all(t.grad.dtype == torch.bfloat16 for t in (x, *ws))
+    want = kernels.merged_ffn_reference(x.float(), g.bfloat16().float(), *(w.float() for w in ws))
+    assert torch.allclose(y.float(), want, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_cuda_bf16_equals_reference():
+    """The Triton merged FFN on the GPU in bf16 (the autotuner's choice and each config) against the
+    reference computed in fp32 from the same bf16 tensors, at reViT-S/16 shapes; then bf16 autocast
+    over fp32 tensors. bf16 tolerance (fp32 tl.dot would be TF32: 1e-4 would fail spuriously)."""
+    import kernels
+    torch.manual_seed(0)
+    B, T, D, H, E, dev = 8, 197, 384, 1536, 4, "cuda"
+    x = torch.randn(B, T, D, device=dev)
+    g = torch.softmax(torch.randn(B, E, device=dev), 1)
+    ws = [torch.randn(E, H, D, device=dev) * 0.02, torch.randn(E, H, device=dev) * 0.02,
+          torch.randn(E, D, H, device=dev) * 0.02, torch.randn(E, D, device=dev) * 0.02]
+    wb = [w.bfloat16() for w in ws]
+    want = kernels.merged_ffn_reference(x.bfloat16().float(), g, *(w.float() for w in wb))
+    with torch.no_grad():
+        got = kernels.merged_ffn(x.bfloat16(), g, *wb)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
+    W1 = torch.einsum("be,ehd->bhd", g, wb[0].float())
+    h_want = torch.nn.functional.gelu(torch.baddbmm((g @ wb[1].float())[:, None], x.bfloat16().float(), W1.mT))
+    for cfg in kernels.CONFIGS:
+        h = kernels._merged_linear(x.bfloat16(), g, wb[0], wb[1], True, cfg)
+        torch.testing.assert_close(h.float(), h_want, atol=1e-2, rtol=1e-2, msg=lambda m: f"{cfg}: {m}")
+    xg = x.clone().requires_grad_()
+    with torch.autocast(dev, dtype=torch.bfloat16):
+        got = kernels.merged_ffn(xg, g, *ws)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), kernels.merged_ffn_reference(x, g, *ws), atol=1e-2, rtol=1e-2)
+    got.float().sum().backward()
+    assert xg.grad.dtype == torch.float32 and xg.grad.isfinite().all()
 
 
 # ----------------------------------------------------------------------------- GPU-resident loader
