@@ -9,13 +9,22 @@ Keys (SPEC section 5, issue "Speed"):
   bvit_compile_time_d48_over_d12        time to the first compiled training step, depth 48 / 12
   revit_dynamic_over_materialized_b1/_b64  inference latency of dynamic reViT / its materialized model
   loader_over_model_img_per_s           CIFAR loader images/s / the model's training images/s
-  mfu_bvit_b16_bf16                     (CUDA) model FLOPs utilization of bViT-B/16 bf16 training
-  merged_ffn_reference_over_triton_b64  (CUDA) kernels.py's Triton merged FFN vs its reference
+  bf16_matmul_tflops                    (CUDA) measured dense bf16 rate, 8192^3 matmul (absolute)
+  mfu_bvit_b16_bf16                     (CUDA) model FLOPs utilization of bViT-B/16 bf16 training,
+                                        against bf16_matmul_tflops of this run; _datasheet: against
+                                        NVIDIA's dense bf16 figure (both printed)
+  merged_ffn_reference_over_triton_eval_b64  (CUDA) kernels.py's Triton merged FFN vs its reference,
+                                        inference (where the models use it)
+  revit_elastic_grouped_over_fused_train_b64 / _eval_b64  (CUDA) reViT-S/16 elastic-depth step:
+                                        the grouped path over the fused kernel, a training step
+                                        (fwd + bwd) and inference; revit.fused_ffn_wins takes the
+                                        kernel in inference only, right if train < 1 < eval
   imagefolder_img_per_s                 image-folder loader, CPU workers (PIL), 224 px (absolute)
   gpu_decode_loader_over_model_img_per_s  (CUDA) DeviceDecodeLoader images/s / bViT's training images/s
   train_mem_d48_over_d12 / _grad_ckpt   peak memory of one bViT training step at depth 48 / 12,
                                         without and with --grad-checkpoint (MiB in the note)
-Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats.
+Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats. On CUDA the
+GPU-only keys run first; --json is rewritten after every key, so a run cut short keeps its results.
 """
 import argparse
 import json
@@ -193,31 +202,71 @@ def imagefolder_loaders(cfg, device, amp, warmup, repeats, workers, img=224):
     return out
 
 
+@torch.no_grad()
 def merged_ffn_ratio(device, warmup, repeats, B=64, T=197, D=384, E=4):
-    """(CUDA) Training time (fwd + bwd) of the reference per-image merged FFN over the Triton one,
-    at reViT-S/16 shapes in bf16 (> 1 means the kernel is faster)."""
+    """(CUDA) Inference time of the reference per-image merged FFN over the Triton one, at reViT-S/16
+    shapes in bf16 (> 1 means the kernel is faster)."""
     import kernels
     dt = torch.bfloat16
-    x = torch.randn(B, T, D, device=device, dtype=dt, requires_grad=True)
+    x = torch.randn(B, T, D, device=device, dtype=dt)
     g = torch.softmax(torch.randn(B, E, device=device), 1)
     ws = [torch.randn(E, 4 * D, D, device=device, dtype=dt) * 0.02, torch.zeros(E, 4 * D, device=device, dtype=dt),
           torch.randn(E, D, 4 * D, device=device, dtype=dt) * 0.02, torch.zeros(E, D, device=device, dtype=dt)]
-    ws = [w.requires_grad_() for w in ws]
+    return (timed(lambda: kernels.merged_ffn_reference(x, g, *ws), device, warmup, repeats)
+            / timed(lambda: kernels.merged_ffn(x, g, *ws), device, warmup, repeats))
 
-    def run(fn):
-        fn(x, g.to(dt), *ws).float().sum().backward()
-    return (timed(lambda: run(kernels.merged_ffn_reference), device, warmup, repeats)
-            / timed(lambda: run(kernels.merged_ffn), device, warmup, repeats))
+
+def revit_elastic_paths(cfg, device, warmup, repeats, batch=64, p=0.3):
+    """(CUDA) reViT elastic-depth forward at the bench config with one drop mask (probability p),
+    bf16 autocast: time of the grouped path over the fused kernel's, in a training step (forward +
+    backward) and in inference. Returns {"train": ratio, "eval": ratio}; > 1: the kernel is faster."""
+    import revit
+    from unittest import mock
+    m = revit.ReViT(experts=4, depth_dropout=p, depth=cfg["depth"], img_size=cfg["img"], patch_size=cfg["patch"],
+                    num_classes=cfg["classes"], embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
+    x = torch.randn(batch, 3, cfg["img"], cfg["img"], device=device)
+    y = torch.randint(0, cfg["classes"], (batch,), device=device)
+    keep = revit.sample_keep(batch, cfg["depth"], p)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16)
+
+    def train_step():
+        with ctx:
+            loss = m.train()(x, y, keep=keep)[1]
+        loss.backward()
+        m.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def infer():
+        with ctx:
+            m.eval()(x, keep=keep)
+    out = {}
+    for mode, fn in (("train", train_step), ("eval", infer)):
+        t = {}
+        for path, fused in (("grouped", False), ("fused", True)):  # force the path, whatever the rule says
+            with mock.patch.object(revit, "fused_ffn_wins", lambda z, fused=fused: fused):
+                t[path] = timed(fn, device, warmup, repeats)
+        out[mode] = t["grouped"] / t["fused"]
+    return out
+
+
+def matmul_tflops(device, n=8192, calls=10, repeats=10):
+    """(CUDA) Measured dense bf16 matmul rate in TFLOP/s: n x n x n products of random matrices,
+    `calls` per timing (launch and sync overheads amortized), median of `repeats`."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty_like(a)
+
+    def run():
+        for _ in range(calls):
+            torch.matmul(a, b, out=c)
+    return 2 * n ** 3 * calls / timed(run, device, warmup=2, repeats=repeats) / 1e12
 
 
 def mfu_bvit_b16(device, warmup, repeats, batch=128):
+    """(CUDA) bViT-B/16 bf16 training: achieved TFLOP/s (model FLOPs: forward + 2x backward)."""
     m = bvit.bvit_b(num_classes=1000).to(device)
     compile_model(m)
     dt = timed(train_step_fn(m, batch, 224, 1000, device, True, True), device, warmup, repeats)
-    flops = 3 * m.flops_per_image() * batch / dt  # forward + backward (2x) per image
-    name = torch.cuda.get_device_name(device)
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    return (flops / 1e12 / peak if peak else None), flops / 1e12, name
+    return 3 * m.flops_per_image() * batch / dt / 1e12
 
 
 def _step_memory(cfg, depth, device, amp, ckpt):
@@ -279,13 +328,36 @@ def main():
     if args.smoke:
         cfg, warmup, repeats = dict(cfg, img=32, patch=8, dim=32, depth=2, heads=2, batch=4), 1, 1
     amp = cuda
-    res, info = {}, {}
+    res, info = {}, dict(device=args.device, config=cfg, torch=torch.__version__)
     t_start = time.time()
 
     def report(key, value, note=""):
         res[key] = value
         print(f"{key:40s} {value:8.3f}  {note}", flush=True)
+        if args.json:  # after every key: a run stopped by a time limit keeps what it measured
+            info["seconds"] = time.time() - t_start
+            with open(args.json, "w") as f:
+                json.dump({**res, "info": info}, f, indent=1)
 
+    if cuda:  # the GPU-only measurements first, the cheap ones before the compiled MFU step
+        name = torch.cuda.get_device_name(device)
+        measured, datasheet = matmul_tflops(device), next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+        info.update(gpu=name, bf16_matmul_tflops=measured, bf16_datasheet_tflops=datasheet)
+        report("bf16_matmul_tflops", measured, f"8192^3 bf16 matmul measured on {name}")
+        paths = revit_elastic_paths(cfg, device, 3, 10)
+        for mode, note in (("train", "fwd+bwd: the rule takes grouped"), ("eval", "no grad: the rule takes fused")):
+            report(f"revit_elastic_grouped_over_fused_{mode}_b64", paths[mode],
+                   f"{note} (right if train < 1 < eval), depth {cfg['depth']}, E=4, p=0.3")
+        report("merged_ffn_reference_over_triton_eval_b64", merged_ffn_ratio(device, warmup, repeats),
+               "inference, B=64 T=197 D=384 E=4, bf16")
+        tflops = mfu_bvit_b16(device, warmup, repeats)
+        report("mfu_bvit_b16_bf16", tflops / measured, f"{tflops:.0f} TFLOP/s of {measured:.0f} measured")
+        if datasheet:
+            report("mfu_bvit_b16_bf16_datasheet", tflops / datasheet, f"{tflops:.0f} TFLOP/s of {datasheet:.0f} "
+                   f"on NVIDIA's datasheet ({name})")
+        else:
+            print(f"mfu_bvit_b16_bf16_datasheet: no datasheet figure for {name}")
+        torch._dynamo.reset()
     r, a, b = vit_vs_timm(cfg, device, amp, False, warmup, repeats)
     report("vit_vs_timm_train_eager", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
     if not args.smoke:
@@ -308,21 +380,7 @@ def main():
     report("train_mem_d48_over_d12", mem[1] / mem[0], f"{mem[0]:.0f} -> {mem[1]:.0f} MiB, bViT step")
     report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
            f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
-    if cuda:
-        report("merged_ffn_reference_over_triton_b64", merged_ffn_ratio(device, warmup, repeats),
-               "fwd+bwd, B=64 T=197 D=384 E=4, bf16")
-        mfu, tflops, name = mfu_bvit_b16(device, warmup, repeats)
-        info["gpu"] = name
-        if mfu is not None:
-            report("mfu_bvit_b16_bf16", mfu, f"{tflops:.0f} TFLOP/s on {name}")
-        else:
-            print(f"mfu_bvit_b16_bf16: unknown peak for {name}; {tflops:.0f} TFLOP/s achieved")
-    info.update(device=args.device, config=cfg, torch=torch.__version__, seconds=time.time() - t_start)
-    print(f"total {info['seconds']:.0f} s on {args.device} ({torch.__version__})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**res, "info": info}, f, indent=1)
-
+    print(f"total {time.time() - t_start:.0f} s on {args.device} ({torch.__version__})")
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,8 @@
 #   bash scripts/gpu_run.sh --dry-run      # any CPU, ~1 minute: every step shrunk (test_reproduce.py)
 #
 # Environment: OUT (gpu_run_out), WORK (/tmp/rvits_gpu_run), GPU_DATA (gpu_data), PRESET
-# (c100-gpu-bvit-ti).
+# (c100-gpu-bvit-ti), PYTHON (python3, the GPU image's interpreter; unset, the dry run falls back
+# to python when python3 has no torch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=0
@@ -24,6 +25,12 @@ OUT=${OUT:-gpu_run_out}
 WORK=${WORK:-/tmp/rvits_gpu_run}
 GPU_DATA=${GPU_DATA:-gpu_data}
 PRESET=${PRESET:-c100-gpu-bvit-ti}
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  if [ $DRY = 1 ] && ! python3 -c "import torch" 2>/dev/null; then
+    PYTHON=python  # a CPU machine whose python3 is another interpreter than the project's
+  fi
+fi
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/gpu_run.log"
@@ -67,14 +74,14 @@ else
   TESTS=(test_speed.py test_revit.py test_models.py test_folders.py -k "cuda or compil or kernel or timm or bf16")
 fi
 
-step env 20 python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', \
+step env 20 "$PYTHON" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', \
 torchvision.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 grep -E "^torch" "$LOG" | tail -1 | sed 's/^/  /' >> "$SUMMARY"
 
 # (a) data
 if [ ! -f "$GPU_DATA/cifar-100-python/train" ]; then
   if [ -d "$GPU_DATA/cifar-100-device" ]; then
-    step unpack_cifar 40 python "$GPU_DATA/cifar-100-device/cifar100_pack.py" unpack "$GPU_DATA/cifar-100-device" "$GPU_DATA"
+    step unpack_cifar 40 "$PYTHON" "$GPU_DATA/cifar-100-device/cifar100_pack.py" unpack "$GPU_DATA/cifar-100-device" "$GPU_DATA"
   else
     echo "- unpack_cifar: FAILED: neither $GPU_DATA/cifar-100-python nor $GPU_DATA/cifar-100-device; copy ../shared/data/cifar-100-device into $GPU_DATA/ and carry it" | tee -a "$SUMMARY"
     status=1
@@ -82,19 +89,19 @@ if [ ! -f "$GPU_DATA/cifar-100-python/train" ]; then
 fi
 
 # (b) CUDA tests, and each model's compiled bf16 training step at ImageNet size
-step cuda_tests 90 python -m pytest -q -x "${TESTS[@]}"
+step cuda_tests 90 "$PYTHON" -m pytest -q -x "${TESTS[@]}"
 for m in bvit revit odevit srvit; do
   rm -rf "$WORK/step_$m"  # a warm machine may hold an earlier attempt's run
-  step "compiled_step_$m" 25 python train.py --model "$m" --data synthetic "${SIZE[@]}" "${COMPILE[@]}" "${DEV[@]}" \
+  step "compiled_step_$m" 25 "$PYTHON" train.py --model "$m" --data synthetic "${SIZE[@]}" "${COMPILE[@]}" "${DEV[@]}" \
     --out-dir "$WORK/step_$m"
 done
 
 # (c) one full CIFAR-100 preset (all its epochs), the log and a summary back in $OUT
 rm -rf "$WORK/cifar"
-step "cifar_$PRESET" 180 python train.py --preset "$PRESET" --data-dir "$GPU_DATA" "${CIFAR[@]}" "${COMPILE[@]}" \
+step "cifar_$PRESET" 180 "$PYTHON" train.py --preset "$PRESET" --data-dir "$GPU_DATA" "${CIFAR[@]}" "${COMPILE[@]}" \
   "${DEV[@]}" --out-dir "$WORK/cifar"
 cp "$WORK/cifar/log.jsonl" "$OUT/cifar_log.jsonl" 2>/dev/null
-python - "$OUT/cifar_log.jsonl" "$PRESET" >> "$SUMMARY" <<'EOF'
+"$PYTHON" - "$OUT/cifar_log.jsonl" "$PRESET" >> "$SUMMARY" <<'EOF'
 import json, sys
 try:
     recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
@@ -112,7 +119,7 @@ for r in recs:
 EOF
 
 # (d) the benchmark (ratios against peers in the same run)
-step bench 110 python bench.py "${BENCH[@]}" --json "$OUT/bench.json"
+step bench 110 "$PYTHON" bench.py "${BENCH[@]}" --json "$OUT/bench.json"
 grep -E "^[a-z_0-9]+ +[0-9.]+ " "$LOG" | sed 's/^/  /' >> "$SUMMARY"
 
 echo "status $status; full output in $LOG" | tee -a "$SUMMARY"
