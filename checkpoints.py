@@ -50,11 +50,13 @@ def read_weights(path, flag):
     except FileNotFoundError:
         raise Fail(f"{flag} {path}: no such file")
     except pickle.UnpicklingError as e:
-        if "Unsupported global" in str(e):  # a class or function reference: code could run
+        if "GLOBAL " in str(e):  # a class or function reference: code could run
             glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
-            raise Fail(f"{flag} {path}: refused, it holds a pickled Python object ({glob}) and rvits "
-                       "loads only tensors and plain values (weights_only=True); do not load files you do not trust")
-        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({str(e).splitlines()[0]})")
+            raise Fail(f"{flag} {path}: refused, it references {glob} and rvits loads only tensors and "
+                       "plain values (weights_only=True), so nothing ran; do not load files you do not trust")
+        detail = [ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(
+            ("Weights only load failed", "Check the documentation"))] or [str(e)]  # torch's own advice: not ours
+        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({detail[0][:200]})")
     except Exception as e:
         raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
                    f"{str(e).splitlines()[0] if str(e) else ''})")
@@ -122,6 +124,10 @@ def finetune_weights(path, model):
                    "(under 'model' or 'state_dict')")
     sd = {k.removeprefix("module."): v for k, v in sd.items()}  # saved from a DDP-wrapped model
     own, done = model.state_dict(), []
+    pretrain = [k for k in sd if k not in own and (k == "mask_token" or k.startswith("decoder"))]
+    if pretrain:  # an MAE pretraining checkpoint: fine-tuning keeps the encoder (MAE's own recipe)
+        done.append(f"MAE decoder and mask token dropped ({len(pretrain)} tensors)")
+        sd = {k: v for k, v in sd.items() if k not in pretrain}
     classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
     if classes != own["head.weight"].shape[0]:
         done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
@@ -170,14 +176,14 @@ def lock_out_dir(out_dir):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile"}
+                  "download", "eval_batch_size", "compile", "eval_ema"}
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
               "field", "extend", "routing", "lora_rank"}
 
 
-def checkpoint_args(p, args, argv, path, keep):
+def checkpoint_args(p, args, argv, path, keep, flag):
     """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
     `keep(flag)` is true; flags given on the command line always win. --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
@@ -186,12 +192,14 @@ def checkpoint_args(p, args, argv, path, keep):
     unset = object()
     given = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
-    try:
-        saved = dict(torch.load(path, map_location="cpu", weights_only=True)["args"])
-    except Exception:
-        return args  # not an rvits checkpoint: read_weights reports what is wrong, if anything
+    ck = read_weights(path, flag)  # a bad file is reported before anything else (e.g. the data)
+    if not (isinstance(ck, dict) and isinstance(ck.get("args"), dict)):
+        if flag == "--resume":
+            raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
+        return args  # --finetune from a plain state dict: the command line describes the model
+    saved = ck["args"]
     for k, v in saved.items():
         if hasattr(args, k) and getattr(given, k) is unset and keep(k):
             setattr(args, k, v)
-    args.model_img_size = saved.get("img_size")
+    args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
     return args

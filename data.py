@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 from torchvision.io import ImageReadMode, decode_jpeg, read_file
 from torchvision.transforms import v2
+from tqdm import tqdm
 
 CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -223,6 +224,10 @@ def image_folder(root, val_labels=None):
     class_to_idx = {c: i for i, c in enumerate(classes)}
     train = _class_samples(train_dir, class_to_idx)
     annotations = os.path.join(val_dir, "val_annotations.txt")
+    folders = [e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith(".")]
+    if val_labels and folders and not _images(val_dir):
+        raise DataError(f"--val-labels {val_labels}: {val_dir} holds class folders ({folders[0]}, ...), not a flat "
+                        f"folder of images; drop --val-labels (the folder names are the labels); {LAYOUT}")
     if val_labels or os.path.isfile(annotations):  # flat: files in val/ (or Tiny-ImageNet's val/images/)
         labels = read_labels(val_labels or annotations, class_to_idx)
         flat = val_dir if val_labels else os.path.join(val_dir, "images")
@@ -285,7 +290,7 @@ def drop_undecodable(x, y, dataset):
     for p in paths:
         if p not in WARNED:
             WARNED.add(p)
-            print(f"warning: skipped undecodable image {p}", file=sys.stderr, flush=True)
+            tqdm.write(f"warning: skipped undecodable image {p}", file=sys.stderr)  # below a progress bar
     return x[~bad], y[~bad], paths
 
 
@@ -444,18 +449,27 @@ class ResumableSampler(DistributedSampler):
         return self.num_samples - self.start
 
 
-def random_crop_flip(x, pad, generator):
+def image_hash(index, seed, epoch):
+    """A pseudo-random int64 in [0, 2^31) per image (B,) -> (B,), a pure function of (seed, epoch,
+    index) (integer mixing in the spirit of splitmix; int64 products wrap alike on CPU and CUDA), so
+    an image's crop never depends on the batch, micro-batch or process it lands in."""
+    h = index.long() * 2654435761 + (seed * 1_000_003 + epoch) * 40503 + 12345
+    for mult in (1274126177, 2246822519):
+        h = (h ^ (h >> 15)) * mult
+    return (h ^ (h >> 16)) & 0x7FFFFFFF
+
+
+def random_crop_flip(x, pad, h):
     """Batched random crop with zero padding + horizontal flip, on x's device.
 
-    x uint8 (B, C, H, W) -> (B, C, H, W): image b is the window at offset (dy_b, dx_b) in [0, 2 pad]
-    of its zero-padded copy, mirrored with probability 1/2 (as v2.RandomCrop(padding) + flip).
+    x uint8 (B, C, H, W), h (B,) random int64 >= 0 (image_hash) -> (B, C, H, W): image b is the
+    window at offset (dy_b, dx_b) in [0, 2 pad] of its zero-padded copy, mirrored with
+    probability 1/2 (as v2.RandomCrop(padding) + flip), all three drawn from h_b.
     """
     B, C, H, W = x.shape
-    dev = x.device
+    dev, n = x.device, 2 * pad + 1
     xp = F.pad(x, (pad, pad, pad, pad))  # (B, C, H + 2p, W + 2p)
-    dy = torch.randint(0, 2 * pad + 1, (B,), device=dev, generator=generator)
-    dx = torch.randint(0, 2 * pad + 1, (B,), device=dev, generator=generator)
-    flip = torch.rand(B, device=dev, generator=generator) < 0.5
+    dy, dx, flip = h % n, (h // n) % n, (h // (n * n)) % 2 == 1
     rows = dy[:, None] + torch.arange(H, device=dev)  # (B, H)
     cols = dx[:, None] + torch.arange(W, device=dev)  # (B, W)
     cols = torch.where(flip[:, None], cols.flip(1), cols)
@@ -470,8 +484,9 @@ class DeviceCIFARLoader:
     so data loading never waits on CPU workers.
 
     Same order and shards as `build_loader` (a ResumableSampler: `loader.sampler.set_epoch(e)`,
-    `loader.sampler.set_start(n)`); the crops of batch j of epoch e on rank r come from a generator
-    seeded with (seed, e, r, j), so runs are deterministic and resume exactly. Yields
+    `loader.sampler.set_start(n)`); each image's crop and flip are a function of (seed, epoch,
+    index) (image_hash), as on the CPU path, so runs are deterministic, resume exactly, and do
+    not change with the batch split (--grad-accum, the number of processes). Yields
     (images float32 (B, 3, 32, 32) normalized, labels int64 (B,)).
     """
 
@@ -497,12 +512,9 @@ class DeviceCIFARLoader:
                 yield (self.images[idx].float() - self.mean) / self.std, self.labels[idx]
             return
         order = torch.tensor([i for i, _ in self.sampler], device=self.device)
-        first = self.sampler.start // self.batch_size  # batches already done this epoch
-        gen = torch.Generator(device=self.device)
         for j in range(len(self)):
             idx = order[j * self.batch_size:(j + 1) * self.batch_size]
-            gen.manual_seed(((self.seed * 1_000_003 + self.sampler.epoch) * 1009 + self.rank) * 100_003 + first + j)
-            x = random_crop_flip(self.images[idx], 4, gen)
+            x = random_crop_flip(self.images[idx], 4, image_hash(idx, self.seed, self.sampler.epoch))
             yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 

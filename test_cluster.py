@@ -53,7 +53,7 @@ def test_sigterm_mid_epoch_then_resume_auto_equals_an_uninterrupted_run(tmp_path
 
 def test_resume_prints_changed_flags_and_refuses_a_new_batch_size_mid_epoch(tmp_path, capsys):
     cifar = fake_cifar(tmp_path / "data")
-    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--epochs", "2"]
+    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--epochs", "2", "--warmup-epochs", "0"]
     out = str(tmp_path / "o")
     assert train.cli(job + ["--max-steps", "3", "--save-every", "2", "--out-dir", out]) == 0
     ck = os.path.join(out, "ckpt.pt")
@@ -68,6 +68,10 @@ def test_resume_prints_changed_flags_and_refuses_a_new_batch_size_mid_epoch(tmp_
     assert train.cli(flags + ["--lr", "2e-3", "--max-steps", "5"]) == 0  # allowed, and said
     said = capsys.readouterr().out
     assert "resume: --lr 0.001 -> 0.002" in said and "resume: --max-steps 3 -> 5" in said
+    ck = load(ck)  # the new --lr really applies: the cosine ends at --min-lr, not at half of it
+    assert ck["scheduler"]["base_lrs"] == [2e-3, 2e-3] and ck["step"] == 5
+    last = json.loads(open(os.path.join(out, "log.jsonl")).read().splitlines()[-1])
+    assert abs(last["lr"] - 1e-5) < 1e-12
 
 
 def test_a_new_batch_size_is_allowed_at_an_epoch_boundary(tmp_path, capsys):
@@ -95,6 +99,16 @@ def test_grad_accum_equals_the_single_big_batch(tmp_path):
     assert abs(la[0]["train_loss"] - lb[0]["train_loss"]) < 1e-5
 
 
+def test_grad_accum_equals_the_big_batch_on_the_batched_cifar_loader(tmp_path):
+    # The batched loader's crops are a function of (seed, epoch, index), not of the batch split.
+    cifar = fake_cifar(tmp_path / "data")
+    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--batch-size", "16", "--max-steps", "3"]
+    assert train.batched_loader(train.parse_args(train.get_parser(), job), torch.device("cpu"))
+    assert train.cli(job + ["--out-dir", str(tmp_path / "big")]) == 0
+    assert train.cli(job + ["--grad-accum", "4", "--out-dir", str(tmp_path / "acc")]) == 0
+    assert weights_close(load(tmp_path / "big" / "ckpt.pt")["model"], load(tmp_path / "acc" / "ckpt.pt")["model"])
+
+
 def train_init():
     import bvit
     torch.manual_seed(0)
@@ -114,6 +128,9 @@ def test_eval_ema_uses_the_ema_weights_and_says_so(tmp_path, capsys):
                       "--out-dir", str(ev), "--workers", "0"]) == 0
     res = json.load(open(ev / "depth_eval.json"))["results"][0]
     assert res["val_acc1"] == epoch["ema_val_acc1"] and res["weights"] == "ema"
+    assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "2",  # not inherited
+                      "--out-dir", str(ev), "--workers", "0"]) == 0
+    assert json.load(open(ev / "depth_eval.json"))["results"][0]["weights"] == "model"
     capsys.readouterr()
     assert train.cli(SYNTH + ["--eval-ema", "--out-dir", str(tmp_path / "x")]) == 2
     assert "--ema" in capsys.readouterr().err

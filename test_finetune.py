@@ -48,6 +48,17 @@ def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp
     assert len(loaded) > 20 and all(torch.equal(own[k], ref[k]) for k in loaded)
 
 
+def test_an_mae_pretraining_checkpoint_loads_its_encoder(tmp_path):
+    path, ref = timm_file(tmp_path)
+    mae = {**ref, "mask_token": torch.zeros(1, 1, 32), "decoder_embed.weight": torch.zeros(16, 32),
+           "decoder_pred.weight": torch.zeros(48, 16)}
+    torch.save({"model": mae}, tmp_path / "mae.pth")
+    m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
+    report = checkpoints.finetune_weights(str(tmp_path / "mae.pth"), m)
+    assert "MAE decoder and mask token dropped (3 tensors)" in report
+    assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
+
+
 def test_same_grid_and_classes_is_an_exact_copy(tmp_path):
     path, ref = timm_file(tmp_path)
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
@@ -139,6 +150,10 @@ def test_eval_only_at_another_img_size_interpolates_the_position_embedding(tmp_p
                            "--eval-depths", "2", "--out-dir", str(tmp_path / "e")])
     assert rc == 0, capsys.readouterr().err
     assert json.load(open(tmp_path / "e" / "depth_eval.json"))["results"][0]["depth"] == 2
+    default = tmp_path / "d"  # trained without --img-size (saved as None): 32 px
+    assert train.cli(TINY + data + ["--max-steps", "1", "--out-dir", str(default)]) == 0
+    assert train.cli(data + ["--eval-only", "--resume", str(default / "ckpt.pt"), "--img-size", "48",
+                             "--eval-depths", "2", "--out-dir", str(tmp_path / "e48")]) == 0
 
 
 def test_grad_checkpoint_gives_the_same_weights_through_train_py(tmp_path):

@@ -103,6 +103,7 @@ def test_tiny_imagenet_val_layout_is_recognized(tmp_path):
     ("flat val without labels", "--val-labels"),
     ("labels file naming an unknown class", "line 1"),
     ("unlabelled val file", "has no line in"),
+    ("labels file for class folders", "drop --val-labels"),
 ])
 def test_layout_problems_are_one_line_exit_2(tmp_path, capsys, case, says):
     root = folder(tmp_path / "d")
@@ -114,6 +115,9 @@ def test_layout_problems_are_one_line_exit_2(tmp_path, capsys, case, says):
         os.makedirs(root / "train" / "nempty")
     elif case == "flat val without labels":
         flatten_val(root)
+    elif case == "labels file for class folders":
+        (tmp_path / "labels.txt").write_text("".join(f"{f} {c}\n" for f, c in val_truth(root).items()))
+        flags = ["--val-labels", str(tmp_path / "labels.txt")]
     else:
         truth = flatten_val(root)
         rows = [f"{f} {c}" for f, c in truth.items()]

@@ -169,7 +169,7 @@ def indexed_images(n=50):
 
 def test_random_crop_flip_gives_a_padded_window_possibly_mirrored():
     x = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
-    out = data.random_crop_flip(x, 4, torch.Generator().manual_seed(3))
+    out = data.random_crop_flip(x, 4, data.image_hash(torch.arange(6), 3, 0))
     padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
     flips = 0
     for b in range(6):
@@ -179,6 +179,24 @@ def test_random_crop_flip_gives_a_padded_window_possibly_mirrored():
         assert hits, f"image {b} is not a crop of its padded copy"
         flips += hits[0]
     assert out.shape == x.shape
+    h = data.image_hash(torch.arange(20000), 3, 0)  # offsets and flips cover their ranges evenly
+    assert torch.bincount(h % 9, minlength=9).min() > 20000 / 9 * 0.9 and 0.45 < ((h // 81) % 2).float().mean() < 0.55
+
+
+def test_device_loader_crops_do_not_depend_on_the_batch_split():
+    ds = indexed_images(48)
+    crops = {}
+    for batch, world in ((8, 1), (4, 1), (4, 2)):  # one batch of 8 = two micro-batches = two ranks
+        got = {}
+        for rank in range(world):
+            dev = data.DeviceCIFARLoader(ds, batch, True, rank, world, seed=5, device="cpu")
+            dev.sampler.set_epoch(1)
+            for x, y in dev:
+                got.update({int(i): img for i, img in zip(y, x)})
+        crops[(batch, world)] = got
+    ref = crops[(8, 1)]
+    for got in crops.values():
+        assert set(got) == set(ref) and all(torch.equal(got[i], ref[i]) for i in ref)
 
 
 def test_device_loader_matches_cpu_loader_order_shards_and_resumes():

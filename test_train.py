@@ -183,6 +183,16 @@ def bad_cases(tmp_path, cifar):
         "batch not divisible by processes": (d + ["--batch-size", "9"], "processes",
                                              {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}),
         "fp16 on cpu": (d + ["--amp", "fp16"], "fp16"),
+        "ema decay 1.5": (d + ["--ema", "1.5"], "--ema"),
+        "negative workers": (d + ["--workers", "-1"], "--workers"),
+        "randaug beyond 30": (d + ["--randaug", "50"], "--randaug"),
+        "label smoothing 2": (d + ["--label-smoothing", "2"], "--label-smoothing"),
+        "drop path 1.5": (d + ["--drop-path", "1.5"], "--drop-path"),
+        "min lr above lr": (d + ["--min-lr", "1"], "--min-lr"),
+        "negative max bad images": (d + ["--max-bad-images", "-1"], "--max-bad-images"),
+        "routing on bvit": (d + ["--routing", "token"], "--model revit"),
+        "lora with four experts": (d + ["--model", "revit", "--lora-rank", "2"], "--experts 1"),
+        "distill without teacher": (d + ["--distill", "logits"], "--teacher"),
         "unknown device": (d + ["--device", "tpu"], "--device"),
     }
 

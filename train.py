@@ -126,6 +126,23 @@ def non_negative(s):
     return v
 
 
+def below_one(s):
+    v = non_negative(s)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {s}")
+    return v
+
+
+def count(s):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
 def int_list(s):
     try:
         v = [int(t) for t in s.split(",") if t.strip()]
@@ -159,7 +176,7 @@ def get_parser():
     a("--depth", type=positive(int), help="block applications (steps)")
     a("--num-heads", type=positive(int))
     a("--mlp-ratio", type=positive(float), default=4.0)
-    a("--patch-size", type=positive(int), help="default 4 for 32 px images, else 16")
+    a("--patch-size", type=positive(int), help="default 4 for images up to 64 px, else 16")
     a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases "
       "(default 1 for bvit, depth for vit)")
     a("--stages", type=positive(int), default=1, help="deep-supervision stages (must divide depth)")
@@ -168,7 +185,7 @@ def get_parser():
     a("--step-embed", action="store_true", help="learned per-step embedding (ablation)")
     a("--gap", action="store_true", help="global average pooling instead of a class token")
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III), off by default")
-    a("--drop-path", type=non_negative, default=0.0, help="stochastic depth rate")
+    a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
     a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
       "init (SPEC s6): default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
       "a 3x3 impulse (shift) filter on the position embedding")
@@ -209,7 +226,7 @@ def get_parser():
     a("--data-dir", help="dataset root (default $RVITS_DATA, else ./data)")
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
     a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
-    a("--workers", type=int, help="data loader processes per rank (default 2 on CPU; on CUDA the "
+    a("--workers", type=count, help="data loader processes per rank (default 2 on CPU; on CUDA the "
       "machine's cores / processes per node, at most 16)")
     a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
       "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
@@ -217,9 +234,10 @@ def get_parser():
       "in the CPU workers instead of decoding JPEGs and augmenting on the GPU")
     a("--val-labels", metavar="FILE", help="image folders: labels of a flat val/ folder, lines "
       "'<file name> <class>' (whitespace or comma separated; class = a train/ folder name)")
-    a("--max-bad-images", type=int, default=100, help="image folders: undecodable files are skipped "
+    a("--max-bad-images", type=count, default=100, help="image folders: undecodable files are skipped "
       "with a warning; stop (exit 2) once more than this many were skipped in the run (default 100)")
-    a("--val-subset", type=positive(int), help="evaluate on the first N validation images only")
+    a("--val-subset", type=positive(int), help="evaluate on N validation images only: the first N for "
+      "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class)")
     # optimization
     a("--epochs", type=positive(int), default=100)
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
@@ -234,23 +252,23 @@ def get_parser():
     a("--warmup-epochs", type=non_negative, default=5.0)
     a("--weight-decay", type=non_negative, default=0.05)
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
-    a("--label-smoothing", type=non_negative, default=0.1)
+    a("--label-smoothing", type=below_one, default=0.1)
     a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
       "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
       "mix (targets > 0), as DeiT's code does")
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
-    a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off")
+    a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
       "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
     a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
       "same augmented images (distill.py); the loss becomes the task loss + --distill-weight x the term")
-    a("--distill", default="feature", choices=["feature", "logits"], help="feature: match the final "
+    a("--distill", choices=["feature", "logits"], help="with --teacher (default feature): feature: match the final "
       "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
       "final-feature objective; logits: soft KD, KL at --distill-temperature")
     a("--distill-weight", type=non_negative, default=1.0)
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
-    a("--ema", type=non_negative, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
+    a("--ema", type=below_one, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
     # system
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
       help="autocast dtype; auto = bf16 on CUDA, none on CPU")
@@ -303,6 +321,19 @@ def resolve(args, p, img_size):
         p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
     if args.depth % args.stages:
         p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+    if args.randaug > 30:
+        p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
+    if args.min_lr > args.lr:
+        p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    if args.model != "revit" and (args.routing != "depth" or args.lora_rank):
+        p.error("--routing and --lora-rank are reViT options; add --model revit")
+    if args.lora_rank and args.experts != 1:
+        p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
+    if args.lora_rank < 0:
+        p.error(f"--lora-rank must be >= 0, got {args.lora_rank}")
+    if args.distill and not args.teacher:
+        p.error("--distill needs --teacher CKPT, the checkpoint to distill from")
+    args.distill = args.distill or ("feature" if args.teacher else None)
     if args.stage_weights and len(args.stage_weights) != args.stages:
         p.error(f"--stage-weights needs {args.stages} values (one per stage)")
     return args
@@ -449,7 +480,8 @@ def depth_report(args, model, rows, step):
     res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
            "model": args.model, "trained_depth": args.depth, "step": step,
            "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
-           "val_subset": args.val_subset, "results": rows}
+           "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
+           "weights": rows[0].get("weights") if rows else None, "results": rows}
     with open(os.path.join(args.out_dir, "depth_eval.json"), "w") as f:
         json.dump(res, f, indent=1)
     try:
@@ -479,9 +511,9 @@ def main(argv=None):
     if args.eval_only:
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
-        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS)
+        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
     elif args.finetune and not args.resume:
-        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS)
+        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS, "--finetune")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
@@ -525,7 +557,9 @@ def main(argv=None):
         raise Fail(str(e))
     args = resolve(args, p, img_size)
     if args.val_subset:
-        val_set = torch.utils.data.Subset(val_set, range(min(args.val_subset, len(val_set))))
+        n = min(args.val_subset, len(val_set))
+        keep = range(n) if args.data != "imagenet" else [i * len(val_set) // n for i in range(n)]
+        val_set = torch.utils.data.Subset(val_set, keep)
     if ddp:
         # a dead or hung peer makes the others fail after --dist-timeout instead of waiting forever
         if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
@@ -608,8 +642,14 @@ def main(argv=None):
             why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
             raise Fail(f"--resume {args.resume}: its weights do not fit this model ({why}); "
                        "use the size flags of the original run")
+        decays = [g["weight_decay"] for g in optimizer.param_groups]
         optimizer.load_state_dict(ck["optimizer"])
         scheduler.load_state_dict(ck["scheduler"])
+        for g, wd in zip(optimizer.param_groups, decays):  # this command's --weight-decay and --lr apply
+            g["weight_decay"] = wd
+        scheduler.base_lrs = [args.lr] * len(optimizer.param_groups)
+        for g, f in zip(optimizer.param_groups, scheduler.lr_lambdas):  # as LambdaLR computes it
+            g["lr"] = args.lr * f(scheduler.last_epoch)
         scaler.load_state_dict(ck["scaler"])
         if ema is not None and ck.get("ema") is not None:
             ema.load_state_dict(ck["ema"])
@@ -665,7 +705,11 @@ def main(argv=None):
         flops = raw_model.flops_per_image()
         print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
               f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}, "
-              f"{total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
+              + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
+              + (f", distilling from {args.teacher} ({args.distill})" if distiller is not None else ""))
+        if args.resume and not args.eval_only:
+            print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
+                  + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
         if not args.eval_only:  # --eval-only leaves the training run's files alone
             with open(os.path.join(args.out_dir, "args.json"), "w") as f:
                 json.dump(vars(args), f, indent=1)
@@ -702,9 +746,9 @@ def main(argv=None):
                     x, y, bad = data.drop_undecodable(x, y, train_set)
                     skipped, bad_total = skipped + len(bad), bad_total + len(bad)
                     if bad_total > args.max_bad_images:
+                        again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
                         raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
-                                   f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then "
-                                   f"--resume {ckpt_path}")
+                                   f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then {again}")
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 if mix is not None:
                     x, y = mix(x, y)  # y becomes (B, classes) probabilities
@@ -718,7 +762,9 @@ def main(argv=None):
                     with amp_ctx:
                         logits, loss = model(x, y)
                         if distiller is not None:
-                            loss = loss + args.distill_weight * distiller(x, logits)
+                            term = distiller(x, logits)
+                            raw_model.aux["distill_loss"] = term.detach()  # logged with the model's terms
+                            loss = loss + args.distill_weight * term
                     scaler.scale(loss / args.grad_accum).backward()  # the mean over the whole batch
                 step_loss += loss.detach() / args.grad_accum
                 n_img += x.shape[0] * world
