@@ -12,7 +12,6 @@ import sys
 
 import torch
 
-import checkpoints
 import train
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 

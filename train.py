@@ -625,9 +625,9 @@ def main(argv=None):
     ckpt_path, log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
     try:
         os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, ".write_test"), "w"):
+        with open(os.path.join(args.out_dir, f".write_test.{os.getpid()}"), "w"):
             pass
-        os.remove(os.path.join(args.out_dir, ".write_test"))
+        os.remove(os.path.join(args.out_dir, f".write_test.{os.getpid()}"))
     except OSError as e:
         raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror}); choose another directory")
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
