@@ -704,7 +704,7 @@ def main(argv=None):
             print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
         flops = raw_model.flops_per_image()
         print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
-              f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}, "
+              f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}"
               + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
               + (f", distilling from {args.teacher} ({args.distill})" if distiller is not None else ""))
         if args.resume and not args.eval_only:

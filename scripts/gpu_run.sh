@@ -44,7 +44,7 @@ step() {  # step NAME SECONDS CMD...: run CMD with a time limit, output to $LOG,
   [ $DRY = 1 ] && limit=300  # a busy CPU: generous; the dry run checks the script, not speed
   echo "=== $name (limit $limit s): $*" >> "$LOG"
   local t0=$SECONDS
-  timeout "$limit" "$@" >> "$LOG" 2>&1
+  timeout -k 10 "$limit" "$@" >> "$LOG" 2>&1
   local rc=$?
   local what="ok"
   [ $rc -eq 124 ] && what="TIMED OUT"
