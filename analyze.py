@@ -46,8 +46,14 @@ How, without editing a model file: forward hooks. A shared block is called once 
 in order, so a counter over the calls of all blocks gives the step; a pre-hook on a block sees the
 state it receives and a hook its output; a hook on `attn.qkv` recomputes the attention
 probabilities softmax(q k^T / sqrt(d_head)) (the models call F.scaled_dot_product_attention, which
-returns no weights); a block hook that returns the block's input skips the step.
+returns no weights); a block hook that returns the block's input skips the step. revit_moe's
+routings and LoRA run a step as the method `_step_fn` on the block's parts, not as a block call:
+the probe wraps that method (and, for LoRA, `_attend`, whose qkv is not the attn.qkv module) on the
+model instance for the analysis and removes the wrappers after. Their content routings have no
+depth gate table: "gates" is then the mean router softmax per step over the analysed images (and
+tokens, for token/mixture routing); LoRA checkpoints get "lora_norms" (revit_moe.log_extras).
 """
+import types
 import argparse
 import json
 import math
@@ -166,7 +172,29 @@ class StepProbe:
         for blk in model.blocks:
             self.handles += [blk.register_forward_pre_hook(self._pre), blk.register_forward_hook(self._post),
                              blk.attn.qkv.register_forward_hook(self._qkv)]
+        if getattr(model, "default", True) is False:  # revit_moe.ReViTMoE with a routing or LoRA
+            self._wrap_step(model)
         self.reset()
+
+    def _wrap_step(self, model):
+        """See the module docstring: the step method gets the block hooks' pre/post calls."""
+        step_fn, attend, attn = model._step_fn, model._attend, model.blocks[0].attn
+
+        def step(z, *args):
+            self._pre(None, (z,))
+            out, logits = step_fn(z, *args)
+            new = self._post(None, (z,), out)
+            return out if new is None else new, logits
+
+        def attend_(a, lora=None):
+            if lora is not None and self.record:  # qkv with the step's adapter, as lora_attention
+                import revit_moe
+                self._qkv(None, None, revit_moe.lora_linear(a, attn.qkv.weight, attn.qkv.bias, lora["qkv"]))
+            return attend(a, lora)
+
+        model._step_fn, model._attend = step, attend_  # instance attributes shadow the methods
+        self.handles.append(types.SimpleNamespace(remove=lambda: (delattr(model, "_step_fn"),
+                                                                  delattr(model, "_attend"))))
 
     def reset(self, record=False, skip=None):
         self.call, self.record, self.skip = -1, record, skip
@@ -219,7 +247,7 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
     feats, norms = [[] for _ in range(steps + 1)], torch.zeros(steps + 1, dtype=torch.float64)
     ent = torch.zeros(steps, model.num_heads, dtype=torch.float64)
     dist = torch.zeros(steps, model.num_heads, dtype=torch.float64)
-    correct, skip_correct, n, mix = 0, torch.zeros(steps, dtype=torch.float64), 0, None
+    correct, skip_correct, n, mix, routed = 0, torch.zeros(steps, dtype=torch.float64), 0, None, None
     try:
         for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="analyze", unit="batch"):
             x, y, _ = data.drop_undecodable(x, y, subset)  # image folders only
@@ -239,6 +267,10 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
             if getattr(model, "mix_weights", None) is not None:  # srvit: (B, T, R) token mixture
                 w = model.mix_weights.double().mean(1).sum(0).cpu()
                 mix = w if mix is None else mix + w
+            if getattr(model, "routing", "depth") != "depth":  # revit_moe content routing: (L, E)
+                g = torch.stack([lg.float().softmax(-1).reshape(len(y), -1, lg.shape[-1]).mean(1).sum(0).cpu()
+                                 for lg in model._last_logits]).double()
+                routed = g if routed is None else routed + g
             for k in range(steps):
                 probe.reset(skip=k)
                 skip_correct[k] += int((model(x, depth=depth)[0].argmax(1) == y).sum())
@@ -252,7 +284,11 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
            "top1": 100 * correct / n, "act_norm": (norms / n).tolist(), "attn_entropy": (ent / n).tolist(),
            "attn_distance": (dist / n).tolist(), "top1_skip": (100 * skip_correct / n).tolist(),
            "tokens": probe.grid ** 2 + probe.prefix, "patch_size": model.patch_size}
-    if hasattr(model, "gates"):  # reViT: expert weights g_e(t_k) of the analysed grid, (L, E)
+    if routed is not None:  # revit_moe content routing: mean gate per step, (L, E)
+        res["gates"] = (routed / n).tolist()
+    elif getattr(model, "lora_rank", 0):  # revit_moe LoRA: ||B_k A_k|| per adapter
+        res["lora_norms"] = model.log_extras()["lora_norms"]
+    elif hasattr(model, "gates"):  # reViT: expert weights g_e(t_k) of the analysed grid, (L, E)
         res["gates"] = model.gates(steps).tolist()
     if mix is not None:
         res["mix_weights"] = (mix / n).tolist()
@@ -277,6 +313,8 @@ def write(res, checkpoint, out_dir):
            "num_images": res["num_images"], "model": name, "depth": L}
     if "gates" in res:
         cka["gates"] = [[round(g, 4) for g in row] for row in res["gates"]]
+    if "lora_norms" in res:
+        cka["lora_norms"] = res["lora_norms"]
     rows = []
     for k in range(L):
         row = {"step": k + 1, "act_norm": res["act_norm"][k + 1], "attn_entropy": res["attn_entropy"][k],

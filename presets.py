@@ -74,6 +74,17 @@ MINI_ARMS = {
     "srvit-r2": ("SR-ViT, 4-layer body x 2 recursions, mixed per token",
                  dict(model="srvit", depth=4, recursions=2, eval_depths=[1, 2, 4, 8])),
 }
+# reViT's comparisons (issue 14; revit_moe.py): the revit-e4 arm with its FFN routed otherwise, and
+# the layer-wise LoRA baseline on the E=1 block. Same backbone, loss, elastic depth and recipe.
+for routing, what in (("smear", "per image, from the FFN input's token mean (SMEAR)"),
+                      ("lory", "per image, from the state entering the step (Lory)"),
+                      ("token", "token-choice top-1 + a shared expert, hidden ratio 2 each"),
+                      ("mixture", "every expert on every token, softmax-mixed (4 FFNs of compute)")):
+    MINI_ARMS[f"revit-{routing}"] = (f"reViT E=4 routed {what}; compare c100-mini-revit-e4",
+                                     dict(model="revit", experts=4, depth_dropout=0.3, routing=routing))
+# rank 16 at D=96 is the paper's rank 64 at D=384 (appendix B.1); like there, LoRA stores more than E=4
+MINI_ARMS["revit-lora"] = ("reViT E=1 + layer-wise LoRA, rank 16 per step on qkv, proj, fc1, fc2",
+                           dict(model="revit", experts=1, depth_dropout=0.3, lora_rank=16))
 for solver, steps in (("euler", 8), ("heun", 4), ("rk4", 2)):  # equal NFE: 8 block evaluations
     MINI_ARMS[f"odevit-{solver}"] = (
         f"ODE-ViT, dz/dt = F(z) - z, {solver} x {steps} steps over T = 8 (NFE 8)",

@@ -112,6 +112,39 @@ def test_skipping_any_step_of_the_single_block_bvit_is_running_one_step_less():
         assert torch.equal(model(x)[0], model(x, depth=3)[0])
 
 
+@pytest.mark.parametrize("routing,lora_rank", [("smear", 0), ("lory", 0), ("mixture", 0), ("depth", 4)])
+@torch.no_grad()
+def test_revit_moe_is_analysed_like_the_tied_block_it_reduces_to(routing, lora_rank):
+    # one expert (smear, lory, mixture) or LoRA at init (B = 0) is the tied reViT E=1 (test_revit_moe),
+    # so its analysis, run through the wrapped step method, must give the tied block's numbers
+    import revit
+    import revit_moe
+    torch.manual_seed(0)
+    ref = revit.ReViT(depth=3, experts=1, **TINY_MODEL).eval()
+    m = revit_moe.ReViTMoE(routing=routing, lora_rank=lora_rank, depth=3, experts=1, **TINY_MODEL).eval()
+    missing, unexpected = m.load_state_dict(ref.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("blocks.0.lora") for k in missing)
+    a, b = (analyze.analyze(model, "revit", images(), 12, batch_size=5) for model in (ref, m))
+    for key in ("cka", "act_norm", "attn_entropy", "attn_distance", "top1_skip", "top1"):
+        np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
+    assert "_step_fn" not in vars(m) and "_attend" not in vars(m)  # the wrappers are removed
+    assert ("lora_norms" in b) == bool(lora_rank)
+
+
+@torch.no_grad()
+def test_content_routed_gates_are_the_mean_router_softmax_per_step():
+    import revit_moe
+    torch.manual_seed(0)
+    m = revit_moe.ReViTMoE(routing="token", depth=3, experts=3, **TINY_MODEL).eval()
+    torch.nn.init.normal_(m.router.weight, std=1.0)
+    res = analyze.analyze(m, "revit", images(), 12, batch_size=5)
+    g = torch.tensor(res["gates"])  # (L, E): by hand, over the 12 images and their tokens
+    x = images()[:][0]
+    m(x)
+    want = torch.stack([lg.softmax(-1).mean((0, 1)) for lg in m._last_logits])
+    assert g.shape == (3, 3) and torch.allclose(g, want, atol=1e-6)
+
+
 @pytest.mark.parametrize("solver", ["euler", "heun", "rk4"])
 @torch.no_grad()
 def test_an_odevit_step_is_a_solver_step_and_its_state_the_solver_state(solver):

@@ -18,6 +18,7 @@ def fake_run(root, arm, seed, acc, depths=None, model="bvit", depth=8, recursion
     """A finished run folder as reproduce_mini.sh leaves it. depths: {evaluated depth: top-1}."""
     d = root / arm / f"seed{seed}"
     d.mkdir(parents=True)
+    (d / "train.log").write_text(f"preset x\n{model}: 0.365 M params, 0.032 GFLOPs/img, depth {depth}, ...\n")
     (d / "args.json").write_text(json.dumps({"seed": seed, "model": model, "depth": depth, "recursions": recursions}))
     rec = {"epoch": 0, "step": 10, "val_acc1": acc, "val_acc5": acc + 20, "epoch_time_s": 60.0, "img_per_s": 100.0}
     if gates:
@@ -49,19 +50,25 @@ def test_summary_tables_relative_depths_and_verdicts(tmp_path):
     fake_run(tmp_path, "bvit-ds", 0, 24.0, {4: 22.0, 8: 24.0, 16: 20.0, 32: 15.0})
     fake_run(tmp_path, "srvit-r1", 0, 20.0, {1: 20.0, 2: 19.0, 4: 18.0}, model="srvit", depth=4, recursions=1)
     fake_run(tmp_path, "revit-e4", 0, 28.0, {8: 28.0}, gates=[[0.5, 0.5], [0.2, 0.8]])
+    fake_run(tmp_path, "revit-smear", 0, 23.0, {8: 23.0}, model="revit")
     (tmp_path / "revit-e1" / "seed0").mkdir(parents=True)  # unfinished (no done.json): left out
     runs = summarize_mini.load_runs(str(tmp_path))
-    assert list(runs) == ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r1"]  # study order, finished only
+    assert list(runs) == ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r1", "revit-smear"]  # study order, finished
+    assert runs["revit-smear"][0]["params_m"] == 0.365 and runs["revit-smear"][0]["gflops"] == 0.032
     assert runs["srvit-r1"][0]["depths"] == {1.0: 20.0, 2.0: 19.0, 4.0: 18.0}  # recursions, not layers
     assert runs["bvit"][1]["depths"][0.5] == 21.0 and runs["bvit"][1]["depths"][4.0] == 3.0
-    text = summarize_mini.summary(runs)
+    blocks = summarize_mini.summary(runs)
+    text = blocks["mini-table"] + blocks["mini-verdicts"]
     assert "| vit | 2 | 8 |" in text and "33.50 ± 0.50" in text and "25.50 ± 0.50" in text
     assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +8.00 | 1.00 | agree |" in text
     assert "| bvit-wide | vit-narrow | 1x | | | not run |" in text
     # bvit-ds has one seed: the noise is the largest two-seed spread (1.0); 4x depth 15 vs 2.5
     assert "| bvit-ds | bvit | 4x | +12.50 | 1.00 | agree |" in text
     assert "Seed noise used for one-seed arms: 1.00 points" in text
-    assert "the 10,000 test images" in text
+    assert "the 10,000 test images" in text and "revit-smear" not in text  # a comparison arm: its own table
+    moe = blocks["moe-table"]  # the comparison arms with their reference, revit-e4; 1-seed noise 1.0
+    assert "| revit-smear | smear: E=4 merged per image from its content | 1 | 0.365 | 0.032 |" in moe
+    assert "| revit-e4 | revit-smear | 1x | +5.00 | 1.00 | agree |" in moe and "| revit-lory | 1x | | | not run |" in moe
 
 
 def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
@@ -80,6 +87,13 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     for bad in ("nosuch", "bvit+nosuch"):  # one line, exit 2, nothing started
         r = subprocess.run(["bash", script], env=dict(env, ARMS=bad), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ARMS" in r.stderr
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "its teacher, the vit arm of seed 0, has not finished" in r.stderr
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="vit bvit+feature", JOBS="1"), capture_output=True,
+                       text=True, timeout=300)  # distilled from the vit arm of the same seed
+    assert r.returncode == 0, r.stderr
+    assert f"distilling from {tmp_path}/mini/vit/seed0/ckpt.pt (feature)" in (
+        tmp_path / "mini" / "bvit+feature" / "seed0" / "train.log").read_text()
     r = subprocess.run(["bash", script], env=dict(env, DATA=str(tmp_path / "none")), capture_output=True, text=True)
     assert r.returncode == 2 and "DATA=" in r.stderr
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit-ds", EXTRA="--lr -1"), capture_output=True,
@@ -96,7 +110,7 @@ def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, cap
     (tmp_path / "bvit" / "seed1" / "depth_eval.json").write_text("{trunc")
     runs = summarize_mini.load_runs(str(tmp_path))
     assert len(runs["bvit"]) == 1 and "skipping" in capsys.readouterr().out
-    assert "Seed noise: unknown" in summarize_mini.summary(runs)
+    assert "Seed noise: unknown" in summarize_mini.summary(runs)["mini-verdicts"]
 
 
 def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_data(tmp_path):
@@ -126,13 +140,15 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     fake_run(runs, "bvit", 0, 25.0, {4: 20.0, 8: 25.0, 16: 10.0, 32: 2.0})
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- mini-table -->\nold table\n<!-- /mini-table -->\nprose\n"
-                      "<!-- mini-verdicts -->\nold verdicts\n<!-- /mini-verdicts -->\nend\n")
+                      "<!-- mini-verdicts -->\nold verdicts\n<!-- /mini-verdicts -->\n"
+                      "<!-- moe-table -->\nold\n<!-- /moe-table -->\nend\n")
     summarize_mini.main(str(runs), str(readme))
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n<!-- mini-table -->\nTop-1 (%)") and text.endswith("end\n")
     table = text.split("<!-- mini-table -->")[1].split("<!-- /mini-table -->")[0]
     assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
     assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
+    assert "| depth-programmed merging beats SMEAR" in text.split("<!-- moe-table -->")[1]
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme))

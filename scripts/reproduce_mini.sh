@@ -26,11 +26,14 @@ DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
+# reViT's comparisons (issue 14), run on request: ARMS="$MOE" (revit-e4+feature distils the vit arm
+# of the same seed, which must have finished: $OUT/vit/seedS/ckpt.pt)
+MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
 ARMS=${ARMS:-"$FIRST $REST"}
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST (or ARM+default|mimetic|structured)" >&2; exit 2 ;; esac
-  case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be default, mimetic or structured" >&2; exit 2 ;; esac ;; esac
+  case " $FIRST $REST $MOE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
+  case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
 done
 if [ ! -f "$DATA/cifar-100-python/train" ]; then
   echo "reproduce_mini.sh: error: no CIFAR-100 in DATA=$DATA (expected $DATA/cifar-100-python/train); set DATA=/path/to/data" >&2
@@ -39,7 +42,15 @@ fi
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
-  [ "$arm" != "$preset" ] && flags+=(--init "${arm#*+}")  # ARM+INIT: the preset with --init INIT
+  case "$arm" in  # ARM+INIT: the preset with --init INIT; ARM+feature|logits: distilled from vit
+    *+feature|*+logits)
+      if [ ! -f "$OUT/vit/seed$2/done.json" ]; then
+        echo "FAILED $arm seed $2: its teacher, the vit arm of seed $2, has not finished ($OUT/vit/seed$2); run it first" >&2
+        return 1
+      fi
+      flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${arm#*+}") ;;
+    *+*) flags+=(--init "${arm#*+}") ;;
+  esac
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
   mkdir -p "$dir"
   local t0=$SECONDS
@@ -72,14 +83,18 @@ for group in first rest; do
   done
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
-failed=0
 for job in "${queue[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   # shellcheck disable=SC2086
   run_one $job &
   sleep 1
 done
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-wait || failed=1
+wait
+failed=0  # a run failed if it left no done.json (a quick failure's exit status may be reaped unseen)
+for job in "${queue[@]}"; do
+  # shellcheck disable=SC2086
+  set -- $job
+  [ -f "$OUT/$1/seed$2/done.json" ] || failed=1
+done
 python scripts/summarize_mini.py "$OUT" || failed=1
 exit $failed

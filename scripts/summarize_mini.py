@@ -15,6 +15,7 @@ Standard library only, apart from the optional matplotlib.
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -41,6 +42,24 @@ CLAIMS = [
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
          "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+default"]
+# reViT's comparisons (issue 14): arm -> what it is, in the order of the comparison table
+MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT)",
+       "revit-smear": "smear: E=4 merged per image from its content",
+       "revit-lory": "lory: E=4 merged per image from the state entering the step",
+       "revit-token": "token: top-1 of 4 routed + 1 shared expert (hidden ratio 2)",
+       "revit-mixture": "mixture: all 4 experts on every token, softmax-mixed",
+       "revit-e1": "E=1: the tied block",
+       "revit-lora": "E=1 + layer-wise LoRA, rank 16 per step",
+       "revit-e4+feature": "depth E=4, distilled from vit seed S (final features, weight 1)"}
+MOE_CLAIMS = [  # reViT paper: section 4.3 / Table 3 (ImageNet-1k, U = 1), appendix B.1 / Table 10
+    ("depth-programmed merging beats SMEAR (Table 3: 78.2 vs 77.7)", "revit-e4", "revit-smear", 1, ">"),
+    ("depth-programmed merging beats Lory (Table 3: 78.2 vs 77.9)", "revit-e4", "revit-lory", 1, ">"),
+    ("depth-programmed merging beats token-choice dispatch (section 4.3)", "revit-e4", "revit-token", 1, ">"),
+    ("depth-programmed merging beats the output mixture (section 4.3)", "revit-e4", "revit-mixture", 1, ">"),
+    ("reViT E=4 beats layer-wise LoRA (Table 10: 78.2 vs 77.6)", "revit-e4", "revit-lora", 1, ">"),
+    ("final-feature distillation from a trained teacher beats supervised training alone (our control)",
+     "revit-e4+feature", "revit-e4", 1, ">"),
+]
 
 
 def load_runs(root):
@@ -58,11 +77,14 @@ def load_runs(root):
                 continue  # unfinished (or still running): not summarized
             try:
                 run = load_run(d)
-            except (OSError, ValueError, KeyError, IndexError) as e:
+            except (OSError, ValueError, KeyError, IndexError, StopIteration) as e:
                 print(f"summarize_mini.py: warning: skipping {d}: unreadable ({type(e).__name__}: {e})")
                 continue
             runs.setdefault(arm, []).append(run)
     return runs
+
+
+MODEL_LINE = re.compile(r"^[a-z]+: ([0-9.]+) M params, ([0-9.]+) GFLOPs/img")
 
 
 def load_run(d):
@@ -76,7 +98,9 @@ def load_run(d):
     epochs = [r for r in recs if "epoch" in r]
     # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
     depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
-    run = {"seed": args["seed"], "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
+    with open(os.path.join(d, "train.log")) as f:  # the model line: "revit: 0.365 M params, 0.032 GFLOPs/img, ..."
+        size = next(m for m in map(MODEL_LINE.match, f) if m)
+    run = {"seed": args["seed"], "params_m": float(size[1]), "gflops": float(size[2]), "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
            "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],
            "wall_s": done["wall_s"], "train_s": sum(r["epoch_time_s"] for r in epochs),
            "img_per_s": statistics.mean(r["img_per_s"] for r in epochs),
@@ -122,9 +146,23 @@ def fmt(values):
     return f"{m:.2f} ± {s / 2:.2f}" if n > 1 else f"{m:.2f}"
 
 
+def claims_table(claims, runs, floor):
+    """The markdown verdict table of `claims` (see CLAIMS) over `runs`."""
+    out = ["| claim | a | b | depth | a - b (points) | noise | verdict |", "|---|---|---|---|---|---|---|"]
+    for text, a, b, k, want in claims:
+        if a not in runs or b not in runs or not all(k in r["depths"] for r in runs[a] + runs[b]):
+            out.append(f"| {text} | {a} | {b} | {k}x | | | not run |")
+            continue
+        v, diff, noise = verdict([r["depths"][k] for r in runs[a]], [r["depths"][k] for r in runs[b]], want, floor)
+        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {noise:.2f} | {v} |")
+    return "\n".join(out)
+
+
 def summary(runs):
-    """The markdown text of summary.md."""
+    """summary.md's blocks: {"mini-table", "mini-verdicts", "moe-table"} -> markdown (the names of
+    README's markers). The study table holds every arm but the comparison-only ones of MOE."""
     floor = noise_floor(runs)
+    study = {arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}
     rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
     subsets = sorted({r["val_subset"] for rs in runs.values() for r in rs} - {None})
     images = ("the 10,000 test images" if not subsets
@@ -132,32 +170,45 @@ def summary(runs):
     short = sorted({r["max_steps"] for rs in runs.values() for r in rs} - {None})
     if short:
         images += f"; SHORTENED runs (--max-steps {' or '.join(map(str, short))}): not the protocol"
-    out = ["# CPU-scale CIFAR-100 study (c100-mini-*)", "",
-           f"Top-1 (%) on {images}: mean ± half the spread (max - min) over seeds; n = seeds.",
-           "Columns: evaluation depth relative to the trained depth (1x = as trained).", "",
-           "| arm | n | trained depth | " + " | ".join(f"{k:g}x" for k in rel) + " | top-5 (1x) | train min | wall min |",
-           "|---" * (len(rel) + 6) + "|"]
-    for arm, rs in runs.items():
-        cells = [fmt([r["depths"][k] for r in rs]) if all(k in r["depths"] for r in rs) else "" for k in rel]
-        out.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | " + " | ".join(cells) +
-                   f" | {fmt([r['acc5'] for r in rs])} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f}"
-                   f" | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} |")
+
+    def cells(rs):
+        return " | ".join(fmt([r["depths"][k] for r in rs]) if all(k in r["depths"] for r in rs) else "" for k in rel)
+
+    table = [f"Top-1 (%) on {images}: mean ± half the spread (max - min) over seeds; n = seeds.",
+             "Columns: evaluation depth relative to the trained depth (1x = as trained).", "",
+             "| arm | n | trained depth | " + " | ".join(f"{k:g}x" for k in rel) + " | top-5 (1x) | train min | wall min |",
+             "|---" * (len(rel) + 6) + "|"]
+    for arm, rs in study.items():
+        table.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | {cells(rs)} | {fmt([r['acc5'] for r in rs])} | "
+                     f"{statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} |")
     noise_line = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with "
                   "two or more seeds)." if any(len(rs) > 1 for rs in runs.values()) else
                   "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are not verdicts.")
-    out += ["", noise_line, "", "| claim | a | b | depth | a - b (points) | noise | verdict |",
-            "|---|---|---|---|---|---|---|"]
-    for text, a, b, k, want in CLAIMS:
-        if a not in runs or b not in runs or not all(k in r["depths"] for r in runs[a] + runs[b]):
-            out.append(f"| {text} | {a} | {b} | {k}x | | | not run |")
-            continue
-        v, diff, noise = verdict([r["depths"][k] for r in runs[a]], [r["depths"][k] for r in runs[b]], want, floor)
-        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {noise:.2f} | {v} |")
-    return "\n".join(out) + "\n"
+    moe = ["Same backbone (D=96, patch 8, 8 steps, elastic depth), loss and recipe; params as stored "
+           "(the expert bank counts in full), GFLOPs per image at the trained depth.", "",
+           "| arm | FFN | n | params (M) | GFLOPs/img | " + " | ".join(f"{k:g}x" for k in rel) + " | train min |",
+           "|---" * (len(rel) + 6) + "|"]
+    for arm, what in MOE.items():
+        if arm in runs:
+            rs = runs[arm]
+            moe.append(f"| {arm} | {what} | {len(rs)} | {rs[0]['params_m']:.3f} | {rs[0]['gflops']:.3f} | "
+                       f"{cells(rs)} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f} |")
+    moe += ["", noise_line, "", claims_table(MOE_CLAIMS, runs, floor)]
+    return {"mini-table": "\n".join(table), "mini-verdicts": noise_line + "\n\n" + claims_table(CLAIMS, runs, floor),
+            "moe-table": "\n".join(moe)}
+
+
+def markdown(blocks):
+    """The text of summary.md."""
+    return "\n".join(["# CPU-scale CIFAR-100 study (c100-mini-*)", "", blocks["mini-table"], "",
+                      blocks["mini-verdicts"], "", "## reViT's comparisons (issue 14)", "",
+                      blocks["moe-table"]]) + "\n"
 
 
 def figures(runs, root):
     """depth.png and gates.png, if matplotlib is installed."""
+    if not runs:
+        return
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -198,14 +249,10 @@ def figures(runs, root):
         plt.close(fig)
 
 
-def update_readme(path, text, root):
-    """Put summary.md's two tables between README's <!-- mini-table --> and <!-- mini-verdicts -->
-    markers (each closed by <!-- /... -->) and copy the figures to docs/mini_depth.png and
-    docs/mini_gates.png next to it. The prose around them is for a person to update."""
-    lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("Top-1 (%)"))
-    claims = next(i for i, ln in enumerate(lines) if ln.startswith("| claim |"))
-    blocks = {"mini-table": "\n".join(lines[start:claims]).strip(), "mini-verdicts": "\n".join(lines[claims:]).strip()}
+def update_readme(path, blocks, root):
+    """Put each block of `summary` between README's <!-- NAME --> and <!-- /NAME --> markers and
+    copy the figures to docs/mini_depth.png and docs/mini_gates.png next to it. The prose around
+    them is for a person to update."""
     readme = open(path).read()
     for name, block in blocks.items():
         head, tail = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -213,7 +260,7 @@ def update_readme(path, text, root):
             sys.stderr.write(f"summarize_mini.py: error: --readme {path} has no {head} ... {tail} markers\n")
             sys.exit(2)
         before, rest = readme.split(head, 1)
-        readme = before + head + "\n" + block + "\n" + tail + rest.split(tail, 1)[1]
+        readme = before + head + "\n" + block.strip() + "\n" + tail + rest.split(tail, 1)[1]
     with open(path, "w") as f:
         f.write(readme)
     docs = os.path.join(os.path.dirname(os.path.abspath(path)), "docs")
@@ -232,12 +279,13 @@ def main(root, readme=None):
         sys.stderr.write(f"summarize_mini.py: error: no finished run in {root} (finished = has done.json); "
                          "run scripts/reproduce_mini.sh first\n")
         sys.exit(2)
-    text = summary(runs)
+    blocks = summary(runs)
+    text = markdown(blocks)
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write(text)
-    figures(runs, root)
+    figures({arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}, root)
     if readme:
-        update_readme(readme, text, root)
+        update_readme(readme, blocks, root)
     print(text)
 
 
