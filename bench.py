@@ -162,11 +162,10 @@ def loader_ratio(cfg, device, amp, warmup, repeats, workers):
     imgs = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
     t = data.build_transform(True, 32, data.CIFAR_MEAN, data.CIFAR_STD, "cifar100")
     ds = data.TensorImages(imgs, torch.randint(0, 100, (n,)), t)
-    import argparse
-    import train  # the same choice as train.py: one rule, train.batched_loader
+    import argparse  # the same choice as train.py: one rule, data.batched_loader
     run = argparse.Namespace(data="cifar100", cpu_loader=False, randaug=0, three_augment=False, workers=workers,
                              img_size=None)
-    if train.batched_loader(run, device):
+    if data.batched_loader(run, device):
         loader = data.DeviceCIFARLoader(ds, cfg["batch"], True, device=device)
     else:
         loader = data.build_loader(ds, cfg["batch"], True, workers=workers)

@@ -1,6 +1,7 @@
-"""Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG
-states), the --resume policy, --finetune weights (head and position embedding adapted), flags taken
-from a checkpoint (--eval-only, --finetune), and the lock that gives an --out-dir to one run.
+"""Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG states,
+restoring a run's objects), the --resume policy, --finetune weights (head and position embedding
+adapted), flags taken from a checkpoint (--eval-only, --finetune), and the --out-dir checks
+(writable; locked to one run).
 
 Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
 """
@@ -82,6 +83,45 @@ def load_checkpoint(path, args):
 EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "cpu_loader", "val_labels",
                "val_subset"}
 NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "eval_only", "eval_depths"}
+
+
+def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None):
+    """Load the training state of checkpoint `ck` (load_checkpoint; read from `path`) into a run's
+    objects, for train.py --resume: weights, optimizer moments, schedule position, GradScaler, EMA
+    and the distillation projection. This command's --lr (the schedule's peak) and weight decays
+    apply from the next step on (resume_changes reports them). Raises Fail when the weights do not
+    fit the model."""
+    try:
+        model.load_state_dict(ck["model"])
+    except RuntimeError as e:
+        why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
+        raise Fail(f"--resume {path}: its weights do not fit this model ({why}); use the size flags of the original run")
+    decays = [g["weight_decay"] for g in optimizer.param_groups]
+    optimizer.load_state_dict(ck["optimizer"])
+    scheduler.load_state_dict(ck["scheduler"])
+    for g, wd in zip(optimizer.param_groups, decays):
+        g["weight_decay"] = wd
+    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
+    for g, f in zip(optimizer.param_groups, scheduler.lr_lambdas):  # as LambdaLR computes it
+        g["lr"] = lr * f(scheduler.last_epoch)
+    scaler.load_state_dict(ck["scaler"])
+    if ema is not None and ck.get("ema") is not None:
+        ema.load_state_dict(ck["ema"])
+    if distiller is not None and ck.get("distill") is not None:
+        distiller.load_state_dict(ck["distill"])
+
+
+def check_out_dir(out_dir):
+    """Create --out-dir and check that this process can write a file there (a probe named by the
+    process id, so that ranks sharing the folder do not race on it). Raises Fail."""
+    probe = os.path.join(out_dir, f".write_test.{os.getpid()}")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise Fail(f"--out-dir {out_dir} cannot be written ({e.strerror}); choose another directory")
 
 
 def resume_changes(ck, args, world, path):

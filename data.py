@@ -537,3 +537,14 @@ def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, worke
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     return DataLoader(shard, batch_size, shuffle=False, num_workers=workers,
                       persistent_workers=workers > 0, pin_memory=pin, generator=torch.Generator())
+
+
+def batched_loader(args, device):
+    """train.py's loader rule, given its flags (argparse namespace) and the device. True: train on
+    DeviceCIFARLoader (the whole uint8 CIFAR on `device`, batched crop + flip
+    there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
+    training process). Never when the run asks for an augmentation only the per-image DataLoader
+    has (--randaug, --three-augment, an --img-size other than 32), or for --cpu-loader."""
+    per_image_aug = args.randaug or args.three_augment or args.img_size not in (None, 32)  # resize
+    return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
+            and (device.type == "cuda" or args.workers == 0))

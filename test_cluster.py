@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+import data
 import train
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
@@ -102,7 +103,7 @@ def test_grad_accum_equals_the_big_batch_on_the_batched_cifar_loader(tmp_path):
     # The batched loader's crops are a function of (seed, epoch, index), not of the batch split.
     cifar = fake_cifar(tmp_path / "data")
     job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--batch-size", "16", "--max-steps", "3"]
-    assert train.batched_loader(train.parse_args(train.get_parser(), job), torch.device("cpu"))
+    assert data.batched_loader(train.parse_args(train.get_parser(), job), torch.device("cpu"))
     assert train.cli(job + ["--out-dir", str(tmp_path / "big")]) == 0
     assert train.cli(job + ["--grad-accum", "4", "--out-dir", str(tmp_path / "acc")]) == 0
     assert weights_close(load(tmp_path / "big" / "ckpt.pt")["model"], load(tmp_path / "acc" / "ckpt.pt")["model"])

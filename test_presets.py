@@ -119,7 +119,8 @@ def test_each_cifar_preset_trains_one_step(name, tmp_path):
 
 
 MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
-        "revit-e1", "revit-e4", "srvit-r1", "srvit-r2"]
+        "revit-e1", "revit-e4", "srvit-r1", "srvit-r2",
+        "revit-smear", "revit-lory", "revit-token", "revit-mixture", "revit-lora"]  # reViT's comparisons
 
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
@@ -128,7 +129,7 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     for arm in MINI:  # one recipe: only model flags differ
         flags = train.PRESETS[f"c100-mini-{arm}"][1]
         model_flags = {"model", "eval_depths", "embed_dim", "num_heads", "depth", "stages", "experts",
-                       "depth_dropout", "recursions", "solver", "horizon"}
+                       "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
         assert {k: v for k, v in flags.items() if k not in model_flags} == \
                {k: v for k, v in recipe.items() if k not in model_flags}, arm
         # the mini recipe fixes every optimization flag, so a changed train.py default cannot move it
@@ -152,6 +153,9 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     r1, r2 = build("c100-mini-srvit-r1"), build("c100-mini-srvit-r2")
     assert r1.num_params() < r2.num_params() < 1.01 * r1.num_params()  # + the router only
     assert train.PRESETS["c100-mini-bvit-ds"][1]["stages"] == 4
+    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
+            + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
+        assert train.PRESETS[f"c100-mini-{arm}"][1] == {**train.PRESETS[f"c100-mini-{base}"][1], **change}, arm
 
 
 def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():
@@ -159,14 +163,14 @@ def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_i
     for dev in ("cpu", "cuda"):
         device = torch.device(dev)
         plain = train.parse_args(p, ["--workers", "0"])
-        assert train.batched_loader(plain, device)
+        assert data.batched_loader(plain, device)
         for flag in (["--randaug", "9"], ["--three-augment"], ["--cpu-loader"], ["--img-size", "64"]):
-            assert not train.batched_loader(train.parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
-        assert not train.batched_loader(train.parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
-    assert not train.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cpu"))
-    assert train.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cuda"))
+            assert not data.batched_loader(train.parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
+        assert not data.batched_loader(train.parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
+    assert not data.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cpu"))
+    assert data.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cuda"))
     gpu = train.parse_args(p, ["--preset", "c100-gpu-bvit-ti"])
-    assert train.batched_loader(gpu, torch.device("cuda")) and not (gpu.randaug or gpu.three_augment)
+    assert data.batched_loader(gpu, torch.device("cuda")) and not (gpu.randaug or gpu.three_augment)
 
 
 def fake_imagenet(root, classes=2, per_class=4):

@@ -5,7 +5,7 @@
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
 
 A paper's protocol is one flag (--preset, table PRESETS; explicit flags still win). AdamW (fused on
-CUDA) or LAMB, cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
+CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
 (fp16 with a GradScaler), optional torch.compile of each block (compiled before DDP), gradient
 clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
 checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl
@@ -14,7 +14,6 @@ and OUT/ckpt.pt (SPEC s8).
 import argparse
 import datetime
 import json
-import math
 import os
 import signal
 import sys
@@ -28,8 +27,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
-from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, checkpoint_args, finetune_weights, load_checkpoint,
-                         lock_out_dir, read_weights, resume_changes, rng_state, save_atomic, set_rng_state)
+from optim import Lamb, lr_lambda, param_groups
+from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkpoint_args, finetune_weights,
+                         load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
+                         save_atomic, set_rng_state)
 from presets import PRESETS
 
 # ----------------------------------------------------------------------------- arguments
@@ -355,80 +356,6 @@ def parse_args(p, argv=None):
 
 
 # ----------------------------------------------------------------------------- helpers
-def batched_loader(args, device):
-    """True: train on data.DeviceCIFARLoader (the whole uint8 CIFAR on `device`, batched crop + flip
-    there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
-    training process). Never when the run asks for an augmentation only the per-image DataLoader
-    has (--randaug, --three-augment, an --img-size other than 32), or for --cpu-loader."""
-    per_image_aug = args.randaug or args.three_augment or args.img_size not in (None, 32)  # resize
-    return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
-            and (device.type == "cuda" or args.workers == 0))
-
-
-def lr_lambda(total, warmup, lr, min_lr):
-    """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr."""
-    def f(s):
-        if s < warmup:
-            return (s + 1) / warmup
-        t = (s - warmup) / max(1, total - warmup)
-        return (min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(t, 1.0)))) / lr
-    return f
-
-
-def param_groups(model, weight_decay):
-    """No weight decay on biases, norms, embeddings and other 1-D parameters (timm/DeiT)."""
-    decay, no_decay = [], []
-    for name, prm in model.named_parameters():
-        # "bias" by name too: stacked expert biases (reViT) are 2-D
-        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "step_embed", "bias"):
-            no_decay.append(prm)
-        else:
-            decay.append(prm)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning"), DeiT III's optimizer.
-    Per parameter tensor p with gradient g, at step t, with decoupled weight decay wd (as AdamW):
-        m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2,   m_hat = m / (1 - b1^t),   v_hat = v / (1 - b2^t)
-        u = m_hat / (sqrt(v_hat) + eps) + wd p
-        trust = ||p|| / ||u||   (1 if either norm is 0)
-        p <- p - lr trust u
-    Norms are over the whole tensor (layer-wise adaptation). As in timm's Lamb, which DeiT III used,
-    a group with wd = 0 (biases, norms, embeddings: see param_groups) takes trust = 1, a plain Adam
-    step, unless always_adapt=True. Gradients are clipped by train.py (--clip-grad), not here."""
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, always_adapt=False):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      always_adapt=always_adapt))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            (b1, b2), wd = group["betas"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if not st:
-                    st.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-                st["step"] += 1
-                t, m, v = st["step"], st["exp_avg"], st["exp_avg_sq"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                u = m / (1 - b1 ** t) / ((v / (1 - b2 ** t)).sqrt() + group["eps"]) + wd * p
-                trust = 1.0
-                if wd or group["always_adapt"]:  # no host sync: trust stays a tensor
-                    pn, un = p.norm(), u.norm()
-                    trust = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
-                p.sub_(group["lr"] * trust * u)
-        return loss
-
-
 @torch.no_grad()
 def evaluate(model, loader, device, amp_ctx, depth=None):
     """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks."""
@@ -568,7 +495,7 @@ def main(argv=None):
                                 timeout=datetime.timedelta(seconds=args.dist_timeout),
                                 device_id=device if device.type == "cuda" else None)
     master = rank == 0
-    if batched_loader(args, device):
+    if data.batched_loader(args, device):
         train_loader = data.DeviceCIFARLoader(train_set, micro, True, rank, world, args.seed, device)
     elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:  # JPEGs decoded there
         train_loader = data.DeviceDecodeLoader(train_set, micro, rank, world, args.seed, args.workers, device)
@@ -623,41 +550,15 @@ def main(argv=None):
     # --- resume ---
     start_epoch, start_batch, step, progress = 0, 0, 0, {}
     ckpt_path, log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
-    try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, f".write_test.{os.getpid()}"), "w"):
-            pass
-        os.remove(os.path.join(args.out_dir, f".write_test.{os.getpid()}"))
-    except OSError as e:
-        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror}); choose another directory")
+    check_out_dir(args.out_dir)
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
     if args.resume:
         ck = load_checkpoint(args.resume, args)
         for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
             if master:
                 print(line)
-        try:
-            model.load_state_dict(ck["model"])
-        except RuntimeError as e:
-            why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
-            raise Fail(f"--resume {args.resume}: its weights do not fit this model ({why}); "
-                       "use the size flags of the original run")
-        decays = [g["weight_decay"] for g in optimizer.param_groups]
-        optimizer.load_state_dict(ck["optimizer"])
-        scheduler.load_state_dict(ck["scheduler"])
-        for g, wd in zip(optimizer.param_groups, decays):  # this command's --weight-decay and --lr apply
-            g["weight_decay"] = wd
-        scheduler.base_lrs = [args.lr] * len(optimizer.param_groups)
-        for g, f in zip(optimizer.param_groups, scheduler.lr_lambdas):  # as LambdaLR computes it
-            g["lr"] = args.lr * f(scheduler.last_epoch)
-        scaler.load_state_dict(ck["scaler"])
-        if ema is not None and ck.get("ema") is not None:
-            ema.load_state_dict(ck["ema"])
-        if distiller is not None and ck.get("distill") is not None:
-            distiller.load_state_dict(ck["distill"])
-        start_epoch, start_batch, step = ck["epoch"], ck["batch"], ck["step"]
-        progress = ck["progress"]
-        rngs = ck["rng"]
+        restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller)
+        start_epoch, start_batch, step, progress, rngs = (ck[k] for k in ("epoch", "batch", "step", "progress", "rng"))
         if len(rngs) == world:
             set_rng_state(rngs[rank])
         else:  # another number of processes (an epoch boundary): fresh per-rank randomness
