@@ -177,6 +177,9 @@ def bad_cases(tmp_path, cifar):
         "corrupt checkpoint": (d + ["--resume", garbage], "corrupt"),
         "checkpoint of another model": (d + ["--resume", vit_ckpt], "--model vit"),
         "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "changes the model"),
+        "checkpoint at another image size": (d + ["--embed-dim", "64", "--resume", os.path.join(wide, "ckpt.pt"),
+                                              "--img-size", "128"],  # the derived --patch-size changes
+                                             "--patch-size was 4, now 16 (derived: --img-size None -> 128 changed"),
         "malformed eval depths": (d + ["--eval-depths", "3,x"], "--eval-depths"),
         "zero eval depth": (d + ["--eval-depths", "0,3"], "--eval-depths"),
         "out-dir not writable": (d + ["--out-dir", os.path.join(a_file, "sub")], "--out-dir"),
