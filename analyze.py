@@ -39,7 +39,9 @@ What a "step" is (its state = the tokens the next step receives):
     For a model whose step k is a function of the state alone (bvit with one block and no step
     embedding, odevit), skipping ANY one step is running L - 1 steps, so its pruning curve is flat
     by construction (a test checks it); steps differ under pruning only where the block depends on
-    k (the untied vit, bvit's phases, reViT's gates g(t_k), srvit's per-recursion router).
+    k (the untied vit, bvit's phases, reViT's gates g(t_k), srvit's per-recursion router, the
+    per-step LoRA adapters). revit_moe's content routings (smear, lory, token, mixture) route on the
+    state alone, so their curves are flat by construction too.
     --depth L analyses the model run at L steps (L recursions for srvit, L solver steps for odevit).
 
 How, without editing a model file: forward hooks. A shared block is called once per evaluation,
@@ -51,7 +53,8 @@ routings and LoRA run a step as the method `_step_fn` on the block's parts, not 
 the probe wraps that method (and, for LoRA, `_attend`, whose qkv is not the attn.qkv module) on the
 model instance for the analysis and removes the wrappers after. Their content routings have no
 depth gate table: "gates" is then the mean router softmax per step over the analysed images (and
-tokens, for token/mixture routing); LoRA checkpoints get "lora_norms" (revit_moe.log_extras).
+tokens, for token/mixture routing); LoRA checkpoints get "lora_norms" (revit_moe.log_extras: one
+per trained adapter, whatever --depth is analysed).
 """
 import types
 import argparse

@@ -45,22 +45,31 @@ def save_atomic(obj, path):
 
 def read_weights(path, flag):
     """torch.load(weights_only=True): tensors and plain values only, never code. One clear Fail per
-    way the file can be wrong, naming `flag` (--resume, --finetune)."""
+    way the file can be wrong, naming `flag` (--resume, --finetune, --teacher)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise Fail(f"{flag} {path}: no such file")
-    except pickle.UnpicklingError as e:
-        if "GLOBAL " in str(e):  # a class or function reference: code could run
-            glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
-            raise Fail(f"{flag} {path}: refused, it references {glob} and rvits loads only tensors and "
-                       "plain values (weights_only=True), so nothing ran; do not load files you do not trust")
-        detail = [ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(
-            ("Weights only load failed", "Check the documentation"))] or [str(e)]  # torch's own advice: not ours
-        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({detail[0][:200]})")
     except Exception as e:
-        raise Fail(f"{flag} {path}: unreadable, truncated or corrupt ({type(e).__name__}: "
-                   f"{str(e).splitlines()[0] if str(e) else ''})")
+        raise Fail(f"{flag} {path}: {_why_unreadable(path, e)}")
+
+
+def _why_unreadable(path, e):
+    """Why torch.load(weights_only=True) refused the file at `path` with exception `e`, in words."""
+    if isinstance(e, pickle.UnpicklingError) and "GLOBAL " in str(e):  # a class or function: code could run
+        glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
+        return (f"refused, it references {glob} and rvits loads only tensors and plain values "
+                "(weights_only=True), so nothing ran; do not load files you do not trust")
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head != b"PK" and head[:1] != b"\x80":  # torch.save: a zip archive, or (legacy) a pickle
+        return "not a checkpoint (torch.save writes a zip archive; this file is neither that nor a pickle)"
+    if isinstance(e, pickle.UnpicklingError):
+        detail = [ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(
+            ("Weights only load failed", "Check the documentation", "Please file an issue"))] or [str(e)]
+        return f"unreadable, truncated or corrupt ({detail[0][:200]})"  # torch's own advice is not ours
+    first = (str(e).splitlines() or [""])[0].split(". ")[0][:200]  # the first sentence: torch appends advice
+    return f"unreadable, truncated or corrupt ({type(e).__name__}: {first})"
 
 
 def load_checkpoint(path, args):
@@ -97,6 +106,10 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
         why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
         raise Fail(f"--resume {path}: its weights do not fit this model ({why}); use the size flags of the original run")
     decays = [g["weight_decay"] for g in optimizer.param_groups]
+    if len(ck["optimizer"]["param_groups"]) != len(optimizer.param_groups):  # the projection's group
+        raise Fail(f"--resume {path}: this run's distillation differs from the checkpoint's (--teacher "
+                   f"{ck['args'].get('teacher')}) in its trained feature projection; give the original --teacher "
+                   f"and --distill, or start a new run from these weights with --finetune {path}")
     optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
     for g, wd in zip(optimizer.param_groups, decays):
@@ -228,7 +241,8 @@ ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "
 
 def checkpoint_args(p, args, argv, path, keep, flag):
     """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line always win. --eval-only takes all but the
+    `keep(flag)` is true; flags given on the command line always win (train.py's `keep` for
+    --finetune also leaves a --preset's flags alone). --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
     architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
     another --img-size is built at it with dynamic_img_size=True)."""

@@ -60,6 +60,12 @@ def test_distillation_trains_through_train_py_and_weight_zero_changes_nothing(tm
     assert not torch.equal(w["plain"]["model"]["head.weight"], w["feature"]["model"]["head.weight"])
     assert not torch.equal(w["plain"]["model"]["head.weight"], w["logits"]["model"]["head.weight"])
     assert w["feature"]["distill"] == {} and w["wider"]["distill"]["proj.weight"].shape == (32, 48)
+    # resuming without the teacher whose projection the checkpoint trained: one line, exit 2, no traceback
+    capsys.readouterr()
+    rc = train.cli(d + ["--model", "revit", "--drop-path", "0", "--embed-dim", "48", "--max-steps", "3",
+                        "--out-dir", str(tmp_path / "wider"), "--resume", str(tmp_path / "wider" / "ckpt.pt")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "feature projection" in err[0], err
 
 
 def test_bad_teachers_are_one_line_exit_2(tmp_path, capsys):

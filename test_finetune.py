@@ -142,6 +142,18 @@ def test_recurrent_models_fine_tune_from_their_own_checkpoints(tmp_path, capsys)
         assert "nothing adapted" in said and json.load(open(out / "args.json"))["model"] == model
 
 
+def test_a_presets_model_flags_win_over_the_finetuned_checkpoints(tmp_path, capsys):
+    # --preset c100-mini-revit-lory --finetune <a smear run>: the preset's routing, the checkpoint's weights
+    cifar = fake_cifar(tmp_path / "data")
+    small = ["--data-dir", cifar, "--device", "cpu", "--batch-size", "8", "--max-steps", "1", "--val-subset", "16",
+             "--eval-batch-size", "16", "--eval-depths", "8"]
+    assert train.cli(["--preset", "c100-mini-revit-smear", *small, "--out-dir", str(tmp_path / "smear")]) == 0
+    assert train.cli(["--preset", "c100-mini-revit-lory", *small, "--finetune", str(tmp_path / "smear" / "ckpt.pt"),
+                      "--out-dir", str(tmp_path / "lory")]) == 0, capsys.readouterr().err
+    assert json.load(open(tmp_path / "lory" / "args.json"))["routing"] == "lory"
+    assert "nothing adapted" in capsys.readouterr().out
+
+
 def test_eval_only_at_another_img_size_interpolates_the_position_embedding(tmp_path, capsys):
     data = ["--data", "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "16"]
     src = tmp_path / "s"

@@ -2,6 +2,7 @@
 (runs, skips what is done) and scripts/gpu_run.sh's CPU dry run. CPU only, fake CIFAR data."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -88,9 +89,10 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
         r = subprocess.run(["bash", script], env=dict(env, ARMS=bad), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ARMS" in r.stderr
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature"), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "its teacher, the vit arm of seed 0, has not finished" in r.stderr
-    r = subprocess.run(["bash", script], env=dict(env, ARMS="vit bvit+feature", JOBS="1"), capture_output=True,
-                       text=True, timeout=300)  # distilled from the vit arm of the same seed
+    assert r.returncode == 2 and "distils the vit arm of seed 0, which has not finished" in r.stderr
+    assert not (tmp_path / "mini" / "bvit+feature").exists()  # refused before anything ran
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature vit", JOBS="2"), capture_output=True,
+                       text=True, timeout=300)  # distilled from the vit arm of the same seed, after it
     assert r.returncode == 0, r.stderr
     assert f"distilling from {tmp_path}/mini/vit/seed0/ckpt.pt (feature)" in (
         tmp_path / "mini" / "bvit+feature" / "seed0" / "train.log").read_text()
@@ -149,6 +151,15 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
     assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
     assert "| depth-programmed merging beats SMEAR" in text.split("<!-- moe-table -->")[1]
+    fake_run(runs, "bvit", 1, 24.0, {8: 24.0})
+    args = json.loads((runs / "bvit" / "seed1" / "args.json").read_text())
+    (runs / "bvit" / "seed1" / "args.json").write_text(json.dumps({**args, "max_steps": 5}))
+    before = readme.read_text()
+    with pytest.raises(SystemExit) as e:  # a smoke run never overwrites the measured tables
+        summarize_mini.main(str(runs), str(readme))
+    assert e.value.code == 2 and "bvit seed 1 ran shortened" in capsys.readouterr().err
+    assert readme.read_text() == before
+    shutil.rmtree(runs / "bvit" / "seed1")
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme))

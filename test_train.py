@@ -150,7 +150,7 @@ def bad_cases(tmp_path, cifar):
     with open(truncated, "wb") as f:
         f.write(blob[: len(blob) // 2])
     with open(garbage, "wb") as f:
-        f.write(os.urandom(4096))
+        f.write(b'{"a json file": "or any text"}\n' * 100)
     a_file = str(tmp_path / "a_file")
     open(a_file, "w").close()
     return {
@@ -174,7 +174,7 @@ def bad_cases(tmp_path, cifar):
         "empty dataset file": (["--data", "cifar100", "--data-dir", empty], "unreadable"),
         "corrupt dataset file": (["--data", "cifar100", "--data-dir", corrupt], "unreadable"),
         "truncated checkpoint": (d + ["--model", "vit", "--resume", truncated], "corrupt"),
-        "corrupt checkpoint": (d + ["--resume", garbage], "corrupt"),
+        "a text file as checkpoint": (d + ["--resume", garbage], "not a checkpoint (torch.save writes a zip"),
         "checkpoint of another model": (d + ["--resume", vit_ckpt], "--model vit"),
         "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "changes the model"),
         "checkpoint at another image size": (d + ["--embed-dim", "64", "--resume", os.path.join(wide, "ckpt.pt"),
@@ -195,6 +195,8 @@ def bad_cases(tmp_path, cifar):
         "negative max bad images": (d + ["--max-bad-images", "-1"], "--max-bad-images"),
         "routing on bvit": (d + ["--routing", "token"], "--model revit"),
         "lora with four experts": (d + ["--model", "revit", "--lora-rank", "2"], "--experts 1"),
+        "lora with a content routing": (d + ["--model", "revit", "--experts", "1", "--lora-rank", "2", "--routing",
+                                             "smear"], "got --routing smear"),
         "distill without teacher": (d + ["--distill", "logits"], "--teacher"),
         "unknown device": (d + ["--device", "tpu"], "--device"),
     }

@@ -267,7 +267,8 @@ def get_parser():
     a("--distill", choices=["feature", "logits"], help="with --teacher (default feature): feature: match the final "
       "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
       "final-feature objective; logits: soft KD, KL at --distill-temperature")
-    a("--distill-weight", type=non_negative, default=1.0)
+    a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
+      "x the distillation term (default 1)")
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
     a("--ema", type=below_one, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
     # system
@@ -328,6 +329,8 @@ def resolve(args, p, img_size):
         p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
     if args.model != "revit" and (args.routing != "depth" or args.lora_rank):
         p.error("--routing and --lora-rank are reViT options; add --model revit")
+    if args.lora_rank and args.routing != "depth":
+        p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
     if args.lora_rank and args.experts != 1:
         p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
     if args.lora_rank < 0:
@@ -440,7 +443,8 @@ def main(argv=None):
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
         args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
     elif args.finetune and not args.resume:
-        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS, "--finetune")
+        preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's model flags count as given
+        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS and k not in preset, "--finetune")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))

@@ -13,8 +13,8 @@
 # Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 13), JOBS (2), DATA (the folder holding
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
-# Arms: the 12 c100-mini-* presets and "vit+default", c100-mini-vit with --init default (the init
-# claim's control); any ARM+INIT works. All arms x 2 seeds: about 26 runs of 22-30 minutes each
+# Arms: the 12 study presets c100-mini-* and "vit+default", c100-mini-vit with --init default (the
+# init claim's control); any ARM+INIT works. MOE below: the 5 comparison presets and a distilled arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each
 # side by side (11-16 minutes alone), i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
 # finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
@@ -26,14 +26,24 @@ DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
-# reViT's comparisons (issue 14), run on request: ARMS="$MOE" (revit-e4+feature distils the vit arm
-# of the same seed, which must have finished: $OUT/vit/seedS/ckpt.pt)
+# reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
+# same seed: it runs after every other arm of the call, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
 ARMS=${ARMS:-"$FIRST $REST"}
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
   case " $FIRST $REST $MOE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
+done
+for arm in $ARMS; do  # a distilled arm's teacher: finished, or trained in this call
+  case "$arm" in *+feature|*+logits)
+    for seed in $SEEDS; do
+      if [ ! -f "$OUT/vit/seed$seed/done.json" ] && [[ " $ARMS " != *" vit "* ]]; then
+        echo "reproduce_mini.sh: error: ARMS: '$arm' seed $seed distils the vit arm of seed $seed, which has not finished in $OUT; add vit to ARMS" >&2
+        exit 2
+      fi
+    done ;;
+  esac
 done
 if [ ! -f "$DATA/cifar-100-python/train" ]; then
   echo "reproduce_mini.sh: error: no CIFAR-100 in DATA=$DATA (expected $DATA/cifar-100-python/train); set DATA=/path/to/data" >&2
@@ -72,10 +82,10 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
 }
 
 queue=()
-for group in first rest; do
+for group in first rest distilled; do
   for seed in $SEEDS; do
     for arm in $ARMS; do
-      case " $FIRST " in *" $arm "*) g=first ;; *) g=rest ;; esac
+      case "$arm" in *+feature|*+logits) g=distilled ;; *) case " $FIRST " in *" $arm "*) g=first ;; *) g=rest ;; esac ;; esac
       [ "$g" = "$group" ] || continue
       [ -f "$OUT/$arm/seed$seed/done.json" ] && { echo "skip $arm seed $seed (done)"; continue; }
       queue+=("$arm $seed")
@@ -84,6 +94,9 @@ for group in first rest; do
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
 for job in "${queue[@]}"; do
+  case "$job" in *+feature\ *|*+logits\ *)  # its teacher may still be training in this call
+    while [ ! -f "$OUT/vit/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done ;;
+  esac
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   # shellcheck disable=SC2086
   run_one $job &
@@ -96,5 +109,7 @@ for job in "${queue[@]}"; do
   set -- $job
   [ -f "$OUT/$1/seed$2/done.json" ] || failed=1
 done
-python scripts/summarize_mini.py "$OUT" || failed=1
+if compgen -G "$OUT/*/seed*/done.json" > /dev/null; then
+  python scripts/summarize_mini.py "$OUT" || failed=1
+fi
 exit $failed

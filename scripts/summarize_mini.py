@@ -42,7 +42,7 @@ CLAIMS = [
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
          "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+default"]
-# reViT's comparisons (issue 14): arm -> what it is, in the order of the comparison table
+# reViT's comparisons: arm -> what it is, in the order of the comparison table
 MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT)",
        "revit-smear": "smear: E=4 merged per image from its content",
        "revit-lory": "lory: E=4 merged per image from the state entering the step",
@@ -50,7 +50,7 @@ MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT)",
        "revit-mixture": "mixture: all 4 experts on every token, softmax-mixed",
        "revit-e1": "E=1: the tied block",
        "revit-lora": "E=1 + layer-wise LoRA, rank 16 per step",
-       "revit-e4+feature": "depth E=4, distilled from vit seed S (final features, weight 1)"}
+       "revit-e4+feature": "depth E=4, distilled from the same seed's vit (final features, weight 1)"}
 MOE_CLAIMS = [  # reViT paper: section 4.3 / Table 3 (ImageNet-1k, U = 1), appendix B.1 / Table 10
     ("depth-programmed merging beats SMEAR (Table 3: 78.2 vs 77.7)", "revit-e4", "revit-smear", 1, ">"),
     ("depth-programmed merging beats Lory (Table 3: 78.2 vs 77.9)", "revit-e4", "revit-lory", 1, ">"),
@@ -201,7 +201,7 @@ def summary(runs):
 def markdown(blocks):
     """The text of summary.md."""
     return "\n".join(["# CPU-scale CIFAR-100 study (c100-mini-*)", "", blocks["mini-table"], "",
-                      blocks["mini-verdicts"], "", "## reViT's comparisons (issue 14)", "",
+                      blocks["mini-verdicts"], "", "## reViT's comparisons", "",
                       blocks["moe-table"]]) + "\n"
 
 
@@ -285,6 +285,12 @@ def main(root, readme=None):
         f.write(text)
     figures({arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}, root)
     if readme:
+        short = sorted(f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs
+                       if r["max_steps"] or r["val_subset"])
+        if short:
+            sys.stderr.write(f"summarize_mini.py: error: --readme: {', '.join(short[:3])}{' ...' if len(short) > 3 else ''}"
+                             f" ran shortened (--max-steps/--val-subset), not the protocol; README keeps its tables\n")
+            sys.exit(2)
         update_readme(readme, blocks, root)
     print(text)
 
