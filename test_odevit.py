@@ -4,7 +4,6 @@ CPU only, tiny configurations. Run: python -m pytest -q test_odevit.py
 """
 import importlib.util
 import json
-import os
 
 import pytest
 import torch
