@@ -128,7 +128,7 @@ def load(args):
         raise Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
                          f"under 'model' and the run's flags under 'args', --model one of {', '.join(train.MODELS)})")
     run = train.get_parser().parse_args([])
-    vars(run).update(ck["args"])
+    vars(run).update(ck["args"], teacher=None, distill=None)  # training-only; an analysis distils nothing
     if args.data_dir:
         run.data_dir = args.data_dir
     try:

@@ -82,3 +82,18 @@ def test_bad_teachers_are_one_line_exit_2(tmp_path, capsys):
         rc = train.cli(d + flags + ["--out-dir", str(tmp_path / name.replace(" ", "_"))])
         err = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]
         assert rc == 2 and len(err) == 1 and says in err[0], (name, err)
+
+
+def test_a_checkpoint_saved_with_distill_but_no_teacher_still_evaluates_and_analyses(tmp_path, capsys):
+    # an earlier train.py saved distill="feature" for every run; evaluation and analysis distil nothing
+    import analyze
+    cifar = fake_cifar(tmp_path / "data")
+    d = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1"]
+    assert train.cli(d + ["--model", "revit", "--out-dir", str(tmp_path / "r")]) == 0
+    ck = load(tmp_path / "r" / "ckpt.pt")
+    ck["args"].update(distill="feature", teacher=None)
+    torch.save(ck, tmp_path / "old.pt")
+    assert train.cli(["--eval-only", "--resume", str(tmp_path / "old.pt"), "--eval-depths", "2",
+                      "--out-dir", str(tmp_path / "e")]) == 0, capsys.readouterr().err
+    assert analyze.cli(["--resume", str(tmp_path / "old.pt"), "--out-dir", str(tmp_path / "a"),
+                        "--num-images", "8"]) == 0, capsys.readouterr().err
