@@ -56,12 +56,12 @@ depth gate table: "gates" is then the mean router softmax per step over the anal
 tokens, for token/mixture routing); LoRA checkpoints get "lora_norms" (revit_moe.log_extras: one
 per trained adapter, whatever --depth is analysed).
 """
-import types
 import argparse
 import json
 import math
 import os
 import sys
+import types
 
 import torch
 from torch.utils.data import DataLoader, Subset

@@ -148,8 +148,8 @@ def resume_changes(ck, args, world, path):
     for k, old, new in changes:
         flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
         if k in ARCH_FLAGS:
-            cause = [f"--{c.replace('_', '-')} {saved[c]} -> {v}" for c, v in vars(args).items()
-                     if c in ("data", "img_size") and c in saved and saved[c] != v and k == "patch_size"]
+            cause = [f"--{c.replace('_', '-')} {saved[c]} -> {getattr(args, c)}" for c in ("data", "img_size")
+                     if k == "patch_size" and c in saved and saved[c] != getattr(args, c)]  # derived from them
             why = f" (derived: {', '.join(cause)} changed the image size)" if cause else ""
             raise Fail(f"--resume {path}: {flag} was {old}, now {new}{why}, which changes the model; give the "
                        f"original value, or start a new run from these weights with --finetune {path}")

@@ -14,7 +14,8 @@
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
 # Arms: the 12 study presets c100-mini-* and "vit+default", c100-mini-vit with --init default (the
-# init claim's control); any ARM+INIT works. MOE below: the 5 comparison presets and a distilled arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each
+# init claim's control); any ARM+INIT works. MOE below: the 5 comparison presets and a distilled
+# arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each
 # side by side (11-16 minutes alone), i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
 # finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
@@ -30,20 +31,20 @@ REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vi
 # same seed: it runs after every other arm of the call, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
 ARMS=${ARMS:-"$FIRST $REST"}
+distilled() { case "$1" in *+feature|*+logits) return 0 ;; esac; return 1; }  # ARM+feature|logits
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
   case " $FIRST $REST $MOE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # a distilled arm's teacher: finished, or trained in this call
-  case "$arm" in *+feature|*+logits)
-    for seed in $SEEDS; do
-      if [ ! -f "$OUT/vit/seed$seed/done.json" ] && [[ " $ARMS " != *" vit "* ]]; then
-        echo "reproduce_mini.sh: error: ARMS: '$arm' seed $seed distils the vit arm of seed $seed, which has not finished in $OUT; add vit to ARMS" >&2
-        exit 2
-      fi
-    done ;;
-  esac
+  distilled "$arm" || continue
+  for seed in $SEEDS; do
+    if [ ! -f "$OUT/vit/seed$seed/done.json" ] && [[ " $ARMS " != *" vit "* ]]; then
+      echo "reproduce_mini.sh: error: ARMS: '$arm' seed $seed distils the vit arm of seed $seed, which has not finished in $OUT; add vit to ARMS" >&2
+      exit 2
+    fi
+  done
 done
 if [ ! -f "$DATA/cifar-100-python/train" ]; then
   echo "reproduce_mini.sh: error: no CIFAR-100 in DATA=$DATA (expected $DATA/cifar-100-python/train); set DATA=/path/to/data" >&2
@@ -52,15 +53,15 @@ fi
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
-  case "$arm" in  # ARM+INIT: the preset with --init INIT; ARM+feature|logits: distilled from vit
-    *+feature|*+logits)
-      if [ ! -f "$OUT/vit/seed$2/done.json" ]; then
-        echo "FAILED $arm seed $2: its teacher, the vit arm of seed $2, has not finished ($OUT/vit/seed$2); run it first" >&2
-        return 1
-      fi
-      flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${arm#*+}") ;;
-    *+*) flags+=(--init "${arm#*+}") ;;
-  esac
+  if distilled "$arm"; then  # ARM+feature|logits: distilled from the vit arm of the same seed
+    if [ ! -f "$OUT/vit/seed$2/done.json" ]; then  # its teacher failed in this call
+      echo "FAILED $arm seed $2: its teacher, the vit arm of seed $2, has not finished ($OUT/vit/seed$2); run it first" >&2
+      return 1
+    fi
+    flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${arm#*+}")
+  elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the preset with --init INIT
+    flags+=(--init "${arm#*+}")
+  fi
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
   mkdir -p "$dir"
   local t0=$SECONDS
@@ -85,7 +86,8 @@ queue=()
 for group in first rest distilled; do
   for seed in $SEEDS; do
     for arm in $ARMS; do
-      case "$arm" in *+feature|*+logits) g=distilled ;; *) case " $FIRST " in *" $arm "*) g=first ;; *) g=rest ;; esac ;; esac
+      case " $FIRST " in *" $arm "*) g=first ;; *) g=rest ;; esac
+      distilled "$arm" && g=distilled
       [ "$g" = "$group" ] || continue
       [ -f "$OUT/$arm/seed$seed/done.json" ] && { echo "skip $arm seed $seed (done)"; continue; }
       queue+=("$arm $seed")
@@ -94,9 +96,9 @@ for group in first rest distilled; do
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
 for job in "${queue[@]}"; do
-  case "$job" in *+feature\ *|*+logits\ *)  # its teacher may still be training in this call
-    while [ ! -f "$OUT/vit/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done ;;
-  esac
+  if distilled "${job% *}"; then  # its teacher may still be training in this call
+    while [ ! -f "$OUT/vit/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
+  fi
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   # shellcheck disable=SC2086
   run_one $job &
