@@ -1,44 +1,53 @@
 """Speed ratios of rvits against peers measured in the same run (no absolute timings asserted).
 
-    python bench.py --device cpu            # small configs, < 3 minutes on 2 cores
+    python bench.py --device cpu            # small configs, a few minutes on 2 cores
     python bench.py --device cuda --json OUT/bench.json   # real sizes
 
-Keys (SPEC section 5, issue "Speed"):
+Keys, in the order they run (each in its own try: one that fails is printed and listed under
+"errors" in the JSON, and the others still run):
+  matmul_tflops                         measured dense matmul rate (bf16 8192^3 on CUDA, fp32 1024^3 on
+                                        the CPU): the peak the MFU keys divide by (absolute)
+  cifar_preset_img_per_s                c100-gpu-bvit-ti's training step as train.py --compile runs it
+                                        in one process (the whole-model path, kernels.py), img/s
+                                        (absolute; on the CPU at a smaller width, depth and batch)
+  mfu_cifar_preset                      its model FLOPs (forward + 2x backward) over matmul_tflops
+  cifar_preset_new_over_old             its img/s over train.py's step up to commit f937315
+                                        (compiled blocks, a host sync per step); goal on CUDA >= 3
+  cifar_preset_blocks_nosync_over_old   compiled blocks without the host sync over the same: the part
+                                        of the gain that is the sync alone
+  compiled_exit_delay_s                 seconds from a first-time train.py --compile process's last
+                                        line to its exit (goal <= 5; kernels.release_compile_workers)
+  mfu_bvit_b16_bf16 / _datasheet        (CUDA) bViT-B/16 bf16 training TFLOP/s over matmul_tflops of
+                                        this run / over NVIDIA's dense bf16 figure
   vit_vs_timm_train_eager / _compiled   our untied ViT vs timm's VisionTransformer, same config,
                                         training images/s (ours / timm; > 1 means we are faster)
   bvit_compile_time_d48_over_d12        time to the first compiled training step, depth 48 / 12
   revit_dynamic_over_materialized_b1/_b64  inference latency of dynamic reViT / its materialized model
   loader_over_model_img_per_s           CIFAR loader images/s / the model's training images/s
-  bf16_matmul_tflops                    (CUDA) measured dense bf16 rate, 8192^3 matmul (absolute)
-  mfu_bvit_b16_bf16                     (CUDA) model FLOPs utilization of bViT-B/16 bf16 training,
-                                        against bf16_matmul_tflops of this run; _datasheet: against
-                                        NVIDIA's dense bf16 figure (both printed)
-  merged_ffn_reference_over_triton_eval_b64  (CUDA) kernels.py's Triton merged FFN vs its reference,
-                                        inference (where the models use it)
-  revit_elastic_grouped_over_fused_train_b64 / _eval_b64  (CUDA) reViT-S/16 elastic-depth step:
-                                        the grouped path over the fused kernel, a training step
-                                        (fwd + bwd) and inference; revit.fused_ffn_wins takes the
-                                        kernel in inference only, right if train < 1 < eval
   imagefolder_img_per_s                 image-folder loader, CPU workers (PIL), 224 px (absolute)
   gpu_decode_loader_over_model_img_per_s  (CUDA) DeviceDecodeLoader images/s / bViT's training images/s
   train_mem_d48_over_d12 / _grad_ckpt   peak memory of one bViT training step at depth 48 / 12,
                                         without and with --grad-checkpoint (MiB in the note)
-Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats. On CUDA the
-GPU-only keys run first; --json is rewritten after every key, so a run cut short keeps its results.
+Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
+loops: many steps per timing and one sync, as train.py queues them). --json is rewritten after
+every key, so a run cut short keeps its results. --only NAME,... runs some measurements only.
 """
 import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
-# Compilation is measured from scratch: no inductor on-disk caches (set before torch is imported).
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch._inductor.config as inductor_config
+import torch.nn.functional as F
 
-import bvit  # noqa: E402
-import data  # noqa: E402
+import bvit
+import data
+import kernels
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, from NVIDIA datasheets
 
@@ -48,17 +57,20 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, warmup=3, repeats=10):
-    """Median seconds of fn() over `repeats` calls after `warmup` calls."""
+def timed(fn, device, warmup=3, repeats=10, calls=1):
+    """Median seconds per fn() call, over `repeats` timings of `calls` calls each (one sync per
+    timing: with calls > 1 the host may queue work ahead of the device, as a training loop does),
+    after `warmup` calls."""
     for _ in range(warmup):
         fn()
     sync(device)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(calls):
+            fn()
         sync(device)
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / calls)
     return statistics.median(times)
 
 
@@ -102,9 +114,10 @@ def vit_vs_timm(cfg, device, amp, compiled, warmup, repeats):
     return t_ref / t_ours, cfg["batch"] / t_ours, cfg["batch"] / t_ref
 
 
+@inductor_config.patch(force_disable_caches=True)  # compilation from scratch, every time
 def compile_time(cfg, depth, device, amp):
     """Compilation seconds: the first compiled training step minus a steady-state step (the first
-    step also computes `depth` steps, which is not compilation). Caches are off (see main)."""
+    step also computes `depth` steps, which is not compilation). Inductor's caches are off."""
     torch._dynamo.reset()
     m = bvit.BViT(num_blocks=1, depth=depth, img_size=cfg["img"], patch_size=cfg["patch"],
                   num_classes=cfg["classes"], embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
@@ -132,10 +145,18 @@ def revit_latency(cfg, batch, device, amp, warmup, repeats):
     return timed(lambda: run(m), device, warmup, repeats) / timed(lambda: run(dense), device, warmup, repeats)
 
 
+def endless(loader):
+    """The batches of a training loader, epoch after epoch (a short benchmark set runs out)."""
+    epoch = 0
+    while True:
+        loader.sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
 def loader_img_per_s(loader, device, warmup, batches):
     """Images/s delivered by a training loader (first batches not timed)."""
-    loader.sampler.set_epoch(0)
-    it, seen = iter(loader), 0
+    it, seen = endless(loader), 0
     for _ in range(warmup):
         next(it)
     sync(device)
@@ -201,63 +222,88 @@ def imagefolder_loaders(cfg, device, amp, warmup, repeats, workers, img=224):
     return out
 
 
-@torch.no_grad()
-def merged_ffn_ratio(device, warmup, repeats, B=64, T=197, D=384, E=4):
-    """(CUDA) Inference time of the reference per-image merged FFN over the Triton one, at reViT-S/16
-    shapes in bf16 (> 1 means the kernel is faster)."""
-    import kernels
-    dt = torch.bfloat16
-    x = torch.randn(B, T, D, device=device, dtype=dt)
-    g = torch.softmax(torch.randn(B, E, device=device), 1)
-    ws = [torch.randn(E, 4 * D, D, device=device, dtype=dt) * 0.02, torch.zeros(E, 4 * D, device=device, dtype=dt),
-          torch.randn(E, D, 4 * D, device=device, dtype=dt) * 0.02, torch.zeros(E, D, device=device, dtype=dt)]
-    return (timed(lambda: kernels.merged_ffn_reference(x, g, *ws), device, warmup, repeats)
-            / timed(lambda: kernels.merged_ffn(x, g, *ws), device, warmup, repeats))
-
-
-def revit_elastic_paths(cfg, device, warmup, repeats, batch=64, p=0.3):
-    """(CUDA) reViT elastic-depth forward at the bench config with one drop mask (probability p),
-    bf16 autocast: time of the grouped path over the fused kernel's, in a training step (forward +
-    backward) and in inference. Returns {"train": ratio, "eval": ratio}; > 1: the kernel is faster."""
-    import revit
-    from unittest import mock
-    m = revit.ReViT(experts=4, depth_dropout=p, depth=cfg["depth"], img_size=cfg["img"], patch_size=cfg["patch"],
-                    num_classes=cfg["classes"], embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
-    x = torch.randn(batch, 3, cfg["img"], cfg["img"], device=device)
-    y = torch.randint(0, cfg["classes"], (batch,), device=device)
-    keep = revit.sample_keep(batch, cfg["depth"], p)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16)
-
-    def train_step():
-        with ctx:
-            loss = m.train()(x, y, keep=keep)[1]
-        loss.backward()
-        m.zero_grad(set_to_none=True)
-
-    @torch.no_grad()
-    def infer():
-        with ctx:
-            m.eval()(x, keep=keep)
-    out = {}
-    for mode, fn in (("train", train_step), ("eval", infer)):
-        t = {}
-        for path, fused in (("grouped", False), ("fused", True)):  # force the path, whatever the rule says
-            with mock.patch.object(revit, "fused_ffn_wins", lambda z, fused=fused: fused):
-                t[path] = timed(fn, device, warmup, repeats)
-        out[mode] = t["grouped"] / t["fused"]
-    return out
-
-
-def matmul_tflops(device, n=8192, calls=10, repeats=10):
-    """(CUDA) Measured dense bf16 matmul rate in TFLOP/s: n x n x n products of random matrices,
-    `calls` per timing (launch and sync overheads amortized), median of `repeats`."""
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+def matmul_tflops(device, n=8192, calls=10, repeats=10, dtype=torch.bfloat16):
+    """Measured dense matmul rate in TFLOP/s: n x n x n products of random matrices, `calls` per
+    timing (launch and sync overheads amortized), median of `repeats`."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     c = torch.empty_like(a)
+    return 2 * n ** 3 / timed(lambda: torch.matmul(a, b, out=c), device, 2, repeats, calls) / 1e12
 
-    def run():
-        for _ in range(calls):
-            torch.matmul(a, b, out=c)
-    return 2 * n ** 3 * calls / timed(run, device, warmup=2, repeats=repeats) / 1e12
+
+def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False):
+    """One training step of a CIFAR preset as train.py runs it (its model, fused AdamW, MixUp/CutMix,
+    label smoothing, clipping, the GPU-resident loader on random images), as a closure. flags: extra
+    train.py flags (smaller sizes on CPU). scope: kernels.py compile scope, or None for eager.
+    host_sync: read the non-finite flag on the host every step, as train.py's step did up to commit
+    f937315 (`if torch.isfinite(gnorm)`). Returns (step, images per step, model FLOPs per image)."""
+    import train
+    from optim import param_groups
+    p = train.get_parser()
+    args = train.resolve(train.parse_args(p, ["--preset", preset, *flags]), p, 32)
+    torch.manual_seed(0)
+    model = train.build_model(args, 32, 100).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+    forward = model if scope is None else kernels.compile_for_training(model, scope, device)
+    mix = train.build_mix(args, 100)
+    n = 4 * args.batch_size
+    images = data.TensorImages(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 100, (n,)), None)
+    batches = endless(data.DeviceCIFARLoader(images, args.batch_size, True, device=device))
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp)
+
+    def step():
+        x, y = train.mix_and_smooth(*next(batches), mix, args, 100)
+        with ctx:
+            loss = forward(x, y)[1]
+        loss.backward()
+        bad = train.optimizer_step(model, optimizer, scaler, args.clip_grad)
+        if host_sync:
+            bool(bad)
+    return step, args.batch_size, model.flops_per_image()
+
+
+def cifar_preset_speed(preset, flags, device, amp, warmup, repeats, calls):
+    """Training images/s of `preset`'s step on three paths: "old" = compiled blocks with a host sync
+    per step (train.py at f937315), "blocks" = compiled blocks without it, "model" = the whole
+    training forward as one graph (CUDA graphs on CUDA; kernels.py). Returns ({path: img/s}, FLOPs/img)."""
+    out = {}
+    for path, scope, host_sync in (("old", "blocks", True), ("blocks", "blocks", False), ("model", "model", False)):
+        torch._dynamo.reset()
+        step, batch, flops = cifar_preset_step(preset, flags, scope, device, amp, host_sync)
+        out[path] = batch / timed(step, device, warmup, repeats, calls)
+    return out, flops
+
+
+def compiled_exit_delay(device, timeout=120.0):
+    """Seconds from the last output line of a first-time `train.py --compile` process (tiny model,
+    synthetic data, 3 steps, inductor's caches off: it compiles, so its compile-worker pool starts)
+    to its exit; `timeout` when it has not exited by then (it is killed)."""
+    import subprocess
+    import tempfile
+    import threading
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--data", "synthetic", "--embed-dim", "32",
+               "--num-heads", "2", "--depth", "2", "--batch-size", "8", "--max-steps", "3", "--val-subset", "16",
+               "--workers", "0", "--compile", "--device", device.type, "--out-dir", out]
+        env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}  # compile jobs: the worker pool starts
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+        last = [time.perf_counter()]
+
+        def read():
+            for _ in proc.stdout:
+                last[0] = time.perf_counter()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return timeout
+        done = time.perf_counter()
+        if proc.returncode:
+            raise RuntimeError(f"train.py --compile exited with status {proc.returncode}")
+        return max(0.0, done - last[0])
 
 
 def mfu_bvit_b16(device, warmup, repeats, batch=128):
@@ -315,71 +361,143 @@ def main():
     p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
                    "that the script runs (scripts/gpu_run.sh --dry-run), measures nothing")
+    p.add_argument("--only", help="comma-separated measurement names (see MEASUREMENTS in the code)")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
+    try:
+        run(args)
+    finally:
+        kernels.release_compile_workers()  # a compiled benchmark exits right after its last line
+
+
+def run(args):
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    # CPU: small configs so that the whole run (4 compilations included) stays under 3 minutes.
+    # CPU: small configs so that the whole run (its compilations included) stays within minutes.
     cfg = (dict(img=224, patch=16, classes=1000, dim=384, depth=12, heads=6, batch=128) if cuda else
            dict(img=32, patch=4, classes=100, dim=96, depth=4, heads=3, batch=32))
     warmup, repeats = (5, 20) if cuda else (2, 5)
+    # the CIFAR preset at its real size on CUDA; smaller on a CPU (same keys)
+    preset_flags = [] if cuda else ["--embed-dim", "64", "--num-heads", "2", "--depth", "4", "--batch-size", "64"]
     if args.smoke:
         cfg, warmup, repeats = dict(cfg, img=32, patch=8, dim=32, depth=2, heads=2, batch=4), 1, 1
+        preset_flags = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "8"]
     amp = cuda
-    res, info = {}, dict(device=args.device, config=cfg, torch=torch.__version__)
+    res, errors, info = {}, {}, dict(device=args.device, config=cfg, torch=torch.__version__)
     t_start = time.time()
+
+    def write_json():  # after every key: a run stopped by a time limit keeps what it measured
+        if args.json:
+            info["seconds"] = time.time() - t_start
+            with open(args.json, "w") as f:
+                json.dump({**res, "errors": errors, "info": info}, f, indent=1)
 
     def report(key, value, note=""):
         res[key] = value
         print(f"{key:40s} {value:8.3f}  {note}", flush=True)
-        if args.json:  # after every key: a run stopped by a time limit keeps what it measured
-            info["seconds"] = time.time() - t_start
-            with open(args.json, "w") as f:
-                json.dump({**res, "info": info}, f, indent=1)
+        write_json()
 
-    if cuda:  # the GPU-only measurements first, the cheap ones before the compiled MFU step
-        name = torch.cuda.get_device_name(device)
-        measured, datasheet = matmul_tflops(device), next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-        info.update(gpu=name, bf16_matmul_tflops=measured, bf16_datasheet_tflops=datasheet)
-        report("bf16_matmul_tflops", measured, f"8192^3 bf16 matmul measured on {name}")
-        paths = revit_elastic_paths(cfg, device, 3, 10)
-        for mode, note in (("train", "fwd+bwd: the rule takes grouped"), ("eval", "no grad: the rule takes fused")):
-            report(f"revit_elastic_grouped_over_fused_{mode}_b64", paths[mode],
-                   f"{note} (right if train < 1 < eval), depth {cfg['depth']}, E=4, p=0.3")
-        report("merged_ffn_reference_over_triton_eval_b64", merged_ffn_ratio(device, warmup, repeats),
-               "inference, B=64 T=197 D=384 E=4, bf16")
+    def matmul():
+        n, dt = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+        if args.smoke:
+            n = 256
+        info["matmul_tflops"] = measured = matmul_tflops(device, n, dtype=dt)
+        report("matmul_tflops", measured, f"{n}^3 {str(dt)[6:]} matmul measured on "
+               + (torch.cuda.get_device_name(device) if cuda else "the CPU"))
+
+    def cifar_preset():
+        preset = "c100-gpu-bvit-ti"
+        if args.smoke:
+            step, batch, _ = cifar_preset_step(preset, preset_flags, None, device, amp)
+            report("cifar_preset_img_per_s", batch / timed(step, device, 1, 1, 2), "eager (smoke)")
+            return
+        speed, flops = cifar_preset_speed(preset, preset_flags, device, amp, *((15, 3, 30) if cuda else (3, 2, 3)))
+        size = "" if cuda else f" at {' '.join(preset_flags)}"
+        report("cifar_preset_img_per_s", speed["model"], f"{preset}{size}: train.py --compile (one process: the "
+               f"whole-model path), {speed['model']:.0f} img/s")
+        tflops = 3 * flops * speed["model"] / 1e12  # forward + 2x backward
+        if "matmul_tflops" in info:
+            report("mfu_cifar_preset", tflops / info["matmul_tflops"], f"{tflops:.3g} TFLOP/s of "
+                   f"{info['matmul_tflops']:.3g} measured")
+        report("cifar_preset_new_over_old", speed["model"] / speed["old"], f"whole model, no sync {speed['model']:.0f} "
+               f"img/s over blocks + a host sync per step (train.py at f937315) {speed['old']:.0f} img/s")
+        report("cifar_preset_blocks_nosync_over_old", speed["blocks"] / speed["old"],
+               f"the sync alone: blocks without it {speed['blocks']:.0f} img/s")
+
+    def exit_delay():
+        report("compiled_exit_delay_s", compiled_exit_delay(device), "seconds from a first-time train.py "
+               "--compile process's last line to its exit (goal <= 5)")
+
+    def mfu_b16():
         tflops = mfu_bvit_b16(device, warmup, repeats)
+        measured, name = info["matmul_tflops"], torch.cuda.get_device_name(device)
         report("mfu_bvit_b16_bf16", tflops / measured, f"{tflops:.0f} TFLOP/s of {measured:.0f} measured")
+        datasheet = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
         if datasheet:
             report("mfu_bvit_b16_bf16_datasheet", tflops / datasheet, f"{tflops:.0f} TFLOP/s of {datasheet:.0f} "
                    f"on NVIDIA's datasheet ({name})")
-        else:
-            print(f"mfu_bvit_b16_bf16_datasheet: no datasheet figure for {name}")
-        torch._dynamo.reset()
-    r, a, b = vit_vs_timm(cfg, device, amp, False, warmup, repeats)
-    report("vit_vs_timm_train_eager", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
-    if not args.smoke:
+
+    def timm_eager():
+        r, a, b = vit_vs_timm(cfg, device, amp, False, warmup, repeats)
+        report("vit_vs_timm_train_eager", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
+
+    def timm_compiled():
         r, a, b = vit_vs_timm(cfg, device, amp, True, warmup, repeats)
         report("vit_vs_timm_train_compiled", r, f"ours {a:.0f} img/s, timm {b:.0f} img/s")
+
+    def compile_times():
         c12, c48 = compile_time(cfg, 12, device, amp), compile_time(cfg, 48, device, amp)
         report("bvit_compile_time_d48_over_d12", c48 / c12, f"d12 {c12:.1f} s, d48 {c48:.1f} s")
-        torch._dynamo.reset()
-    for b in (1, 64):
-        report(f"revit_dynamic_over_materialized_b{b}", revit_latency(cfg, b, device, amp, warmup, repeats),
-               f"E=4, depth {cfg['depth']}, eval")
-    r, li, mi = loader_ratio(dict(cfg, batch=256 if cuda else 64), device, amp, warmup, repeats, args.workers)
-    report("loader_over_model_img_per_s", r, f"loader {li:.0f} img/s, bViT training {mi:.0f} img/s")
-    folder = imagefolder_loaders(cfg, device, amp, warmup, repeats, args.workers)
-    report("imagefolder_img_per_s", folder["cpu"], f"{args.workers} CPU workers (PIL), 224 px RandomResizedCrop")
-    if cuda:
-        report("gpu_decode_loader_over_model_img_per_s", folder["gpu"] / folder["model"],
-               f"loader {folder['gpu']:.0f} img/s (nvJPEG), bViT 224 px training {folder['model']:.0f} img/s")
-    mem = memory_ratios(cfg, device, amp)
-    report("train_mem_d48_over_d12", mem[1] / mem[0], f"{mem[0]:.0f} -> {mem[1]:.0f} MiB, bViT step")
-    report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
-           f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
-    print(f"total {time.time() - t_start:.0f} s on {args.device} ({torch.__version__})")
+
+    def revit_dynamic():
+        for b in (1, 64):
+            report(f"revit_dynamic_over_materialized_b{b}", revit_latency(cfg, b, device, amp, warmup, repeats),
+                   f"E=4, depth {cfg['depth']}, eval")
+
+    def loader():
+        r, li, mi = loader_ratio(dict(cfg, batch=256 if cuda else 64), device, amp, warmup, repeats, args.workers)
+        report("loader_over_model_img_per_s", r, f"loader {li:.0f} img/s, bViT training {mi:.0f} img/s")
+
+    def folders():
+        folder = imagefolder_loaders(cfg, device, amp, warmup, repeats, args.workers)
+        report("imagefolder_img_per_s", folder["cpu"], f"{args.workers} CPU workers (PIL), 224 px RandomResizedCrop")
+        if cuda:
+            report("gpu_decode_loader_over_model_img_per_s", folder["gpu"] / folder["model"],
+                   f"loader {folder['gpu']:.0f} img/s (nvJPEG), bViT 224 px training {folder['model']:.0f} img/s")
+
+    def memory():
+        mem = memory_ratios(cfg, device, amp)
+        report("train_mem_d48_over_d12", mem[1] / mem[0], f"{mem[0]:.0f} -> {mem[1]:.0f} MiB, bViT step")
+        report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
+               f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
+
+    # In this order: the GPU's peak and the CIFAR preset (issue: GPU speed) first. Each measurement
+    # runs whatever happened to the ones before it: a failure is one line here and an entry under
+    # "errors" in the JSON.
+    measurements = [("matmul", matmul), ("cifar_preset", cifar_preset), ("exit_delay", exit_delay)]
+    measurements += [("mfu_b16", mfu_b16)] if cuda else []
+    measurements += [("timm_eager", timm_eager)]
+    measurements += [] if args.smoke else [("timm_compiled", timm_compiled), ("compile_times", compile_times)]
+    measurements += [("revit_dynamic", revit_dynamic), ("loader", loader), ("folders", folders), ("memory", memory)]
+    if args.smoke:  # the smoke run checks the script without compiling: no compiled process either
+        measurements.remove(("exit_delay", exit_delay))
+    only = set(args.only.split(",")) if args.only else None
+    for name, fn in measurements:
+        if only and name not in only:
+            continue
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 -- one failed measurement must not cost the others
+            errors[name] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+            print(f"{name:40s}   FAILED  {errors[name]}", flush=True)
+            write_json()
+        finally:
+            torch._dynamo.reset()
+    print(f"total {time.time() - t_start:.0f} s on {args.device} ({torch.__version__})"
+          + (f"; {len(errors)} measurement(s) failed: {', '.join(errors)}" if errors else ""))
+    return errors
+
 
 if __name__ == "__main__":
     main()

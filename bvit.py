@@ -346,6 +346,11 @@ class BViT(nn.Module):
             blk.compile(fullgraph=True, **kwargs)
         return self
 
+    def trains_as_one_graph(self):
+        """True: a training forward at the trained depth runs the same operations on the same shapes
+        every step, so train.py may compile it whole (kernels.compile_for_training)."""
+        return True
+
     def num_params(self, exclude_embeddings=False):
         """Number of distinct parameters (a shared block counts once)."""
         n = sum(p.numel() for p in self.parameters())

@@ -492,14 +492,17 @@ class DeviceCIFARLoader:
 
     def __init__(self, dataset, batch_size, train, rank=0, world_size=1, seed=0, device="cuda"):
         self.batch_size, self.train, self.seed, self.rank, self.device = batch_size, train, seed, rank, device
-        self.images = dataset.images.to(device)  # (N, 3, 32, 32) uint8
-        self.labels = dataset.labels.to(device)
+        keep = None
+        if isinstance(dataset, Subset):  # --val-subset: the chosen images only
+            dataset, keep = dataset.dataset, torch.as_tensor(list(dataset.indices))
+        self.images = (dataset.images if keep is None else dataset.images[keep]).to(device)  # (N, 3, 32, 32) uint8
+        self.labels = (dataset.labels if keep is None else dataset.labels[keep]).to(device)
         self.mean = torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1) * 255
         if train:
             self.sampler = ResumableSampler(dataset, world_size, rank, seed)
         else:
-            self.shard = torch.arange(rank, len(dataset.labels), world_size, device=device)
+            self.shard = torch.arange(rank, len(self.labels), world_size, device=device)
 
     def __len__(self):
         n = len(self.sampler) if self.train else len(self.shard)
@@ -537,6 +540,13 @@ def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, worke
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     return DataLoader(shard, batch_size, shuffle=False, num_workers=workers,
                       persistent_workers=workers > 0, pin_memory=pin, generator=torch.Generator())
+
+
+def batched_eval_loader(args, device):
+    """train.py's evaluation loader rule: DeviceCIFARLoader (the whole uint8 CIFAR test set on the GPU,
+    normalized there a batch at a time; the same values as the per-image transform, to float
+    rounding) for CIFAR at 32 px on CUDA; else the DataLoader."""
+    return args.data == "cifar100" and device.type == "cuda" and args.img_size in (None, 32)
 
 
 def batched_loader(args, device):

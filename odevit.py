@@ -413,6 +413,11 @@ class ODEViT(nn.Module):
         self.blocks[0].compile(fullgraph=True, **kwargs)
         return self
 
+    def trains_as_one_graph(self):
+        """True: a training forward at the trained number of steps runs the same operations on the
+        same shapes every step, so train.py may compile it whole (kernels.compile_for_training)."""
+        return True
+
     def log_extras(self):
         """Logged by train.py next to `aux`: block evaluations of the last forward."""
         return {"nfe": self.nfe}

@@ -1,6 +1,12 @@
-"""The optimizers and the learning-rate schedule of train.py: AdamW from torch or LAMB (below),
-no weight decay on 1-D parameters (param_groups), and linear warmup + cosine decay (lr_lambda).
-torch ships no LAMB; DeiT III (the in1k-* presets) trains with it."""
+"""The optimizers, the learning-rate schedule and the weight EMA of train.py: AdamW from torch or
+LAMB (below), no weight decay on 1-D parameters (param_groups), linear warmup + cosine decay
+(lr_lambda), and EMA (below). torch ships no LAMB; DeiT III (the in1k-* presets) trains with it.
+
+No host sync: a step whose gradients are not finite is skipped on the device. Both optimizers read
+`optimizer.found_inf` (a 0-d float tensor, 1 = skip), as torch's fused AdamW does when GradScaler
+sets it, so the host never waits for the GPU to decide whether to step (train.optimizer_step).
+"""
+import copy
 import math
 
 import torch
@@ -42,6 +48,7 @@ class Lamb(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, always_adapt=False):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       always_adapt=always_adapt))
+        self._step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf (no host sync)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -49,22 +56,71 @@ class Lamb(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        # Set by train.py (non-finite gradients) or GradScaler: found_inf 1 skips the whole step on the
+        # device (weights, moments and the step count keep their values); grad_scale None = unscaled.
+        found, scale = getattr(self, "found_inf", None), getattr(self, "grad_scale", None)
         for group in self.param_groups:
             (b1, b2), wd = group["betas"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                g = p.grad if scale is None else p.grad / scale
                 st = self.state[p]
                 if not st:
-                    st.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-                st["step"] += 1
-                t, m, v = st["step"], st["exp_avg"], st["exp_avg_sq"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                    # the step count in float64 on the device: 1 - b ** t as exact as with a Python int
+                    st.update(step=torch.zeros((), dtype=torch.float64, device=p.device),
+                              exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                elif not torch.is_tensor(st["step"]):  # a checkpoint of an earlier version: a Python int
+                    st["step"] = torch.tensor(float(st["step"]), dtype=torch.float64, device=p.device)
+                skip = None if found is None else found.to(p.device) > 0
+                t = st["step"] + (1 if skip is None else (~skip).double())
+                m = torch.add(st["exp_avg"] * b1, g, alpha=1 - b1)
+                v = torch.addcmul(st["exp_avg_sq"] * b2, g, g, value=1 - b2)
                 u = m / (1 - b1 ** t) / ((v / (1 - b2 ** t)).sqrt() + group["eps"]) + wd * p
                 trust = 1.0
                 if wd or group["always_adapt"]:  # no host sync: trust stays a tensor
                     pn, un = p.norm(), u.norm()
                     trust = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
-                p.sub_(group["lr"] * trust * u)
+                new_p = p - group["lr"] * trust * u
+                if skip is not None:  # keep the old values where the step is skipped (NaN-safe select)
+                    m, v, new_p = (torch.where(skip, old, new) for old, new in
+                                   ((st["exp_avg"], m), (st["exp_avg_sq"], v), (p, new_p)))
+                st["step"] = t
+                st["exp_avg"].copy_(m)
+                st["exp_avg_sq"].copy_(v)
+                p.copy_(new_p)
         return loss
+
+
+class EMA:
+    """Exponential moving average of a model's weights (Polyak averaging; timm's ModelEmaV3, DeiT's
+    --model-ema): ema <- decay * ema + (1 - decay) * w after every optimizer step, for parameters and
+    floating-point buffers alike; the first update copies the weights. `ema.module` is the averaged
+    copy of the model (evaluate it like the model). Same state dict as torch.optim.swa_utils.
+    AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True), which earlier
+    train.py versions saved, but the update count lives on the host: AveragedModel reads its
+    device-side count (a host sync) twice per update; here one foreach lerp is all the update does."""
+
+    def __init__(self, model, decay):
+        self.module, self.decay, self.n_averaged = copy.deepcopy(model).requires_grad_(False), decay, 0
+        self._src = [*model.parameters(), *model.buffers()]
+        self._dst = [*self.module.parameters(), *self.module.buffers()]
+
+    @torch.no_grad()
+    def update(self, model):
+        """Average in the current weights of `model` (the model this EMA was built from). As
+        AveragedModel: the first update copies every tensor; integer buffers keep that copy."""
+        if self.n_averaged == 0:
+            torch._foreach_copy_(self._dst, self._src)
+        else:
+            floats = [(d, s) for d, s in zip(self._dst, self._src) if d.is_floating_point()]
+            torch._foreach_lerp_([d for d, _ in floats], [s for _, s in floats], 1 - self.decay)
+        self.n_averaged += 1
+
+    def state_dict(self):
+        sd = {"module." + k: v for k, v in self.module.state_dict().items()}
+        return {**sd, "n_averaged": torch.tensor(self.n_averaged)}
+
+    def load_state_dict(self, sd):
+        self.module.load_state_dict({k[len("module."):]: v for k, v in sd.items() if k.startswith("module.")})
+        self.n_averaged = int(sd["n_averaged"])

@@ -29,18 +29,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-try:  # optional GPU fast path: per-image merged FFN in Triton (kernels.py); reference below
-    from kernels import merged_ffn, triton_usable
-except ImportError:
-    merged_ffn = None
-
-
-def fused_ffn_wins(x):
-    """Whether per-image FFNs on x run in kernels.py's fused kernel: where Triton runs, and only
-    without autograd. Its backward recomputes the reference (B x H x D merged weights included), so
-    a training step with it is slower than the grouped path (bench.py: revit_elastic_grouped_over_fused_*)."""
-    return merged_ffn is not None and not torch.is_grad_enabled() and triton_usable(x)
-
 
 def to_device(t, device):
     """A host tensor (the rows, coordinates and groups of an elastic step) on `device` without making
@@ -159,13 +147,6 @@ class Block(nn.Module):
     def forward(self, x, w1, b1, w2, b2):
         x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
         return x + drop_path(self.ls2(ffn(self.norm2(x), w1, b1, w2, b2)), self.drop_path, self.training)
-
-    def fused(self, x, gates):
-        """Per-image FFNs in one kernel launch: image b uses sum_e gates[b, e] W_e (kernels.py
-        merges the weight tiles in registers). x (B, N, D), gates (B, E)."""
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
-        y = merged_ffn(self.norm2(x), gates, *self.mlp.tensors())
-        return x + drop_path(self.ls2(y), self.drop_path, self.training)
 
     def grouped(self, x, w1, b1, w2, b2, groups):
         """Per-image FFNs: sort the images by group, one dense FFN per group, unsort (eager: the
@@ -440,13 +421,9 @@ class ReViT(nn.Module):
     def _elastic_step(self, z, rows, t):
         """One elastic-depth step of the images `rows` (B_k,) at their coordinates t (B_k,) (on the
         CPU), the others unchanged: z (B, N, D) -> (B, N, D). The FFNs are merged here, inside the step."""
-        blk = self.blocks[0]
-        if fused_ffn_wins(z):  # fused GPU path, inference only
-            gates = self.route(to_device(t, z.device)).float().softmax(-1)  # (B_k, E)
-            return z.index_copy(0, rows, blk.fused(z[rows], gates))
         uniq, groups = t.unique(return_inverse=True)  # (U,), (B_k,): a shared coordinate, one merged FFN
         weights = self.ffn_weights(to_device(uniq, z.device))
-        return z.index_copy(0, rows, blk.grouped(z[rows], *weights, groups))
+        return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))
 
     def compile_regions(self, **kwargs):
         """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
@@ -454,6 +431,12 @@ class ReViT(nn.Module):
         merging and the elastic grouped steps stay eager. Call before DDP. Returns self."""
         self.blocks[0].compile(fullgraph=True, **kwargs)
         return self
+
+    def trains_as_one_graph(self):
+        """Whether a training forward has the same operations and shapes every step, so that train.py
+        may compile it whole (kernels.compile_for_training): not with elastic depth, whose steps run
+        a sampled, data-dependent subset of the images."""
+        return self.depth_dropout == 0
 
     @torch.no_grad()
     def materialize(self, depth=None):

@@ -44,11 +44,7 @@ ROUTINGS = ("depth", "smear", "lory", "token", "mixture")
 
 def per_image_ffn(mlp, x, g):
     """SMEAR/Lory: image b runs ONE FFN whose weights and biases are sum_e g[b, e] (expert e's).
-    mlp: revit.ExpertMlp; x (B, N, D), g (B, E) -> (B, N, D). On CUDA without autograd kernels.py's
-    Triton kernel merges the weight tiles in registers (revit.fused_ffn_wins: in training its
-    recomputing backward would cost more than it saves); compiled regions leave it to the compiler."""
-    if revit.fused_ffn_wins(x) and not torch.compiler.is_compiling():
-        return revit.merged_ffn(x, g, *mlp.tensors())
+    mlp: revit.ExpertMlp; x (B, N, D), g (B, E) -> (B, N, D)."""
     w1, b1, w2, b2 = mlp.merge(g)  # (B, H, D), (B, H), (B, D, H), (B, D)
     h = F.gelu(torch.baddbmm(b1[:, None], x, w1.mT))  # (B, N, H)
     return torch.baddbmm(b2[:, None], h, w2.mT)  # (B, N, D)
@@ -248,6 +244,11 @@ class ReViTMoE(revit.ReViT):
         else:
             self._step_fn = torch.compile(self._step_fn, fullgraph=True, **kwargs)
         return self
+
+    def trains_as_one_graph(self):
+        """As ReViT for the default (depth routing, no LoRA); the baselines train with compiled
+        regions only (token routing's dispatch sizes are data; the others are not measured whole)."""
+        return self.default and super().trains_as_one_graph()
 
     def gates(self, depth=None):
         if self.routing != "depth":

@@ -356,6 +356,11 @@ class SRViT(nn.Module):
             blk.compile(fullgraph=True, **kwargs)
         return self
 
+    def trains_as_one_graph(self):
+        """True: a training forward at the trained recursions runs the same operations on the same
+        shapes every step, so train.py may compile it whole (kernels.compile_for_training)."""
+        return True
+
     def log_extras(self):
         """Mean mixture weight of each recursion over the last call's tokens (for log.jsonl)."""
         if self.mix_weights is None:

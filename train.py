@@ -27,7 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
-from optim import Lamb, lr_lambda, param_groups
+import kernels
+from optim import EMA, Lamb, lr_lambda, param_groups
 from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkpoint_args, finetune_weights,
                          load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
                          save_atomic, set_rng_state)
@@ -274,7 +275,12 @@ def get_parser():
     # system
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
       help="autocast dtype; auto = bf16 on CUDA, none on CPU")
-    a("--compile", action="store_true", help="torch.compile each block (before DDP)")
+    a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
+    a("--compile-scope", default="auto", choices=list(kernels.SCOPES), help="with --compile: blocks = "
+      "each distinct block compiled once, the step loop eager (regional compilation); model = the whole "
+      "training forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
+      "evaluation at any depth; one process only, not for reViT's elastic depth; auto (default) = model "
+      "where it applies, else blocks (kernels.py)")
     a("--device", default="auto", help="auto, cpu, cuda")
     a("--seed", type=int, default=0)
     a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
@@ -365,9 +371,10 @@ def evaluate(model, loader, device, amp_ctx, depth=None):
     model.eval()
     sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
     for x, y in loader:
-        x, y, _ = data.drop_undecodable(x, y, loader.dataset)  # image folders only; warns once per file
-        if not len(y):
-            continue
+        if isinstance(loader, torch.utils.data.DataLoader):  # image folders only; warns once per file
+            x, y, _ = data.drop_undecodable(x, y, loader.dataset)
+            if not len(y):
+                continue
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with amp_ctx:
             logits, _ = model(x, depth=depth)
@@ -505,7 +512,10 @@ def main(argv=None):
         train_loader = data.DeviceDecodeLoader(train_set, micro, rank, world, args.seed, args.workers, device)
     else:
         train_loader = data.build_loader(train_set, micro, True, rank, world, args.seed, args.workers)
-    val_loader = data.build_loader(val_set, args.eval_batch_size, False, rank, world, workers=args.workers)
+    if data.batched_eval_loader(args, device):
+        val_loader = data.DeviceCIFARLoader(val_set, args.eval_batch_size, False, rank, world, device=device)
+    else:
+        val_loader = data.build_loader(val_set, args.eval_batch_size, False, rank, world, workers=args.workers)
     if len(train_loader) < args.grad_accum:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
 
@@ -534,8 +544,8 @@ def main(argv=None):
     if args.opt == "lamb":  # eps 1e-8: DeiT's --opt-eps default (our reading of its code)
         optimizer = Lamb(param_groups(model, args.weight_decay), lr=args.lr, eps=1e-8)
     else:
-        optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
-                                      fused=device.type == "cuda")
+        # fused (CPU and CUDA): it skips a non-finite step on the device (optimizer_step)
+        optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
     if distiller is not None and list(distiller.parameters()):  # the feature projection trains too
         optimizer.add_param_group({"params": list(distiller.parameters()), "weight_decay": args.weight_decay})
     steps_per_epoch = len(train_loader) // args.grad_accum
@@ -546,10 +556,7 @@ def main(argv=None):
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(total_steps, warmup, args.lr, args.min_lr))
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp == "fp16")
-    ema = None
-    if args.ema:
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema), use_buffers=True)
+    ema = EMA(model, args.ema) if args.ema else None
 
     # --- resume ---
     start_epoch, start_batch, step, progress = 0, 0, 0, {}
@@ -589,27 +596,30 @@ def main(argv=None):
                          "args": vars(args)}, ckpt_path)
             print(f"saved checkpoint at step {step}", flush=True)
 
-    if args.compile:  # regional compilation (each model's compile_regions), before DDP
-        model.compile_regions() if hasattr(model, "compile_regions") else model.compile()
+    compiled = ""
+    if args.compile:  # before DDP: the blocks (regional), and the training forward whole where it can be
+        blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
+                                        ("--eval-only", args.eval_only)) if on]
+        try:
+            model = kernels.compile_for_training(model, args.compile_scope, device, blockers)
+        except ValueError as e:
+            raise Fail(f"--compile-scope {args.compile_scope}: {e}")
+        compiled = ", compiled: " + ("each block" if model is raw_model else "the whole training forward"
+                                     + (" (CUDA graphs)" if device.type == "cuda" else "") + " and each block")
     raw_distiller = distiller
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
         if distiller is not None and list(distiller.parameters()):
             distiller = DDP(distiller, device_ids=[local_rank] if device.type == "cuda" else None)
 
-    mix = None
-    if args.mixup or args.cutmix:
-        from torchvision.transforms import v2
-        mixes = ([v2.MixUp(alpha=args.mixup, num_classes=num_classes)] if args.mixup else []) + \
-                ([v2.CutMix(alpha=args.cutmix, num_classes=num_classes)] if args.cutmix else [])
-        mix = v2.RandomChoice(mixes)
+    mix = build_mix(args, num_classes)
 
     if master:
         if args.preset:
             print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
         flops = raw_model.flops_per_image()
         print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
-              f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}"
+              f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
               + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
               + (f", distilling from {args.teacher} ({args.distill})" if distiller is not None else ""))
         if args.resume and not args.eval_only:
@@ -624,19 +634,22 @@ def main(argv=None):
     if not args.eval_only:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, lambda signum, frame: stop.append(signum))
-    eps, bad_steps, bad_total = args.label_smoothing, 0, 0
+    bad_total = 0  # undecodable images skipped in this run (image folders)
+    bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
     waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
         train_loader.sampler.set_epoch(epoch)
         train_loader.sampler.set_start(first * (args.batch_size // world))
-        # running sums of this epoch (restored when resuming mid-epoch)
-        t_spent, n_img, n_steps = progress.get("time", 0.0), progress.get("imgs", 0), progress.get("steps", 0)
+        # running sums of this epoch (restored when resuming mid-epoch); the loss sum and the count of
+        # good (finite) steps live on the device and are read at the checks only
+        t_spent, n_img = progress.get("time", 0.0), progress.get("imgs", 0)
         skipped = progress.get("skipped", 0)  # undecodable images (image folders)
         loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
+        n_steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
         progress, t0 = {}, time.time()
-        sums = lambda: {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": n_steps,  # noqa: E731
+        sums = lambda: {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": int(n_steps.item()),  # noqa: E731
                         "loss_sum": loss_sum.item(), "skipped": skipped}
         left = min(steps_per_epoch - first, total_steps - step)
         bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not master, dynamic_ncols=True)
@@ -654,13 +667,8 @@ def main(argv=None):
                         again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
                         raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
                                    f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then {again}")
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                if mix is not None:
-                    x, y = mix(x, y)  # y becomes (B, classes) probabilities
-                    if args.bce:  # DeiT III's code: every class in the mix is a positive
-                        y = (y > 0).to(y.dtype)
-                if eps:
-                    y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
+                x, y = mix_and_smooth(x.to(device, non_blocking=True), y.to(device, non_blocking=True), mix, args,
+                                      num_classes)
                 # DDP all-reduces the gradients in the last micro-batch's backward only
                 accumulating = ddp and j < args.grad_accum - 1
                 with no_sync(model, accumulating), no_sync(distiller, accumulating):
@@ -673,39 +681,39 @@ def main(argv=None):
                     scaler.scale(loss / args.grad_accum).backward()  # the mean over the whole batch
                 step_loss += loss.detach() / args.grad_accum
                 n_img += x.shape[0] * world
-            scaler.unscale_(optimizer)
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad or float("inf"))
-            # one host sync per step; gradients are all-reduced, so every rank takes the same branch
-            if torch.isfinite(gnorm):
-                scaler.step(optimizer)
-                loss_sum += step_loss
-                n_steps, bad_steps = n_steps + 1, 0
-            else:
-                bad_steps += 1
-                if bad_steps >= args.max_nonfinite:
-                    raise Fail(f"{bad_steps} consecutive non-finite steps (last at step {step + 1}); "
-                               f"the last good checkpoint is {ckpt_path}; lower --lr or use --amp bf16/none")
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            # gradients are all-reduced, so every rank skips the same steps
+            bad = optimizer_step(raw_model, optimizer, scaler, args.clip_grad)
+            loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
+            n_steps += 1 - bad
+            bad_run = (bad_run + 1) * bad
             scheduler.step()
             if ema is not None:
-                ema.update_parameters(raw_model)
+                ema.update(raw_model)
             step += 1
             bar.update()
             if master and step == probe[0] + 50 and waited > 0.2 * (time.perf_counter() - probe[1]):
                 print(f"note: the data loader is the bottleneck: {waited / (time.perf_counter() - probe[1]):.0%} of "
                       f"the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
                       "leave out per-image augmentations (CIFAR then uses the batched loader)", flush=True)
-            if master and (i % 20 == 0 or i == left - 1):
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            # The host reads the device (one sync) only at the checks: every CHECK_EVERY steps, at the
+            # end of the epoch and before a mid-epoch checkpoint; so the CPU queues steps ahead of the GPU.
+            saving = args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
+                and step < total_steps
+            if not (i % CHECK_EVERY == 0 or i == left - 1 or saving or (stop and not ddp)):
+                continue  # (one process reads its signal flag every step: a host list, no sync)
+            last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
+            if nonfinite >= args.max_nonfinite:
+                raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); the last "
+                           f"good checkpoint is {ckpt_path}; lower --lr or use --amp bf16/none")
+            if master:
+                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
                 save(epoch, first + i + 1, sums())
                 bar.close()
                 raise Preempted(f"stopped by {signal.Signals(stop[0] if stop else signal.SIGTERM).name} after "
                                 f"step {step}; checkpoint {ckpt_path}; continue with the same command and "
                                 f"--resume auto (or --resume {ckpt_path})")
-            if args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
-                    and step < total_steps and bad_steps == 0:
+            if saving and nonfinite == 0:
                 save(epoch, first + i + 1, sums())
         bar.close()
         epoch_time = t_spent + time.time() - t0
@@ -714,7 +722,7 @@ def main(argv=None):
             dist.all_reduce(loss_sum)
             dist.all_reduce(skipped)
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
-               "train_loss": loss_sum.item() / max(1, n_steps * world),
+               "train_loss": loss_sum.item() / max(1, n_steps.item() * world),
                **evaluate(raw_model, val_loader, device, amp_ctx),
                "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)}
         if args.data == "imagenet":
@@ -781,9 +789,57 @@ def model_from_checkpoint(path, flag, p, img_size):
     return model.eval()
 
 
+CHECK_EVERY = 20  # optimizer steps between the loop's reads of the device (loss, non-finite count, DDP stop flag)
+
+
+def build_mix(args, num_classes):
+    """--mixup / --cutmix as one torchvision v2 transform of a batch (one of the two, chosen per batch,
+    when both are on), or None."""
+    if not (args.mixup or args.cutmix):
+        return None
+    from torchvision.transforms import v2
+    mixes = ([v2.MixUp(alpha=args.mixup, num_classes=num_classes)] if args.mixup else []) + \
+            ([v2.CutMix(alpha=args.cutmix, num_classes=num_classes)] if args.cutmix else [])
+    return v2.RandomChoice(mixes)
+
+
+def mix_and_smooth(x, y, mix, args, num_classes):
+    """MixUp/CutMix (torchvision v2, `mix` or None) and label smoothing of a batch on its device:
+    x (B, C, H, W), y (B,) class indices -> x, y with y (B,) indices or (B, classes) probabilities."""
+    if mix is not None:
+        x, y = mix(x, y)  # y becomes (B, classes) probabilities
+        if args.bce:  # DeiT III's code: every class in the mix is a positive
+            y = (y > 0).to(y.dtype)
+    eps = args.label_smoothing
+    if eps:
+        y = (y if y.ndim == 2 else F.one_hot(y, num_classes).float()) * (1 - eps) + eps / num_classes
+    return x, y
+
+
+def optimizer_step(model, optimizer, scaler, clip_grad):
+    """Unscale (fp16), clip the gradient norm to `clip_grad` (0 = no clipping) and step, without a
+    host sync. Returns `bad`, a 0-d float tensor on the device: 1 when the gradient norm is not
+    finite, in which case the update was skipped on the device (weights, moments and step counts
+    keep their values): the optimizer reads `found_inf` as it does from GradScaler (torch's fused
+    AdamW, optim.Lamb). The gradients are cleared either way. The host used to read the norm
+    (`if torch.isfinite(gnorm)`) and so could never queue work ahead of the GPU."""
+    scaler.unscale_(optimizer)
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad or float("inf"))
+    bad = (~torch.isfinite(gnorm)).float()
+    if scaler.is_enabled():  # fp16: GradScaler skips an overflowed step by the same mechanism
+        scaler.step(optimizer)
+    else:
+        optimizer.found_inf = bad
+        optimizer.step()
+        del optimizer.found_inf
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return bad
+
+
 def stopping(stop, ddp, device):
     """True once any process got SIGTERM/SIGUSR1 (the flag is all-reduced, so every rank stops after
-    the same step and takes part in the checkpoint)."""
+    the same step and takes part in the checkpoint; train.py asks every CHECK_EVERY steps)."""
     if not ddp:
         return bool(stop)
     flag = torch.tensor(float(bool(stop)), device=device)
@@ -816,6 +872,7 @@ def cli(argv=None):
     finally:  # main's preemption handlers end with the run (cli may be called again in-process)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        kernels.release_compile_workers()  # a compiled run exits now, not never (kernels.py)
     return 0
 
 
