@@ -636,6 +636,7 @@ def main(argv=None):
             signal.signal(sig, lambda signum, frame: stop.append(signum))
     bad_total = 0  # undecodable images skipped in this run (image folders)
     bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
+    check_every = CHECK_EVERY if device.type == "cuda" else 1
     waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
@@ -695,11 +696,12 @@ def main(argv=None):
                 print(f"note: the data loader is the bottleneck: {waited / (time.perf_counter() - probe[1]):.0%} of "
                       f"the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
                       "leave out per-image augmentations (CIFAR then uses the batched loader)", flush=True)
-            # The host reads the device (one sync) only at the checks: every CHECK_EVERY steps, at the
-            # end of the epoch and before a mid-epoch checkpoint; so the CPU queues steps ahead of the GPU.
+            # The host reads the device (one sync) only at the checks: every CHECK_EVERY steps on a GPU
+            # (every step on the CPU, where a read costs nothing), at the end of the epoch and before a
+            # mid-epoch checkpoint; so the host queues steps ahead of the GPU.
             saving = args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
                 and step < total_steps
-            if not (i % CHECK_EVERY == 0 or i == left - 1 or saving or (stop and not ddp)):
+            if not (i % check_every == 0 or i == left - 1 or saving or (stop and not ddp)):
                 continue  # (one process reads its signal flag every step: a host list, no sync)
             last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
             if nonfinite >= args.max_nonfinite:
@@ -789,7 +791,7 @@ def model_from_checkpoint(path, flag, p, img_size):
     return model.eval()
 
 
-CHECK_EVERY = 20  # optimizer steps between the loop's reads of the device (loss, non-finite count, DDP stop flag)
+CHECK_EVERY = 20  # optimizer steps between the loop's reads of a GPU (loss, non-finite count, DDP stop flag)
 
 
 def build_mix(args, num_classes):
@@ -839,7 +841,7 @@ def optimizer_step(model, optimizer, scaler, clip_grad):
 
 def stopping(stop, ddp, device):
     """True once any process got SIGTERM/SIGUSR1 (the flag is all-reduced, so every rank stops after
-    the same step and takes part in the checkpoint; train.py asks every CHECK_EVERY steps)."""
+    the same step and takes part in the checkpoint; train.py asks every CHECK_EVERY steps on a GPU)."""
     if not ddp:
         return bool(stop)
     flag = torch.tensor(float(bool(stop)), device=device)
