@@ -6,7 +6,9 @@ Three families:
 - `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh), one
   arm in under 20 minutes on 2 CPU cores, every paper claim as a pair of arms;
 - `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
-  its recipe without per-image RandAugment so that it runs on the GPU-resident loader;
+  every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
+  per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
+  (scripts/gpu_study.sh);
 - `in1k-*`: the papers' ImageNet-1k protocols (DeiT III recipe).
 """
 # A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
@@ -93,11 +95,52 @@ for solver, steps in (("euler", 8), ("heun", 4), ("rk4", 2)):  # equal NFE: 8 bl
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in MINI_ARMS.items()})
 
-# The study recipe as a GPU-fast run: no RandAugment (per-image, CPU-bound), so CIFAR stays on the
-# GPU-resident loader (crop + flip on the device; MixUp/CutMix are batch operations there anyway),
-# and 50 epochs instead of 200, so that the whole run fits a few minutes of an H200.
-PRESETS["c100-gpu-bvit-ti"] = ("study arm c100-bvit-ti made GPU-fast: crop + flip on the GPU (no RandAugment), "
-                               "50 epochs", dict(CIFAR, model="bvit", randaug=0.0, epochs=50, warmup_epochs=5.0))
+# The study at GPU scale (`c100-gpu-*`, scripts/gpu_study.sh): the c100-* recipe made GPU-fast, no
+# RandAugment (per-image, CPU-bound), so CIFAR stays on the GPU-resident loader (crop + flip on the
+# device; MixUp/CutMix are batch operations there anyway), and 50 epochs instead of 200, so that a
+# run takes minutes of an H200. Every arm of the mini study and of reViT's comparisons at Ti width
+# (D=192, 3 heads, patch 4: 65 tokens), 12 block applications, evaluated at 0.5x, 1x, 2x and 4x
+# its trained depth. The timm (default) init, as the first GPU run; "vit+structured" in
+# scripts/gpu_study.sh is the init claim's arm (`--init structured`).
+GPU = dict(CIFAR, randaug=0.0, epochs=50, warmup_epochs=5.0)
+GPU_ARMS = {
+    "vit": ("untied ViT-Ti/4, 12 blocks (5.4 M params); matched FLOPs with c100-gpu-bvit",
+            dict(model="vit", eval_depths=None)),
+    "bvit": ("bViT-Ti/4: one block x 12 steps (0.49 M params); matched FLOPs with c100-gpu-vit",
+             dict(model="bvit")),
+    "bvit-wide": ("bViT, one block of D=384 x 12 steps (1.86 M params); matched parameter memory with "
+                  "c100-gpu-vit-narrow", dict(model="bvit", size="s")),
+    "vit-narrow": ("untied ViT, 12 blocks of D=112 (1.85 M params); matched parameter memory with "
+                   "c100-gpu-bvit-wide", dict(model="vit", embed_dim=112, num_heads=4, eval_depths=None)),
+    "bvit-ds": ("c100-gpu-bvit with stage-wise deep supervision, 3 stages of 4 steps", dict(model="bvit", stages=3)),
+    "revit-e1": ("reViT E=1 (the tied block) with elastic depth (depth dropout 0.3)",
+                 dict(model="revit", experts=1, depth_dropout=0.3)),
+    "revit-e4": ("reViT E=4 depth-programmed FFN experts with elastic depth (depth dropout 0.3)",
+                 dict(model="revit", experts=4, depth_dropout=0.3)),
+    # SR-ViT: a 6-layer body applied R times; R=2 has the FLOPs of the 12-step arms
+    "srvit-r1": ("SR-ViT, 6-layer body x 1 recursion (0.5x the FLOPs of the 12-step arms)",
+                 dict(model="srvit", depth=6, recursions=1, eval_depths=[1, 2, 4])),
+    "srvit-r2": ("SR-ViT, 6-layer body x 2 recursions, mixed per token",
+                 dict(model="srvit", depth=6, recursions=2, eval_depths=[1, 2, 4, 8])),
+}
+for solver, steps in (("euler", 12), ("heun", 6), ("rk4", 3)):  # equal NFE: 12 block evaluations
+    GPU_ARMS[f"odevit-{solver}"] = (
+        f"ODE-ViT-Ti/4, dz/dt = F(z) - z, {solver} x {steps} steps over T = 12 (NFE 12)",
+        dict(model="odevit", solver=solver, depth=steps, horizon=12.0,  # odevit: depth = solver steps
+             eval_depths=sorted({max(1, steps // 2), steps, 2 * steps, 4 * steps})))
+for routing, what in (("smear", "per image, from the FFN input's token mean (SMEAR)"),
+                      ("lory", "per image, from the state entering the step (Lory)"),
+                      ("token", "token-choice top-1 + a shared expert, hidden ratio 2 each"),
+                      ("mixture", "every expert on every token, softmax-mixed (4 FFNs of compute)")):
+    GPU_ARMS[f"revit-{routing}"] = (f"reViT E=4 routed {what}; compare c100-gpu-revit-e4",
+                                    dict(model="revit", experts=4, depth_dropout=0.3, routing=routing))
+# rank 32 at D=192 is the paper's rank 64 at D=384 (appendix B.1), as rank 16 at D=96 in the mini study
+GPU_ARMS["revit-lora"] = ("reViT E=1 + layer-wise LoRA, rank 32 per step on qkv, proj, fc1, fc2",
+                          dict(model="revit", experts=1, depth_dropout=0.3, lora_rank=32))
+PRESETS.update({f"c100-gpu-{arm}": (f"GPU study arm: {what}; 50 epochs, crop + flip on the GPU",
+                                    {**GPU, **flags}) for arm, (what, flags) in GPU_ARMS.items()})
+PRESETS["c100-gpu-bvit-ti"] = ("GPU study arm c100-gpu-bvit under its first name (the first H200 run: 51.92 % top-1)",
+                               PRESETS["c100-gpu-bvit"][1])
 
 # ImageNet-1k: the DeiT III recipe (Touvron et al. 2022; LAMB, 3-Augment with simple random crop,
 # binary cross-entropy, LayerScale, no label smoothing) for every model, 300 epochs. Our reading,

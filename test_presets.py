@@ -3,6 +3,8 @@ arms train one step, the matched pairs are matched, and LAMB and the binary cros
 their formulas. CPU only, in-process `train.cli` calls on a tiny fake CIFAR-100 folder."""
 import json
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -19,7 +21,8 @@ from test_train import fake_cifar
 
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "3", "--device", "cpu", "--workers", "0",
         "--batch-size", "8", "--max-steps", "1", "--val-subset", "16", "--eval-batch-size", "16"]
-CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-")]
+# (the c100-gpu-* study arms train two steps each in test_reproduce.py's gpu_study.sh dry run)
+CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-") and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
 
 
 def config(capsys, *argv):
@@ -156,6 +159,40 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
         assert train.PRESETS[f"c100-mini-{arm}"][1] == {**train.PRESETS[f"c100-mini-{base}"][1], **change}, arm
+
+
+def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
+    """c100-gpu-*: the arms of the mini study and of reViT's comparisons on the c100-gpu-bvit-ti recipe
+    at Ti width; only model flags differ; recurrent arms are evaluated at 0.5x-4x their depth."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
+    import gpu_study
+    arms = sorted({a.split("+")[0] for a in gpu_study.ARMS})
+    assert sorted(n for n in train.PRESETS if n.startswith("c100-gpu-")) == sorted(
+        [f"c100-gpu-{a}" for a in arms] + ["c100-gpu-bvit-ti"])
+    assert train.PRESETS["c100-gpu-bvit-ti"][1] == train.PRESETS["c100-gpu-bvit"][1]  # its first name
+    model_flags = {"model", "eval_depths", "size", "embed_dim", "num_heads", "depth", "stages", "experts",
+                   "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
+    recipe = {k: v for k, v in train.PRESETS["c100-gpu-bvit"][1].items() if k not in model_flags}
+    assert recipe["epochs"] == 50 and recipe["randaug"] == 0.0 and recipe["batch_size"] == 512
+    for arm in arms:
+        flags = train.PRESETS[f"c100-gpu-{arm}"][1]
+        assert {k: v for k, v in flags.items() if k not in model_flags} == recipe, arm
+        cfg = config(capsys, "--preset", f"c100-gpu-{arm}")
+        trained = cfg["recursions"] if cfg["model"] == "srvit" else cfg["depth"]
+        if cfg["model"] == "vit":
+            assert cfg["eval_depths"] is None
+        else:
+            assert cfg["eval_depths"] == sorted({max(1, int(f * trained)) for f in (0.5, 1, 2, 4)}), arm
+    vit, bv = build("c100-gpu-vit"), build("c100-gpu-bvit")
+    assert vit.flops_per_image() == bv.flops_per_image() and vit.embed_dim == bv.embed_dim == 192
+    wide, narrow = build("c100-gpu-bvit-wide"), build("c100-gpu-vit-narrow")
+    assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05 and narrow.num_blocks == 12
+    ode = [train.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
+    assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [12, 12, 12]
+    assert build("c100-gpu-srvit-r2").flops_per_image() == pytest.approx(bv.flops_per_image(), rel=0.01)
+    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
+            + [("revit-lora", "revit-e1", {"lora_rank": 32})]:
+        assert train.PRESETS[f"c100-gpu-{arm}"][1] == {**train.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
 
 
 def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():

@@ -1,5 +1,6 @@
 """The reproduction scripts (issue 11): the mini study's summary and verdicts, scripts/reproduce_mini.sh
-(runs, skips what is done) and scripts/gpu_run.sh's CPU dry run. CPU only, fake CIFAR data."""
+(runs, skips what is done), scripts/gpu_run.sh's CPU dry run, and the study at GPU scale
+(scripts/gpu_study.sh: dry run, budget, concurrency; scripts/summarize_gpu.py). CPU only, fake CIFAR data."""
 import json
 import os
 import shutil
@@ -12,6 +13,8 @@ from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gpu_study  # noqa: E402
+import summarize_gpu  # noqa: E402
 import summarize_mini  # noqa: E402
 
 
@@ -131,7 +134,7 @@ def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_
     assert "vit_vs_timm_train_eager" in json.loads((out / "bench.json").read_text())
 
 
-@pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh"])
+@pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh", "gpu_study.sh"])
 def test_scripts_parse(script):
     assert subprocess.run(["bash", "-n", os.path.join(ROOT, "scripts", script)]).returncode == 0
 
@@ -164,3 +167,100 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme))
     assert e.value.code == 2 and "markers" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the study at GPU scale
+def test_gpu_study_dry_run_runs_every_arm_once_then_skips_what_is_done(tmp_path):
+    """Every c100-gpu-* arm (and the init and distilled arms) shrunk to 2 CPU steps: each gives a
+    result line with every field the summary needs, the distilled arm trains after its teacher,
+    at most 8 small files come back, and a second call with those results committed runs nothing."""
+    script = os.path.join(ROOT, "scripts", "gpu_study.sh")
+    results = tmp_path / "results"
+    results.mkdir()
+    env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"), RESULTS=str(results),
+               GPU_DATA=fake_cifar(tmp_path / "gpu_data"), SEEDS="0", JOBS="2", COMMIT="abc1234")
+    r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(ln["arm"] for ln in lines) == sorted(gpu_study.ARMS)
+    for ln in lines:
+        assert ln["commit"] == "abc1234" and ln["gpu"] == "cpu" and ln["epochs"] == 1 and ln["seed"] == 0
+        assert str(ln["trained_depth"]) in ln["depths"] and ln["img_per_s"] > 0 and ln["params_m"] > 0
+    by_arm = {ln["arm"]: ln for ln in lines}
+    assert set(by_arm["bvit"]["depths"]) == {"6", "12", "24", "48"} and set(by_arm["srvit-r2"]["depths"]) == {"1", "2", "4", "8"}
+    log = (tmp_path / "out" / "study.log").read_text()
+    assert log.index("done vit seed 0") < log.index("start revit-e4+feature seed 0")  # the teacher first
+    back = sorted(os.listdir(tmp_path / "out"))
+    assert back == ["results.jsonl", "study.log", "summary.md"]  # JOBS given: no concurrency probe
+    assert "| bvit | 1 | 12 |" in (tmp_path / "out" / "summary.md").read_text()
+    shutil.copy(tmp_path / "out" / "results.jsonl", results / "results.jsonl")  # committed
+    r = subprocess.run(["bash", script, "--dry-run"], env=dict(env, OUT=str(tmp_path / "out2")), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "19 run(s) already done, 0 to do" in r.stdout, r.stdout[-2000:]
+    bad = subprocess.run(["bash", script, "--dry-run"], env=dict(env, ARMS="vit bogus"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "ARMS: unknown arm(s) bogus" in bad.stderr
+
+
+def test_gpu_study_starts_only_runs_that_fit_the_budget_in_claim_order():
+    done = {("vit", 0)}
+    todo = gpu_study.queue(["vit", "bvit", "odevit-rk4", "revit-e4+feature"], [0, 1], done)
+    assert todo == [("bvit", 0), ("vit", 1), ("bvit", 1), ("odevit-rk4", 0), ("odevit-rk4", 1),
+                    ("revit-e4+feature", 0), ("revit-e4+feature", 1)]  # each group for every seed first
+    est = dict.fromkeys(todo, 100.0)
+    est[("bvit", 0)] = 400.0
+    assert gpu_study.next_fitting(todo, est, 500.0) == 0
+    assert gpu_study.next_fitting(todo, est, 300.0) == 1  # bvit seed 0 would not finish: not started
+    assert gpu_study.next_fitting(todo, est, 99.0) is None  # nothing fits: nothing starts
+    blocked = {("bvit", 0), ("vit", 1), ("bvit", 1), ("odevit-rk4", 0), ("odevit-rk4", 1)}
+    assert gpu_study.next_fitting(todo, est, 500.0, blocked) == 5
+    gflops = {"c100-gpu-bvit": 0.73, "c100-gpu-bvit-wide": 2.92, "c100-gpu-srvit-r1": 0.365}
+    per_run = 10_000.0  # img/s of one run of the probe model at the chosen concurrency
+    wide = gpu_study.estimate_s("bvit-wide", per_run, gflops, {}, 50)
+    assert wide == pytest.approx(1.25 * 50 * 50_000 / 2_500 + 60)  # 4x the FLOPs: a quarter of the rate
+    assert gpu_study.estimate_s("srvit-r1", per_run, gflops, {}, 50) == pytest.approx(1.25 * 250 + 60)  # never faster
+    assert gpu_study.estimate_s("bvit-wide", per_run, gflops, {"bvit-wide": 5_000.0}, 50) < wide  # measured wins
+
+
+def test_gpu_study_concurrency_probe_measures_and_picks_the_fewest_runs_near_the_best():
+    assert gpu_study.choose_jobs({1: 10_000, 2: 18_000, 4: 30_000, 8: 31_000}) == 4
+    assert gpu_study.choose_jobs({1: 10_000, 2: 9_000}) == 1
+    said = []
+    rates = gpu_study.measure_concurrency(sys.executable, True, said.append, counts=(1, 2))
+    assert set(rates) == {1, 2} and all(v > 0 for v in rates.values()) and len(said) == 2
+
+
+def gpu_line(arm, seed, top1, depth=12, **kw):
+    depths = {str(int(depth * f)): [top1 - 10 * abs(f - 1), top1 + 25] for f in (0.5, 1, 2, 4)} if arm != "vit" else \
+        {"12": [top1, top1 + 25]}
+    return {"arm": arm, "seed": seed, "preset": f"c100-gpu-{arm}", "trained_depth": depth, "depths": depths,
+            "epochs": 50, "max_steps": None, "val_subset": None, "img_per_s": 40_000.0, "train_s": 80.0,
+            "wall_s": 120.0, "params_m": 0.5, "gflops": 0.73, "gates": None, "commit": "abc1234",
+            "torch": "2.11.0", "gpu": "NVIDIA H200", "date": "2026-12-01", "command": "bash scripts/gpu_study.sh", **kw}
+
+
+def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in [
+        gpu_line("vit", 0, 56.0), gpu_line("vit", 1, 57.0), gpu_line("bvit", 0, 52.0), gpu_line("bvit", 1, 51.0)]))
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps(gpu_line("bvit", 0, 99.0)) + "\n" + json.dumps(gpu_line("bvit-ds", 0, 50.0)) + "\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- gpu-table -->\nold\n<!-- /gpu-table -->\nb\n<!-- gpu-verdicts -->\nold\n<!-- /gpu-verdicts -->\n")
+    assert summarize_gpu.main([str(results), "--add", str(new), "--readme", str(readme)]) == 0
+    saved = [json.loads(ln) for ln in (results / "results.jsonl").read_text().splitlines()]
+    assert [(ln["arm"], ln["seed"]) for ln in saved][-1] == ("bvit-ds", 0) and len(saved) == 5  # bvit 0 kept once
+    text = readme.read_text()
+    table = text.split("<!-- gpu-table -->")[1].split("<!-- /gpu-table -->")[0]
+    assert "| vit | 2 | 12 |  | 56.50 ± 0.50 |" in table and "| bvit | 2 | 12 | 46.50 ± 0.50 | 51.50 ± 0.50 |" in table
+    assert "| srvit-r2 | 0 |" in table and "not run yet" in table and "abc1234 H200" in table
+    verdicts = text.split("<!-- gpu-verdicts -->")[1]
+    assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +5.00 | 1.00 | agree |" in verdicts
+    assert "| reViT: E=4 depth-programmed experts beat E=1 (reViT Table 2) | revit-e4 | revit-e1 | 1x | | | not run |" in verdicts
+    assert "structured attention init" in verdicts and "vit+structured" in verdicts
+    short = tmp_path / "short.jsonl"
+    short.write_text(json.dumps(gpu_line("vit-narrow", 0, 40.0, max_steps=2)) + "\n")
+    before = readme.read_text()
+    assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--readme", str(readme)]) == 2
+    assert readme.read_text() == before and "shortened" in capsys.readouterr().err
+    assert len((results / "results.jsonl").read_text().splitlines()) == 5  # --no-save

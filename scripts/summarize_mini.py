@@ -205,7 +205,7 @@ def markdown(blocks):
                       blocks["moe-table"]]) + "\n"
 
 
-def figures(runs, root):
+def figures(runs, root, title="c100-mini: accuracy beyond the training horizon"):
     """depth.png and gates.png, if matplotlib is installed."""
     if not runs:
         return
@@ -233,8 +233,7 @@ def figures(runs, root):
     ax.set_xscale("log", base=2)
     ticks = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
     ax.set_xticks(ticks, [f"{k:g}x" for k in ticks])
-    ax.set(xlabel="evaluation depth / trained depth", ylabel="CIFAR-100 top-1 (%)",
-           title="c100-mini: accuracy beyond the training horizon")
+    ax.set(xlabel="evaluation depth / trained depth", ylabel="CIFAR-100 top-1 (%)", title=title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.savefig(os.path.join(root, "depth.png"), dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -249,15 +248,15 @@ def figures(runs, root):
         plt.close(fig)
 
 
-def update_readme(path, blocks, root):
+def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py"):
     """Put each block of `summary` between README's <!-- NAME --> and <!-- /NAME --> markers and
-    copy the figures to docs/mini_depth.png and docs/mini_gates.png next to it. The prose around
-    them is for a person to update."""
+    copy the figures to docs/PREFIX_depth.png and docs/PREFIX_gates.png next to it. The prose
+    around them is for a person to update."""
     readme = open(path).read()
     for name, block in blocks.items():
         head, tail = f"<!-- {name} -->", f"<!-- /{name} -->"
         if head not in readme or tail not in readme:
-            sys.stderr.write(f"summarize_mini.py: error: --readme {path} has no {head} ... {tail} markers\n")
+            sys.stderr.write(f"{tool}: error: --readme {path} has no {head} ... {tail} markers\n")
             sys.exit(2)
         before, rest = readme.split(head, 1)
         readme = before + head + "\n" + block.strip() + "\n" + tail + rest.split(tail, 1)[1]
@@ -267,7 +266,7 @@ def update_readme(path, blocks, root):
     for fig in ("depth", "gates"):
         if os.path.exists(os.path.join(root, f"{fig}.png")):
             os.makedirs(docs, exist_ok=True)
-            shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"mini_{fig}.png"))
+            shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"{prefix}_{fig}.png"))
 
 
 def main(root, readme=None):

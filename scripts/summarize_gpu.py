@@ -1,0 +1,123 @@
+"""Summarize the CIFAR-100 study at GPU scale (scripts/gpu_study.sh): a table and a verdict per claim.
+
+    python scripts/summarize_gpu.py                                   # results/gpu -> results/gpu/summary.md
+    python scripts/summarize_gpu.py --add OUT/results.jsonl --readme README.md   # after a GPU window
+
+Reads RESULTS/results.jsonl (committed: one line per finished run, written by gpu_study.sh) and,
+with --add FILE, a window's new lines, which it appends to RESULTS/results.jsonl (a run already
+there, the same arm and seed, is not added twice; --no-save leaves the file alone: the GPU machine
+does that). Writes OUT/summary.md (OUT: --out, default RESULTS) with
+- the arms' top-1 (mean ± half the spread over seeds, n seeds) at 0.5x-4x the trained depth, top-5,
+  parameters, img/s, training minutes, and the commits and GPUs of its runs; an arm without a run
+  says "not run yet";
+- one verdict per claim, by the mini study's rules (scripts/summarize_mini.py `verdict`: a
+  difference counts only beyond the seed spread);
+- OUT/depth.png (top-1 vs evaluation depth) and OUT/gates.png when matplotlib is installed.
+--readme README.md puts both tables between README's <!-- gpu-table --> / <!-- gpu-verdicts -->
+markers and copies the figures to docs/gpu_*.png. Standard library only (matplotlib optional).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_study import ARMS  # noqa: E402
+from summarize_mini import CLAIMS, MOE_CLAIMS, claims_table, figures, fmt, noise_floor, update_readme  # noqa: E402
+
+# The mini study's claims, same arm names; only the init claim differs: the GPU recipe trains with
+# the default (timm) init, so its arm with the structured init is the one that should win.
+GPU_CLAIMS = [c for c in CLAIMS if "init" not in c[0]] + [
+    ("structured attention init beats the default (timm) init (structured init paper)", "vit+structured", "vit", 1, ">")]
+COMMAND = ("`python train.py --preset c100-gpu-ARM --seed K --data-dir gpu_data --compile --device cuda --amp bf16` "
+           "(`--init structured` for vit+structured; the distilled arm adds `--teacher` the vit run of its seed and "
+           "`--distill feature`), run by `scripts/gpu_study.sh`")
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def as_run(r):
+    """A results.jsonl line -> summarize_mini's run dict (depths relative to the trained depth)."""
+    depths = {int(k) / r["trained_depth"]: v[0] for k, v in r["depths"].items()}
+    return {"seed": r["seed"], "acc": depths[1.0], "acc5": r["depths"][str(r["trained_depth"])][1],
+            "depths": depths, "depth": r["trained_depth"], "params_m": r["params_m"], "gflops": r["gflops"],
+            "train_s": r["train_s"], "wall_s": r.get("wall_s"), "img_per_s": r["img_per_s"], "gates": r.get("gates"),
+            "max_steps": r.get("max_steps"), "val_subset": r.get("val_subset"),
+            "where": f"{r['commit']} {r['gpu'].replace('NVIDIA ', '')}"}
+
+
+def summary(lines):
+    """{"gpu-table", "gpu-verdicts"} -> markdown, over result lines."""
+    runs = {}
+    for r in lines:
+        runs.setdefault(r["arm"], []).append(as_run(r))
+    rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]} | {0.5, 1.0, 2.0, 4.0})
+    short = sorted({f"{r['arm']} seed {r['seed']}" for r in lines if r.get("max_steps") or r.get("val_subset")})
+    head = (f"Top-1 (%) on the 10,000 CIFAR-100 test images: mean ± half the spread (max - min) over seeds; "
+            f"n = seeds. Columns: evaluation depth relative to the trained depth. Each run: {COMMAND}; "
+            "commit and GPU per row.")
+    if short:
+        head += f" SHORTENED runs (--max-steps/--val-subset, not the protocol): {', '.join(short)}."
+    table = [head, "", "| arm | n | trained depth | " + " | ".join(f"{k:.3g}x" for k in rel)
+             + " | top-5 (1x) | params (M) | img/s | train min | commit, GPU |", "|---" * (len(rel) + 8) + "|"]
+    for arm in ARMS + sorted(set(runs) - set(ARMS)):
+        rs = runs.get(arm)
+        if not rs:
+            table.append(f"| {arm} | 0 | | " + " | ".join("" for _ in rel) + " | | | | | not run yet |")
+            continue
+        cells = " | ".join(fmt([r["depths"][k] for r in rs]) if all(k in r["depths"] for r in rs) else "" for k in rel)
+        where = ", ".join(sorted({r["where"] for r in rs}))
+        table.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | {cells} | {fmt([r['acc5'] for r in rs])} | "
+                     f"{rs[0]['params_m']:.3f} | {statistics.median(r['img_per_s'] for r in rs):,.0f} | "
+                     f"{statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {where} |")
+    floor = noise_floor(runs)
+    noise = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with two or more "
+             "seeds)." if any(len(rs) > 1 for rs in runs.values()) else
+             "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are leans, not verdicts.")
+    verdicts = [noise, "", claims_table(GPU_CLAIMS, runs, floor), "", "reViT's comparisons:", "",
+                claims_table(MOE_CLAIMS, runs, floor)]
+    return {"gpu-table": "\n".join(table), "gpu-verdicts": "\n".join(verdicts)}, runs
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", nargs="?", default="results/gpu", help="folder of results.jsonl (default results/gpu)")
+    p.add_argument("--add", metavar="FILE", help="a window's results.jsonl (OUT of gpu_study.sh) to add")
+    p.add_argument("--out", help="where summary.md and the figures go (default: the results folder)")
+    p.add_argument("--no-save", action="store_true", help="with --add: do not append to RESULTS/results.jsonl")
+    p.add_argument("--readme", help="also write the tables into this README between its markers")
+    a = p.parse_args(argv)
+    path = os.path.join(a.results, "results.jsonl")
+    lines = read(path) if os.path.isfile(path) else []
+    added = []
+    if a.add and os.path.isfile(a.add):
+        seen = {(r["arm"], r["seed"]) for r in lines}
+        added = [r for r in read(a.add) if (r["arm"], r["seed"]) not in seen]
+        lines += added
+        if added and not a.no_save:
+            os.makedirs(a.results, exist_ok=True)
+            with open(path, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in added)
+    if a.readme and any(r.get("max_steps") or r.get("val_subset") for r in lines):
+        sys.stderr.write("summarize_gpu.py: error: --readme: a result ran shortened (--max-steps/--val-subset), "
+                         "not the protocol; README keeps its tables\n")
+        return 2
+    blocks, runs = summary(lines)
+    out = a.out or a.results
+    os.makedirs(out, exist_ok=True)
+    text = "\n".join(["# CIFAR-100 at GPU scale (c100-gpu-*)", "", blocks["gpu-table"], "", blocks["gpu-verdicts"]]) + "\n"
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    figures(runs, out, title="c100-gpu: accuracy beyond the training horizon")
+    if a.readme:
+        update_readme(a.readme, blocks, out, prefix="gpu", tool="summarize_gpu.py")
+    print(text + (f"\n{len(added)} new run(s) added to {path}" if added and not a.no_save else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
