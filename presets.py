@@ -55,43 +55,56 @@ MINI = dict(data="cifar100", embed_dim=96, num_heads=3, mlp_ratio=4.0, patch_siz
             clip_grad=1.0, label_smoothing=0.1, mixup=0.0, cutmix=0.0, randaug=0.0, three_augment=False,
             drop_path=0.0, ema=0.0, init="structured", bce=False, gap=False, workers=0, save_every=100,
             eval_depths=[4, 8, 16, 32])
-MINI_ARMS = {
-    "vit": ("untied ViT, 8 blocks of D=96 (0.925 M params); matched FLOPs with c100-mini-bvit",
-            dict(model="vit", eval_depths=None)),
-    "bvit": ("bViT: one block of D=96 x 8 steps (0.142 M params); matched FLOPs with c100-mini-vit",
-             dict(model="bvit")),
-    "bvit-wide": ("bViT, one block of D=112 x 8 steps (0.187 M params); matched parameter memory with "
-                  "c100-mini-vit-narrow", dict(model="bvit", embed_dim=112, num_heads=4)),
-    "vit-narrow": ("untied ViT, 8 blocks of D=42 (0.187 M params); matched parameter memory with "
-                   "c100-mini-bvit-wide", dict(model="vit", embed_dim=42, num_heads=3, eval_depths=None)),
-    "bvit-ds": ("c100-mini-bvit with stage-wise deep supervision, 4 stages of 2 steps",
-                dict(model="bvit", stages=4)),
-    "revit-e1": ("reViT E=1 (the tied block) with elastic depth (depth dropout 0.3)",
-                 dict(model="revit", experts=1, depth_dropout=0.3)),
-    "revit-e4": ("reViT E=4 depth-programmed FFN experts with elastic depth (depth dropout 0.3)",
-                 dict(model="revit", experts=4, depth_dropout=0.3)),
-    # SR-ViT: a 4-layer body applied R times, R=2 has the FLOPs of the 8-step arms
-    "srvit-r1": ("SR-ViT, 4-layer body x 1 recursion (0.5x the FLOPs of the 8-step arms)",
-                 dict(model="srvit", depth=4, recursions=1, eval_depths=[1, 2, 4])),
-    "srvit-r2": ("SR-ViT, 4-layer body x 2 recursions, mixed per token",
-                 dict(model="srvit", depth=4, recursions=2, eval_depths=[1, 2, 4, 8])),
-}
-# reViT's comparisons (issue 14; revit_moe.py): the revit-e4 arm with its FFN routed otherwise, and
-# the layer-wise LoRA baseline on the E=1 block. Same backbone, loss, elastic depth and recipe.
-for routing, what in (("smear", "per image, from the FFN input's token mean (SMEAR)"),
-                      ("lory", "per image, from the state entering the step (Lory)"),
-                      ("token", "token-choice top-1 + a shared expert, hidden ratio 2 each"),
-                      ("mixture", "every expert on every token, softmax-mixed (4 FFNs of compute)")):
-    MINI_ARMS[f"revit-{routing}"] = (f"reViT E=4 routed {what}; compare c100-mini-revit-e4",
-                                     dict(model="revit", experts=4, depth_dropout=0.3, routing=routing))
-# rank 16 at D=96 is the paper's rank 64 at D=384 (appendix B.1); like there, LoRA stores more than E=4
-MINI_ARMS["revit-lora"] = ("reViT E=1 + layer-wise LoRA, rank 16 per step on qkv, proj, fc1, fc2",
-                           dict(model="revit", experts=1, depth_dropout=0.3, lora_rank=16))
-for solver, steps in (("euler", 8), ("heun", 4), ("rk4", 2)):  # equal NFE: 8 block evaluations
-    MINI_ARMS[f"odevit-{solver}"] = (
-        f"ODE-ViT, dz/dt = F(z) - z, {solver} x {steps} steps over T = 8 (NFE 8)",
-        dict(model="odevit", solver=solver, depth=steps, horizon=8.0,  # odevit: depth = solver steps
-             eval_depths=[max(1, steps // 2), steps, 2 * steps, 4 * steps]))
+
+
+def study_arms(family, steps, wide, narrow, stages, lora_rank):
+    """The arms of the CIFAR-100 study at one scale, name -> (what it is, model flags): every paper
+    claim as a pair of arms, and reViT's comparisons. steps: block applications of the recurrent
+    arms (depth of the untied ones); wide / narrow: the width flags of the matched-parameter pair
+    (a one-block bViT vs an untied ViT); stages: deep-supervision stages; lora_rank: the LoRA
+    baseline's rank. Arm names as in scripts/summarize_mini.py's claims."""
+    other = lambda arm: f"c100-{family}-{arm}"  # noqa: E731
+    flags = lambda kw: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in kw.items())  # noqa: E731
+    arms = {
+        "vit": (f"untied ViT, {steps} blocks; matched FLOPs with {other('bvit')}", dict(model="vit", eval_depths=None)),
+        "bvit": (f"bViT: one block x {steps} steps; matched FLOPs with {other('vit')}", dict(model="bvit")),
+        "bvit-wide": (f"bViT, one wider block x {steps} steps ({flags(wide)}); matched parameter memory with "
+                      f"{other('vit-narrow')}", dict(model="bvit", **wide)),
+        "vit-narrow": (f"untied ViT, {steps} narrower blocks ({flags(narrow)}); matched parameter memory with "
+                       f"{other('bvit-wide')}", dict(model="vit", **narrow, eval_depths=None)),
+        "bvit-ds": (f"{other('bvit')} with stage-wise deep supervision, {stages} stages of {steps // stages} steps",
+                    dict(model="bvit", stages=stages)),
+        "revit-e1": ("reViT E=1 (the tied block) with elastic depth (depth dropout 0.3)",
+                     dict(model="revit", experts=1, depth_dropout=0.3)),
+        "revit-e4": ("reViT E=4 depth-programmed FFN experts with elastic depth (depth dropout 0.3)",
+                     dict(model="revit", experts=4, depth_dropout=0.3)),
+        # SR-ViT: a body of half the steps applied R times; R=2 has the FLOPs of the other arms
+        "srvit-r1": (f"SR-ViT, {steps // 2}-layer body x 1 recursion (0.5x the FLOPs of the {steps}-step arms)",
+                     dict(model="srvit", depth=steps // 2, recursions=1, eval_depths=[1, 2, 4])),
+        "srvit-r2": (f"SR-ViT, {steps // 2}-layer body x 2 recursions, mixed per token",
+                     dict(model="srvit", depth=steps // 2, recursions=2, eval_depths=[1, 2, 4, 8])),
+    }
+    # reViT's comparisons (issue 14; revit_moe.py): the revit-e4 arm with its FFN routed otherwise, and
+    # the layer-wise LoRA baseline on the E=1 block. Same backbone, loss, elastic depth and recipe.
+    for routing, what in (("smear", "per image, from the FFN input's token mean (SMEAR)"),
+                          ("lory", "per image, from the state entering the step (Lory)"),
+                          ("token", "token-choice top-1 + a shared expert, hidden ratio 2 each"),
+                          ("mixture", "every expert on every token, softmax-mixed (4 FFNs of compute)")):
+        arms[f"revit-{routing}"] = (f"reViT E=4 routed {what}; compare {other('revit-e4')}",
+                                    dict(model="revit", experts=4, depth_dropout=0.3, routing=routing))
+    arms["revit-lora"] = (f"reViT E=1 + layer-wise LoRA, rank {lora_rank} per step on qkv, proj, fc1, fc2",
+                          dict(model="revit", experts=1, depth_dropout=0.3, lora_rank=lora_rank))
+    for solver, n in (("euler", steps), ("heun", steps // 2), ("rk4", steps // 4)):  # equal NFE: `steps`
+        arms[f"odevit-{solver}"] = (
+            f"ODE-ViT, dz/dt = F(z) - z, {solver} x {n} steps over T = {steps} (NFE {steps})",
+            dict(model="odevit", solver=solver, depth=n, horizon=float(steps),  # odevit: depth = solver steps
+                 eval_depths=[max(1, n // 2), n, 2 * n, 4 * n]))
+    return arms
+
+
+# Matched parameter memory at this scale: bViT D=112 (187,140 params) vs untied ViT D=42 (186,958);
+# rank 16 at D=96 is the paper's LoRA rank 64 at D=384 (appendix B.1; like there, LoRA stores more than E=4).
+MINI_ARMS = study_arms("mini", 8, dict(embed_dim=112, num_heads=4), dict(embed_dim=42, num_heads=3), 4, 16)
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in MINI_ARMS.items()})
 
@@ -103,40 +116,9 @@ PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags
 # its trained depth. The timm (default) init, as the first GPU run; "vit+structured" in
 # scripts/gpu_study.sh is the init claim's arm (`--init structured`).
 GPU = dict(CIFAR, randaug=0.0, epochs=50, warmup_epochs=5.0)
-GPU_ARMS = {
-    "vit": ("untied ViT-Ti/4, 12 blocks (5.4 M params); matched FLOPs with c100-gpu-bvit",
-            dict(model="vit", eval_depths=None)),
-    "bvit": ("bViT-Ti/4: one block x 12 steps (0.49 M params); matched FLOPs with c100-gpu-vit",
-             dict(model="bvit")),
-    "bvit-wide": ("bViT, one block of D=384 x 12 steps (1.86 M params); matched parameter memory with "
-                  "c100-gpu-vit-narrow", dict(model="bvit", size="s")),
-    "vit-narrow": ("untied ViT, 12 blocks of D=112 (1.85 M params); matched parameter memory with "
-                   "c100-gpu-bvit-wide", dict(model="vit", embed_dim=112, num_heads=4, eval_depths=None)),
-    "bvit-ds": ("c100-gpu-bvit with stage-wise deep supervision, 3 stages of 4 steps", dict(model="bvit", stages=3)),
-    "revit-e1": ("reViT E=1 (the tied block) with elastic depth (depth dropout 0.3)",
-                 dict(model="revit", experts=1, depth_dropout=0.3)),
-    "revit-e4": ("reViT E=4 depth-programmed FFN experts with elastic depth (depth dropout 0.3)",
-                 dict(model="revit", experts=4, depth_dropout=0.3)),
-    # SR-ViT: a 6-layer body applied R times; R=2 has the FLOPs of the 12-step arms
-    "srvit-r1": ("SR-ViT, 6-layer body x 1 recursion (0.5x the FLOPs of the 12-step arms)",
-                 dict(model="srvit", depth=6, recursions=1, eval_depths=[1, 2, 4])),
-    "srvit-r2": ("SR-ViT, 6-layer body x 2 recursions, mixed per token",
-                 dict(model="srvit", depth=6, recursions=2, eval_depths=[1, 2, 4, 8])),
-}
-for solver, steps in (("euler", 12), ("heun", 6), ("rk4", 3)):  # equal NFE: 12 block evaluations
-    GPU_ARMS[f"odevit-{solver}"] = (
-        f"ODE-ViT-Ti/4, dz/dt = F(z) - z, {solver} x {steps} steps over T = 12 (NFE 12)",
-        dict(model="odevit", solver=solver, depth=steps, horizon=12.0,  # odevit: depth = solver steps
-             eval_depths=sorted({max(1, steps // 2), steps, 2 * steps, 4 * steps})))
-for routing, what in (("smear", "per image, from the FFN input's token mean (SMEAR)"),
-                      ("lory", "per image, from the state entering the step (Lory)"),
-                      ("token", "token-choice top-1 + a shared expert, hidden ratio 2 each"),
-                      ("mixture", "every expert on every token, softmax-mixed (4 FFNs of compute)")):
-    GPU_ARMS[f"revit-{routing}"] = (f"reViT E=4 routed {what}; compare c100-gpu-revit-e4",
-                                    dict(model="revit", experts=4, depth_dropout=0.3, routing=routing))
-# rank 32 at D=192 is the paper's rank 64 at D=384 (appendix B.1), as rank 16 at D=96 in the mini study
-GPU_ARMS["revit-lora"] = ("reViT E=1 + layer-wise LoRA, rank 32 per step on qkv, proj, fc1, fc2",
-                          dict(model="revit", experts=1, depth_dropout=0.3, lora_rank=32))
+# Matched parameter memory as in the full study (bViT D=384, 1.86 M params, vs untied ViT D=112, 1.85 M);
+# rank 32 at D=192 is the paper's rank 64 at D=384.
+GPU_ARMS = study_arms("gpu", 12, dict(size="s"), dict(embed_dim=112, num_heads=4), 3, 32)
 PRESETS.update({f"c100-gpu-{arm}": (f"GPU study arm: {what}; 50 epochs, crop + flip on the GPU",
                                     {**GPU, **flags}) for arm, (what, flags) in GPU_ARMS.items()})
 PRESETS["c100-gpu-bvit-ti"] = ("GPU study arm c100-gpu-bvit under its first name (the first H200 run: 51.92 % top-1)",
