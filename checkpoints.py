@@ -43,11 +43,42 @@ def save_atomic(obj, path):
     os.replace(tmp, path)
 
 
+# Globals a checkpoint written by other training code may hold besides tensors and plain values:
+# DeiT's and MAE's main.py save their argparse.Namespace of flags under "args" (as timm allows it).
+# Nothing else: any other class or function is refused by name.
+SAFE_GLOBALS = [argparse.Namespace]
+CLEAN_PREFIXES = ("module.", "_orig_mod.")  # DDP's wrapper and torch.compile's, as timm strips them
+
+
+def checkpoint_file(path, flag):
+    """`path`, or for a run folder its ckpt.pt (what train.py writes there). Raises Fail for a folder
+    without one, naming `flag`."""
+    if path and os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "ckpt.pt")):
+            raise Fail(f"{flag} {path}: a folder without ckpt.pt; give a checkpoint file, or the --out-dir "
+                       "of an rvits run (which holds its ckpt.pt)")
+        return os.path.join(path, "ckpt.pt")
+    return path
+
+
+def clean_state_dict(sd):
+    """Keys without the wrapper prefixes of a model saved under DDP (module.) or torch.compile
+    (_orig_mod.), in any order and number, as timm's clean_state_dict does."""
+    def clean(k):
+        while k.startswith(CLEAN_PREFIXES):
+            k = k.split(".", 1)[1]
+        return k
+    return {clean(k): v for k, v in sd.items()}
+
+
 def read_weights(path, flag):
-    """torch.load(weights_only=True): tensors and plain values only, never code. One clear Fail per
-    way the file can be wrong, naming `flag` (--resume, --finetune, --teacher)."""
+    """torch.load(weights_only=True): tensors and plain values only (and SAFE_GLOBALS), never code.
+    A run folder means its ckpt.pt. One clear Fail per way the file can be wrong, naming `flag`
+    (--resume, --finetune, --teacher)."""
+    path = checkpoint_file(path, flag)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise Fail(f"{flag} {path}: no such file")
     except Exception as e:
@@ -178,7 +209,7 @@ def finetune_weights(path, model):
     if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
         raise Fail(f"--finetune {path}: not a state dict of tensors nor a checkpoint holding one "
                    "(under 'model' or 'state_dict')")
-    sd = {k.removeprefix("module."): v for k, v in sd.items()}  # saved from a DDP-wrapped model
+    sd = clean_state_dict(sd)  # saved from a DDP-wrapped or compiled model
     own, done = model.state_dict(), []
     pretrain = [k for k in sd if k not in own and (k == "mask_token" or k.startswith("decoder"))]
     if pretrain:  # an MAE pretraining checkpoint: fine-tuning keeps the encoder (MAE's own recipe)
@@ -239,10 +270,16 @@ ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "
               "field", "extend", "routing", "lora_rank"}
 
 
+# Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
+# given flag is applied instead of being overridden (--size sets the width, heads and depth unless
+# they are given; for odevit --ode-steps is the number of steps, --depth its default).
+LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",)}
+
+
 def checkpoint_args(p, args, argv, path, keep, flag):
     """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line always win (train.py's `keep` for
-    --finetune also leaves a --preset's flags alone). --eval-only takes all but the
+    `keep(flag)` is true; flags given on the command line always win, and so do the flags LINKED
+    to them (train.py's `keep` also leaves a --preset's flags alone). --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
     architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
     another --img-size is built at it with dynamic_img_size=True)."""
@@ -255,8 +292,10 @@ def checkpoint_args(p, args, argv, path, keep, flag):
             raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
         return args  # --finetune from a plain state dict: the command line describes the model
     saved = ck["args"]
+    named = {k for k in vars(given) if getattr(given, k) is not unset}
+    linked = {k for g in named for k in LINKED.get(g, ())}  # set through a flag that was given
     for k, v in saved.items():
-        if hasattr(args, k) and getattr(given, k) is unset and keep(k):
+        if hasattr(args, k) and k not in named and k not in linked and keep(k):
             setattr(args, k, v)
     args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
     return args

@@ -187,3 +187,124 @@ def test_cifar_at_another_img_size_is_resized_for_fine_tuning(tmp_path):
     small = data.build_datasets("cifar100", str(tmp_path / "d"))[1][0][0]
     down = torch.nn.functional.avg_pool2d(val_set[0][0][None], 2)[0]  # the same image, bicubically 2x
     assert torch.corrcoef(torch.stack([down.flatten(), small.flatten()]))[0, 1] > 0.95
+
+
+# ----------------------------------------------------------------------------- checkpoints from other code (issue 24)
+def test_a_deit_checkpoint_with_its_argparse_namespace_loads_and_other_globals_are_refused(tmp_path, capsys):
+    import argparse
+    import datetime
+    path, ref = timm_file(tmp_path)
+    deit = tmp_path / "deit.pth"  # DeiT's / MAE's main.py: {"model", "optimizer", "epoch", "args": Namespace}
+    torch.save({"model": ref, "epoch": 299, "args": argparse.Namespace(model="deit_tiny", lr=5e-4)}, deit)
+    m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
+    assert "nothing adapted" in checkpoints.finetune_weights(str(deit), m)
+    other = tmp_path / "other.pth"
+    torch.save({"model": ref, "args": datetime.date(2020, 1, 1)}, other)  # any other class: refused by name
+    with pytest.raises(checkpoints.Fail, match="refused, it references datetime.date"):
+        checkpoints.finetune_weights(str(other), m)
+
+
+@pytest.mark.parametrize("prefix", ["_orig_mod.", "module._orig_mod.", "_orig_mod.module."])
+def test_a_state_dict_of_a_compiled_or_ddp_model_loads(tmp_path, prefix):
+    path, ref = timm_file(tmp_path)
+    torch.save({prefix + k: v for k, v in ref.items()}, tmp_path / "compiled.pth")
+    m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
+    assert "nothing adapted" in checkpoints.finetune_weights(str(tmp_path / "compiled.pth"), m)
+    assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
+
+
+def test_a_run_folder_means_its_checkpoint_for_every_flag_that_reads_one(tmp_path, cifar_ckpt, capsys):
+    cifar, ckpt = cifar_ckpt
+    run = os.path.dirname(ckpt)
+    d = TINY + ["--data", "cifar100", "--data-dir", cifar]
+    assert train.cli(d + ["--model", "vit", "--finetune", run, "--max-steps", "1", "--out-dir", str(tmp_path / "f")]) == 0
+    assert train.cli(d + ["--max-steps", "1", "--teacher", run, "--out-dir", str(tmp_path / "t")]) == 0
+    assert train.cli(d + ["--eval-only", "--resume", run, "--eval-depths", "2", "--out-dir", str(tmp_path / "e")]) == 0
+    assert train.cli(d + ["--model", "vit", "--resume", str(tmp_path / "f"), "--max-steps", "2",
+                          "--out-dir", str(tmp_path / "f")]) == 0
+    assert torch.load(tmp_path / "f" / "ckpt.pt", weights_only=True)["step"] == 2
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for flag in ("--finetune", "--teacher", "--resume"):
+        assert train.cli(d + [flag, str(empty), "--out-dir", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{flag} {empty}: a folder without ckpt.pt" in err[0], err
+
+
+# ----------------------------------------------------------------------------- which flag wins (issue 24)
+# Every model's architecture and depth flags: a value the checkpoint's run did not use, given on the
+# command line with --finetune, must be the value the run takes (README "Resuming and failures").
+SAVED = dict(embed_dim=32, num_heads=2, depth=2, patch_size=4, mlp_ratio=4.0, gap=False, layer_scale=None,
+             num_blocks=None, step_embed=False, experts=4, recursions=2, solver="euler", ode_steps=None,
+             horizon=None, field="subtracted", extend="time", routing="depth", lora_rank=0, size=None)
+GIVEN = {"bvit": {"embed_dim": 48, "num_heads": 4, "depth": 3, "patch_size": 8, "mlp_ratio": 2.0, "gap": True,
+                  "layer_scale": 0.1, "num_blocks": 2, "step_embed": True},
+         "vit": {"depth": 3, "embed_dim": 48, "num_heads": 4},
+         "revit": {"experts": 2, "depth": 5, "routing": "smear", "embed_dim": 48},
+         "srvit": {"recursions": 3, "depth": 1},
+         "odevit": {"depth": 4, "ode_steps": 3, "solver": "rk4", "horizon": 6.0, "field": "blackbox", "extend": "refine"}}
+
+
+def flag_args(k, v):
+    name = "--" + k.replace("_", "-")
+    if isinstance(v, bool):
+        return [name] if v else []
+    return [name, str(v)]
+
+
+def test_a_flag_given_with_finetune_is_the_flag_the_run_takes_for_every_model(tmp_path, capsys):
+    failures = []
+    for model, given in GIVEN.items():
+        saved = dict(SAVED, model=model, ode_steps=2 if model == "odevit" else None, data="cifar100", img_size=None)
+        path = tmp_path / f"{model}.pt"
+        torch.save({"model": {"head.weight": torch.zeros(100, 32)}, "args": saved}, path)
+        for k, v in given.items():
+            capsys.readouterr()
+            train.cli(["--finetune", str(path), "--print-config", *flag_args(k, v)])
+            cfg = json.loads(capsys.readouterr().out)
+            if cfg[k] != v:
+                failures.append(f"{model} --{k} {v}: the run takes {cfg[k]}")
+            others = [o for o in saved if o not in given and o in checkpoints.ARCH_FLAGS and o != "size"
+                      and o not in checkpoints.LINKED.get(k, ())]
+            wrong = [o for o in others if cfg[o] != saved[o]]
+            if wrong:
+                failures.append(f"{model} --{k}: {wrong} not taken from the checkpoint")
+    assert not failures, "\n".join(failures)
+    # linked flags: --size sets width, heads and depth; odevit's --depth is its number of steps
+    capsys.readouterr()
+    train.cli(["--finetune", str(tmp_path / "bvit.pt"), "--print-config", "--size", "s"])
+    cfg = json.loads(capsys.readouterr().out)
+    assert (cfg["embed_dim"], cfg["num_heads"], cfg["depth"]) == (384, 6, 12)
+    saved = dict(SAVED, model="odevit", ode_steps=2)
+    torch.save({"model": {}, "args": saved}, tmp_path / "ode.pt")
+    train.cli(["--finetune", str(tmp_path / "ode.pt"), "--print-config", "--depth", "4"])
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["depth"] == 4 and cfg["ode_steps"] is None  # built with 4 steps (train.build_odevit)
+
+
+def test_finetune_then_requeue_with_resume_auto_continues_the_run(tmp_path, cifar_ckpt, capsys):
+    cifar, ckpt = cifar_ckpt  # a vit run: its architecture comes from the checkpoint
+    job = TINY[6:] + ["--data", "cifar100", "--data-dir", cifar, "--finetune", ckpt, "--resume", "auto",
+                       "--out-dir", str(tmp_path / "b")]
+    assert train.cli(job + ["--max-steps", "1"]) == 0
+    assert train.cli(job + ["--max-steps", "2"]) == 0, capsys.readouterr().err  # the requeued job
+    ck = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
+    assert ck["step"] == 2 and ck["args"]["model"] == "vit"
+    assert train.cli(job + ["--max-steps", "3", "--embed-dim", "64"]) == 2  # a given model flag: refused
+    assert "--embed-dim was 32, now 64" in capsys.readouterr().err
+
+
+def test_eval_only_default_depths_are_in_the_models_unit_and_eval_ema_needs_ema_weights(tmp_path, capsys):
+    data = ["--data", "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "16"]
+    src = tmp_path / "sr"
+    assert train.cli(TINY + data + ["--model", "srvit", "--recursions", "3", "--max-steps", "1",
+                                    "--out-dir", str(src)]) == 0
+    assert train.cli(data + ["--eval-only", "--resume", str(src), "--out-dir", str(tmp_path / "e")]) == 0
+    res = json.load(open(tmp_path / "e" / "depth_eval.json"))
+    assert res["trained_depth"] == 3 and [r["depth"] for r in res["results"]] == [2, 3, 6, 12, 24]  # recursions
+    capsys.readouterr()
+    assert train.cli(data + ["--eval-only", "--resume", str(src), "--eval-ema", "--ema", "0.9",
+                             "--out-dir", str(tmp_path / "e2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no EMA weights" in err[0], err

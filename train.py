@@ -29,8 +29,8 @@ from tqdm import tqdm
 import data
 import kernels
 from optim import EMA, Lamb, lr_lambda, param_groups
-from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkpoint_args, finetune_weights,
-                         load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
+from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkpoint_args, checkpoint_file,
+                         finetune_weights, load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
                          save_atomic, set_rng_state)
 from presets import PRESETS
 
@@ -408,6 +408,12 @@ class Preempted(Exception):
 PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
 
 
+def trained_depth(args):
+    """The trained depth in the unit of --eval-depths: recursions for srvit, solver steps for odevit
+    (its args.depth), block applications for the others."""
+    return args.recursions if args.model == "srvit" else args.depth
+
+
 def depth_report(args, model, rows, step):
     """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
     happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}]."""
@@ -415,7 +421,7 @@ def depth_report(args, model, rows, step):
     for r in rows:
         print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
     res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
-           "model": args.model, "trained_depth": args.depth, "step": step,
+           "model": args.model, "trained_depth": trained_depth(args), "step": step,
            "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
            "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
            "weights": rows[0].get("weights") if rows else None, "results": rows}
@@ -429,7 +435,7 @@ def depth_report(args, model, rows, step):
         return
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
-    ax.axvline(args.depth, color="gray", linestyle="--", label=f"trained depth {args.depth}")
+    ax.axvline(trained_depth(args), color="gray", linestyle="--", label=f"trained depth {trained_depth(args)}")
     ax.set_xscale("log", base=2)
     what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
     ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
@@ -445,13 +451,19 @@ def main(argv=None):
     if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
+    for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
+        setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
+    # Which value a flag takes (README "Resuming and failures"): the command line, else the preset,
+    # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
+    # architecture), else the default.
+    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's model flags count as given
     if args.eval_only:
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
         args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
-    elif args.finetune and not args.resume:
-        preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's model flags count as given
-        args = checkpoint_args(p, args, argv, args.finetune, lambda k: k in ARCH_FLAGS and k not in preset, "--finetune")
+    elif args.resume or args.finetune:  # with --resume, --finetune is ignored: the run continues
+        source = ("--resume", args.resume) if args.resume else ("--finetune", args.finetune)
+        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS and k not in preset, source[0])
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
@@ -565,6 +577,9 @@ def main(argv=None):
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
     if args.resume:
         ck = load_checkpoint(args.resume, args)
+        if args.eval_ema and ck.get("ema") is None:
+            raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
+                       "leave out --eval-ema to evaluate its model weights")
         for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
             if master:
                 print(line)
@@ -744,8 +759,8 @@ def main(argv=None):
     # --- evaluation at other depths ("beyond the training horizon") ---
     depths, rows = args.eval_depths or [], []
     weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
-    if args.eval_only and not depths:  # SPEC s1: 0.5, 1, 2, 4, 8 x the training depth
-        depths = sorted({max(1, round(f * args.depth)) for f in (0.5, 1, 2, 4, 8)})
+    if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
+        depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
     for depth in depths:
         try:
             r = evaluate(eval_model, val_loader, device, amp_ctx, depth=depth)
