@@ -12,12 +12,15 @@ The data root defaults to $RVITS_DATA, else ./data (SPEC section 7). Each DDP ra
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
 labels int64 (B,). A GPU-resident CIFAR loader (SPEC section 7) plugs in at `build_loader`.
 """
+import csv
 import io
 import math
 import os
 import pickle
+import signal
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -186,20 +189,49 @@ def _class_samples(folder, class_to_idx):
         raise DataError(f"{folder}: {str(e).split('. ')[0]}; {LAYOUT}: add images or remove the empty folders")
 
 
-def read_labels(path, class_to_idx):
-    """A labels file as plain text: lines `<file name> <class>` separated by whitespace or a comma
-    (further fields, e.g. Tiny-ImageNet's boxes, ignored; blank lines, `#` comments and a header
-    whose class is no class are skipped). Returns {file name: class index}; a name without its
-    extension also matches. Raises DataError naming the line of a class not in train/."""
-    out = {}
+def label_lines(path):
+    """The text lines of a labels file as spreadsheets and other tools write it: UTF-8 with or
+    without a byte-order mark ("CSV UTF-8"), UTF-16 with one ("Unicode text"), any line ending.
+    Raises DataError naming the first line that is not text in that encoding."""
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"labels file {path} is unreadable ({e}); give a text file of lines '<file> <class>'")
-    for n, line in enumerate(lines, 1):
-        fields = line.replace(",", " ").split()
+        raw = open(path, "rb").read()
+    except OSError as e:
+        raise DataError(f"labels file {path} is unreadable ({e.strerror}); give a text file of lines '<file> <class>'")
+    encoding = "utf-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    try:
+        return raw.decode(encoding).splitlines()
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"{path} line {line}: not {encoding.split('-sig')[0].upper()} text ({e.reason} at byte "
+                        f"{e.start}); save the file as UTF-8 (a spreadsheet's 'CSV UTF-8')")
+
+
+def label_rows(lines):
+    """The fields of a labels file's lines: CSV with the separator that splits the most lines in
+    two or more (comma, semicolon or tab; CSV quoting, so a quoted file name may hold spaces or
+    separators), else whitespace. The class field is the first word of the second field (ImageNet's
+    LOC_val_solution.csv: '<id>,<class> <box> ...'); further fields are kept as they are."""
+    def split(sep):
+        return [next(csv.reader([ln], delimiter=sep, skipinitialspace=True), []) for ln in lines]
+    best = max((split(sep) for sep in (",", ";", "\t")), key=lambda rows: sum(len(r) > 1 for r in rows))
+    if not any(len(r) > 1 for r in best):
+        return [ln.split() for ln in lines]
+    return [[r[0].strip(), *r[1].split(), *r[2:]] if len(r) > 1 else [f.strip() for f in r if f.strip()]
+            for r in best]
+
+
+HEADER_NAMES = ("imageid", "image_id", "image", "img", "file", "filename", "file_name", "name", "path", "id")
+
+
+def read_labels(path, class_to_idx):
+    """A labels file: lines `<file name> <class>` (label_lines, label_rows; further fields, e.g.
+    Tiny-ImageNet's boxes, ignored; blank lines, `#` comments and a header whose class is no class
+    are skipped). Returns {file name: class index}; a name without its extension also matches.
+    Raises DataError naming the line that could not be read or whose class is not in train/."""
+    out, lines = {}, label_lines(path)
+    for n, (line, fields) in enumerate(zip(lines, label_rows(lines)), 1):
         if not fields or fields[0].startswith("#") or (n == 1 and len(fields) > 1 and fields[1] not in class_to_idx
-                                                        and fields[0].lower() in ("imageid", "file", "filename")):
+                                                        and fields[0].lower() in HEADER_NAMES):
             continue
         if len(fields) < 2 or fields[1] not in class_to_idx:
             raise DataError(f"{path} line {n}: {line.strip()[:80]!r}: expected '<file name> <class>' with the "
@@ -268,13 +300,31 @@ class ImageFiles(Dataset):
 
     @staticmethod
     def open_rgb(file):
-        """PIL image in RGB of a path or file object, decoded in full (a truncated file fails here);
-        None when it cannot be decoded."""
+        """PIL image in 8-bit RGB of a path or file object (rgb8), decoded in full (a truncated file
+        fails here); None when it cannot be decoded."""
         try:
             with Image.open(file) as img:
-                return img.convert("RGB")
+                return rgb8(img)
         except Exception:  # PIL raises OSError, SyntaxError, ValueError, ... for broken files
             return None
+
+
+def rgb8(img):
+    """A PIL image as 8-bit RGB. PIL's convert("RGB") clips every value above 255, so a 16-bit image
+    (PNG/TIFF, modes I;16*) turned white; here it keeps its top 8 bits, as torchvision's decoders
+    scale 16-bit images to uint8. 32-bit integer images (mode I) are scaled by the bits their values
+    use (8, 16 or 31, the positive range of int32; PIL's I also holds 16-bit data), float images (mode F) from [0, 1] (else as
+    integers). Every other mode (L, P, RGBA, CMYK, LA, 1, ...) is PIL's own conversion."""
+    if not (img.mode.startswith("I;16") or img.mode in ("I", "F")):
+        return img.convert("RGB")
+    a = np.asarray(img).astype(np.float64)
+    top = a.max(initial=0.0)
+    if img.mode == "F" and top <= 1.0:
+        a = a * 255.0
+    else:
+        bits = 16 if img.mode.startswith("I;16") else next(b for b in (8, 16, 31) if top < 2.0 ** b or b == 31)
+        a = np.floor(a / 2.0 ** (bits - 8))
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "L").convert("RGB")
 
 
 def drop_undecodable(x, y, dataset):
@@ -336,7 +386,7 @@ class DeviceDecodeLoader:
         self.sampler = ResumableSampler(files, world_size, rank, seed)
         self.loader = DataLoader(FileBytes(files), batch_size, sampler=self.sampler, num_workers=workers,
                                  drop_last=True, persistent_workers=workers > 0, collate_fn=list,
-                                 generator=torch.Generator())
+                                 generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
 
     def __len__(self):
         return len(self.loader)
@@ -351,7 +401,8 @@ class DeviceDecodeLoader:
         images = [None] * len(raw)
         jpeg = [k for k, r in enumerate(raw) if len(r) > 2 and r[0] == 0xFF and r[1] == 0xD8]
         try:  # one batched call; a file it cannot decode fails it, then the CPU decodes each file
-            for k, img in zip(jpeg, decode_jpeg([raw[k] for k in jpeg], mode=ImageReadMode.RGB, device=self.device)):
+            for k, img in zip(jpeg, decode_jpeg([raw[k] for k in jpeg], mode=ImageReadMode.RGB, device=self.device)
+                              if jpeg else []):  # (a batch without a JPEG: no call, decode_jpeg refuses [])
                 images[k] = img
         except RuntimeError:
             pass
@@ -521,6 +572,15 @@ class DeviceCIFARLoader:
             yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 
+def ignore_stop_signals(worker_id=None):
+    """DataLoader worker_init_fn: SIGTERM and SIGUSR1 are ignored in loader worker processes. A
+    cluster signals the whole process group (scancel, preemption, torchrun's forwarding); a worker
+    that died of it would end the run before train.py, which gets the same signal, finishes its
+    step and writes the stop checkpoint. Workers still end with the loader."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
     """DataLoader over this rank's disjoint shard.
 
@@ -536,10 +596,10 @@ def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, worke
         # own generator: starting an iterator must not draw from the global RNG (exact resume)
         return DataLoader(Seeded(dataset), batch_size, sampler=sampler, num_workers=workers,
                           drop_last=True, persistent_workers=workers > 0, pin_memory=pin,
-                          generator=torch.Generator())
+                          generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
     shard = Subset(dataset, range(rank, len(dataset), world_size))
-    return DataLoader(shard, batch_size, shuffle=False, num_workers=workers,
-                      persistent_workers=workers > 0, pin_memory=pin, generator=torch.Generator())
+    return DataLoader(shard, batch_size, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
+                      pin_memory=pin, generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
 
 
 def batched_eval_loader(args, device):

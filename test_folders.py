@@ -198,3 +198,70 @@ def test_device_decode_path_matches_pil_after_the_same_crop(tmp_path, device):
         assert ((xa - xb.cpu()) * std).abs().mean() <= 2.0  # pixel units (0.000 on CPU-2)
         n += len(ya)
     assert n == 24
+
+
+# ----------------------------------------------------------------------------- pixels and label files as people have them (issue 24)
+def ramp(h=40, w=48):
+    return np.arange(h * w, dtype=np.float64).reshape(h, w) / (h * w - 1)  # 0 .. 1
+
+
+@pytest.mark.parametrize("mode, ext, make, bits", [
+    ("L", "png", lambda r: (r * 255).astype(np.uint8), 8),
+    ("I;16", "png", lambda r: (r * 65535).astype(np.uint16), 16),  # a 16-bit grayscale PNG
+    ("I;16", "tif", lambda r: (r * 65535).astype(np.uint16), 16),
+    ("I", "tif", lambda r: (r * 65535).astype(np.int32), 16),  # 32-bit integer holding 16-bit data
+    ("I", "tif", lambda r: (r * (2 ** 31 - 1)).astype(np.int32), 31),  # the positive range of int32
+    ("F", "tif", lambda r: r.astype(np.float32), None),  # float in [0, 1]
+    ("RGB", "png", lambda r: np.stack([(r * 255).astype(np.uint8)] * 3, -1), 8),
+    ("LA", "png", lambda r: np.stack([(r * 255).astype(np.uint8)] * 2, -1), 8),
+])
+@pytest.mark.parametrize("path", ["cpu", "device decode"])
+def test_every_pil_mode_decodes_to_the_files_mean_pixel(tmp_path, mode, ext, make, bits, path):
+    """PIL's convert("RGB") clips values above 255: a 16-bit PNG decoded all white (mean 255). Both
+    decode paths (ImageFiles, and DeviceDecodeLoader's CPU fallback for non-JPEGs) now scale to 8
+    bits: the decoded mean is the file's mean in 8-bit units."""
+    arr = make(ramp())
+    file = tmp_path / f"img.{ext}"
+    Image.fromarray(arr).save(file)
+    assert Image.open(file).mode == mode  # the file holds what the case says
+    raw = np.asarray(Image.open(file)).astype(np.float64)
+    gray = raw[..., 0] if raw.ndim == 3 else raw
+    gray = np.clip(gray * 255 if bits is None else np.floor(gray / 2 ** (bits - 8)), 0, 255)  # the file in 8 bits
+    t = data.build_transform(False, 40, (0.0,) * 3, (1 / 255,) * 3, "imagenet")  # pixels in 0..255 units
+    want = t(Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")).mean().item()  # same resize and crop
+    files = data.ImageFiles([(str(file), 0)], ["a"], t, 40)
+    if path == "cpu":
+        x = files[0][0]
+    else:
+        x = data.DeviceDecodeLoader(files, 1, workers=0, device="cpu").decode(
+            [(torch.frombuffer(bytearray(file.read_bytes()), dtype=torch.uint8), 0, 0, 0)])[0][0]
+    assert abs(x.mean().item() - want) < 1.0, (mode, x.mean().item(), want)
+    assert want > 100  # a mid-gray ramp: all-white (255) or all-black (0) would fail
+
+
+def write(path, text, encoding="utf-8"):
+    path.write_bytes(text.encode(encoding))
+    return str(path)
+
+
+def test_label_files_as_spreadsheets_write_them(tmp_path):
+    classes = {"n01": 0, "n02": 1}
+    want = {"a 1.jpg": 0, "b.jpg": 1, "c,2.jpg": 0}
+    rows = [("a 1.jpg", "n01"), ("b.jpg", "n02"), ("c,2.jpg", "n01")]
+    quoted = lambda sep: "".join(f'"{f}"{sep}{c}\r\n' for f, c in rows)  # noqa: E731
+    cases = {
+        "CSV UTF-8 (byte-order mark), header": write(tmp_path / "bom.csv", "\ufefffile,class\r\n" + quoted(","), "utf-8"),
+        "semicolon (European Excel)": write(tmp_path / "semi.csv", "Filename;Label\n" + quoted(";")),
+        "tab separated": write(tmp_path / "tab.tsv", quoted("\t")),
+        "UTF-16 (Unicode text)": write(tmp_path / "u16.txt", "\ufeff" + quoted("\t"), "utf-16-le"),
+    }
+    for name, path in cases.items():
+        assert data.read_labels(path, classes) == want, name
+    plain = write(tmp_path / "plain.txt", "b.jpg n02\n# a comment\n\nx.jpg n01 0 0 63 63\n")  # whitespace, extra fields
+    assert data.read_labels(plain, classes) == {"b.jpg": 1, "x.jpg": 0}
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("b.jpg,n02\n".encode() + "caf\u00e9.jpg,n01\n".encode("latin-1"))
+    with pytest.raises(data.DataError, match="line 2: not UTF-8 text"):
+        data.read_labels(str(latin), classes)
+    with pytest.raises(data.DataError, match="line 2: 'b.jpg;n99'"):
+        data.read_labels(write(tmp_path / "bad.csv", "a.jpg;n01\nb.jpg;n99\n"), classes)
