@@ -265,3 +265,31 @@ def test_label_files_as_spreadsheets_write_them(tmp_path):
         data.read_labels(str(latin), classes)
     with pytest.raises(data.DataError, match="line 2: 'b.jpg;n99'"):
         data.read_labels(write(tmp_path / "bad.csv", "a.jpg;n01\nb.jpg;n99\n"), classes)
+
+
+# ----------------------------------------------------------------------------- a batch or an epoch with nothing in it (issue 24)
+@needs_sample
+def test_a_step_whose_only_image_is_undecodable_makes_no_optimizer_step(tmp_path, capsys):
+    root = folder(tmp_path / "d")  # 12 training images
+    truncate_one(root)
+    out = tmp_path / "o"
+    rc = train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(out), "--batch-size", "1", "--max-steps", "12",
+                          "--eval-batch-size", "4"])
+    assert rc == 0, capsys.readouterr().err
+    rec = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    assert rec["step"] == 12 and np.isfinite(rec["train_loss"]) and rec["skipped_images"] == 1
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert {float(s["step"]) for s in ck["optimizer"]["state"].values()} == {11.0}  # 12 steps, one without an image
+
+
+@needs_sample
+def test_a_validation_set_without_a_usable_image_is_one_line_after_the_epoch_is_saved(tmp_path, capsys):
+    root = folder(tmp_path / "d")
+    for f in (root / "val").rglob("*.JPEG"):
+        f.write_bytes(b"not an image")
+    out = tmp_path / "o"
+    rc = train.cli(RUN + ["--data-dir", str(root), "--out-dir", str(out), "--max-steps", "3"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]
+    assert rc == 2 and len(err) == 1 and "no validation image could be used" in err[0], err
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["step"] == 3 and ck["epoch"] == 1  # the epoch's training is kept

@@ -367,7 +367,8 @@ def parse_args(p, argv=None):
 # ----------------------------------------------------------------------------- helpers
 @torch.no_grad()
 def evaluate(model, loader, device, amp_ctx, depth=None):
-    """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks."""
+    """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks. Raises
+    EmptyEvaluation when no rank had a usable image."""
     model.eval()
     sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
     for x, y in loader:
@@ -388,7 +389,14 @@ def evaluate(model, loader, device, amp_ctx, depth=None):
         dist.all_reduce(sums)
     loss, a1, a5, n = sums.tolist()
     model.train()
+    if not n:
+        raise EmptyEvaluation("no validation image could be used: every one was undecodable (the warnings above "
+                              "name them); fix or replace the validation images")
     return {"val_loss": loss / n, "val_acc1": 100 * a1 / n, "val_acc5": 100 * a5 / n}
+
+
+class EmptyEvaluation(Fail):
+    """An evaluation without a single usable image (all undecodable): one line, exit status 2."""
 
 
 def model_log(model):
@@ -671,7 +679,7 @@ def main(argv=None):
         bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not master, dynamic_ncols=True)
         batches = iter(train_loader)
         for i in range(left):
-            step_loss = 0.0
+            step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step
                 t_wait = time.perf_counter()
                 x, y = next(batches)
@@ -683,6 +691,11 @@ def main(argv=None):
                         again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
                         raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
                                    f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then {again}")
+                empty = not len(y)  # every image of the micro-batch was undecodable
+                if empty and not ddp:
+                    continue  # nothing to learn from: no forward, no backward, no step below if all are
+                if empty:  # DDP: a zero-weighted stand-in image keeps this rank in the gradient all-reduce
+                    x, y = torch.zeros((1, *x.shape[1:])), torch.zeros(1, dtype=torch.long)
                 x, y = mix_and_smooth(x.to(device, non_blocking=True), y.to(device, non_blocking=True), mix, args,
                                       num_classes)
                 # DDP all-reduces the gradients in the last micro-batch's backward only
@@ -694,14 +707,18 @@ def main(argv=None):
                             term = distiller(x, logits)
                             raw_model.aux["distill_loss"] = term.detach()  # logged with the model's terms
                             loss = loss + args.distill_weight * term
-                    scaler.scale(loss / args.grad_accum).backward()  # the mean over the whole batch
-                step_loss += loss.detach() / args.grad_accum
-                n_img += x.shape[0] * world
-            # gradients are all-reduced, so every rank skips the same steps
-            bad = optimizer_step(raw_model, optimizer, scaler, args.clip_grad)
-            loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
-            n_steps += 1 - bad
-            bad_run = (bad_run + 1) * bad
+                    scaler.scale(loss * (0.0 if empty else 1.0 / args.grad_accum)).backward()  # the batch mean
+                if not empty:
+                    step_loss += loss.detach() / args.grad_accum
+                    n_img += x.shape[0] * world
+                    seen += 1
+            if seen or ddp:  # gradients are all-reduced, so every rank skips the same steps
+                bad = optimizer_step(raw_model, optimizer, scaler, args.clip_grad)
+                loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
+                n_steps += 1 - bad
+                bad_run = (bad_run + 1) * bad
+            else:  # one process, no usable image in the whole step: no optimizer step, nothing logged
+                optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             if ema is not None:
                 ema.update(raw_model)
@@ -738,23 +755,28 @@ def main(argv=None):
         if ddp:
             dist.all_reduce(loss_sum)
             dist.all_reduce(skipped)
+        inside = first + left < steps_per_epoch  # stopped inside the epoch by --max-steps: resumable there
+        position = (epoch, first + left, sums()) if inside else (epoch + 1, 0, {})  # where the run continues
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
-               "train_loss": loss_sum.item() / max(1, n_steps.item() * world),
-               **evaluate(raw_model, val_loader, device, amp_ctx),
-               "img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)}
+               "train_loss": loss_sum.item() / max(1, n_steps.item() * world)}
+        try:
+            rec.update(evaluate(raw_model, val_loader, device, amp_ctx))
+            if ema is not None:
+                rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
+        except EmptyEvaluation as e:  # the epoch's training is kept first
+            save(*position)
+            raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
+        rec.update({"img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)})
         if args.data == "imagenet":
             rec["skipped_images"] = int(skipped.item())
-        if ema is not None:
-            rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
         if master:
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
-        if first + left < steps_per_epoch:  # stopped inside the epoch by --max-steps: resumable there
-            save(epoch, first + left, sums())
+        save(*position)
+        if inside:
             break
         epoch += 1
-        save(epoch, 0, {})
 
     # --- evaluation at other depths ("beyond the training horizon") ---
     depths, rows = args.eval_depths or [], []
