@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import data
@@ -177,3 +178,62 @@ def test_a_second_run_on_a_live_out_dir_is_refused_and_a_dead_one_leaves_no_lock
     live.kill()  # SIGKILL: no chance to clean up; the OS releases the lock
     live.wait()
     assert train.cli(SYNTH + ["--max-steps", "1", "--out-dir", str(out)]) == 0
+
+
+# ----------------------------------------------------------------------------- signals to the whole process group (issue 24)
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+
+
+def command(args, launcher):
+    """train.py with `args`, under `launcher` (torchrun) if given."""
+    return [*launcher, os.path.join(ROOT, "train.py"), *args] if launcher else cmd(args)
+
+
+def signal_the_group(job, out, sig, launcher=()):
+    """Start `job` in a process group of its own (as a cluster job is), signal the whole group once
+    the first mid-epoch checkpoint is written, and return (exit status, stderr)."""
+    p = subprocess.Popen(command(job + ["--out-dir", out], launcher), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        for line in p.stdout:
+            if line.startswith("saved checkpoint at step 3"):
+                os.killpg(p.pid, sig)  # scancel / preemption: every process of the job
+                break
+        p.stdout.read()
+        err = p.stderr.read()
+        return p.wait(timeout=120), err
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("case", ["cifar, 2 loader workers, SIGTERM", "image folder, 1 loader worker, SIGUSR1",
+                                  "torchrun, 2 processes, 1 loader worker each, SIGTERM"])
+def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_requeue_finishes(tmp_path, case):
+    """A cluster signals every process of a job. Loader workers leave the decision to the training
+    process (data.ignore_stop_signals): same one line, same stop checkpoint as a signal to the
+    training process alone, and the same command with --resume auto finishes the run."""
+    sig = signal.SIGUSR1 if "SIGUSR1" in case else signal.SIGTERM
+    workers = "2" if "2 loader" in case else "1"
+    if "folder" in case:
+        if not os.path.isdir(SAMPLE):
+            pytest.skip("../shared/data/imagenet-sample not present")
+        data_flags = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "32", "--patch-size", "8"]
+    else:
+        data_flags = ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--cpu-loader"]
+    job = TINY[:6] + ["--device", "cpu", "--workers", workers, "--val-subset", "16", "--eval-batch-size", "16",
+                      "--batch-size", "4", *data_flags, "--max-steps", "12", "--save-every", "3", "--resume", "auto"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(free_port())] if "torchrun" in case else []
+    out = str(tmp_path / "run")
+    rc, err = signal_the_group(job, out, sig, launcher)
+    said = [ln for ln in err.splitlines() if ln.startswith("train.py:")]
+    assert said and all(f"stopped by {sig.name}" in ln for ln in said), err[-3000:]
+    assert "Traceback" not in err or launcher, err[-3000:]  # (torchrun's own report of a signal is a traceback)
+    assert rc == (train.PREEMPTED if not launcher else 1), err[-3000:]
+    ck = load(os.path.join(out, "ckpt.pt"))
+    assert 3 <= ck["step"] < 12
+    again = subprocess.run(command(job + ["--out-dir", out], launcher), capture_output=True, text=True, cwd=ROOT,
+                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert load(os.path.join(out, "ckpt.pt"))["step"] == 12
