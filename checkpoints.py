@@ -145,6 +145,9 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
     scheduler.load_state_dict(ck["scheduler"])
     for g, wd in zip(optimizer.param_groups, decays):
         g["weight_decay"] = wd
+        # the implementation is this run's, not the checkpoint's: train.py's step needs the fused
+        # AdamW (it reads found_inf), which runs before 2026-12-01 saved as fused=False on the CPU
+        g.update({k: optimizer.defaults[k] for k in ("fused", "foreach") if k in optimizer.defaults})
     scheduler.base_lrs = [lr] * len(optimizer.param_groups)
     for g, f in zip(optimizer.param_groups, scheduler.lr_lambdas):  # as LambdaLR computes it
         g["lr"] = lr * f(scheduler.last_epoch)
@@ -178,11 +181,8 @@ def resume_changes(ck, args, world, path):
         changes.append(("processes", len(ck["rng"]), world))
     for k, old, new in changes:
         flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
-        if k in ARCH_FLAGS:
-            cause = [f"--{c.replace('_', '-')} {saved[c]} -> {getattr(args, c)}" for c in ("data", "img_size")
-                     if k == "patch_size" and c in saved and saved[c] != getattr(args, c)]  # derived from them
-            why = f" (derived: {', '.join(cause)} changed the image size)" if cause else ""
-            raise Fail(f"--resume {path}: {flag} was {old}, now {new}{why}, which changes the model; give the "
+        if k in ARCH_FLAGS:  # (given on the command line: the others come from the checkpoint)
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
                        f"original value, or start a new run from these weights with --finetune {path}")
         if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
             raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "

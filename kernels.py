@@ -1,7 +1,7 @@
 """Device plumbing for rvits: how train.py, bench.py and analyze.py compile a model and end a
 compiled process. Model files never import it (each has its own `compile_regions()`).
 
-1. `compile_for_training`: which torch.compile serves the training forward.
+1. `choose_scope`, `compile_for_training`: which torch.compile serves the training forward.
    - "blocks" (regional compilation): each distinct block compiled once (`model.compile_regions()`),
      the depth loop, embedding, head and loss eager. Compile time does not grow with depth and a new
      depth needs no recompilation, but every step launches each block's kernels from Python: a
@@ -29,14 +29,11 @@ import torch
 SCOPES = ("auto", "blocks", "model")
 
 
-def compile_for_training(model, scope="auto", device=None, blockers=()):
-    """Compile `model` (before DDP) for training; returns the module the training step calls.
-
-    scope: one of SCOPES (module docstring). The blocks are always compiled regionally (evaluation
-    and DDP use them); with "model" (or "auto" where it applies) the returned module is
-    torch.compile(model), in mode "reduce-overhead" on CUDA, sharing the model's parameters.
-    blockers: the caller's reasons why the training forward cannot be one graph (e.g. "DDP").
-    Raises ValueError for "model" where a blocker, or the model itself, rules it out."""
+def choose_scope(model, scope="auto", blockers=()):
+    """The compile scope `scope` (one of SCOPES) resolves to for `model`: ("model" or "blocks", why not
+    "model" or None). blockers: the caller's reasons why the training forward cannot be one graph
+    (train.py: DDP, --teacher, --eval-only). Raises ValueError for "model" where a blocker, or the
+    model itself (`trains_as_one_graph()`), rules it out. Compiles nothing."""
     if scope not in SCOPES:
         raise ValueError(f"compile scope {scope!r}; allowed: {', '.join(SCOPES)}")
     blockers = list(blockers)
@@ -44,8 +41,18 @@ def compile_for_training(model, scope="auto", device=None, blockers=()):
         blockers.append(f"{type(model).__name__}'s training forward changes shape from step to step")
     if scope == "model" and blockers:
         raise ValueError(f"scope 'model' is not available here ({'; '.join(blockers)}); use blocks or auto")
+    if scope == "blocks":
+        return "blocks", "asked for"
+    return ("blocks", "; ".join(blockers)) if blockers else ("model", None)
+
+
+def compile_for_training(model, scope, device=None):
+    """Compile `model` (before DDP) for training in `scope` ("blocks" or "model", from choose_scope);
+    returns the module the training step calls. The blocks are always compiled regionally
+    (evaluation and DDP use them); "model" returns torch.compile(model), in mode "reduce-overhead"
+    on CUDA, sharing the model's parameters."""
     model.compile_regions() if hasattr(model, "compile_regions") else model.compile()
-    if scope == "blocks" or blockers:
+    if scope == "blocks":
         return model
     cuda = device is not None and torch.device(device).type == "cuda"
     return torch.compile(model, mode="reduce-overhead" if cuda else None)

@@ -237,3 +237,17 @@ def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_reque
                            timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert again.returncode == 0, again.stderr[-3000:]
     assert load(os.path.join(out, "ckpt.pt"))["step"] == 12
+
+
+def test_a_checkpoint_of_the_earlier_non_fused_adamw_resumes(tmp_path):
+    """Runs before the device-side skip of non-finite steps saved AdamW as fused=False on the CPU;
+    the fused AdamW this train.py needs (it reads found_inf) must take over on --resume."""
+    out = tmp_path / "o"
+    job = SYNTH + ["--batch-size", "16", "--out-dir", str(out)]
+    assert train.cli(job + ["--max-steps", "2"]) == 0
+    ck = load(out / "ckpt.pt")
+    for g in ck["optimizer"]["param_groups"]:
+        g.update(fused=False, foreach=None)  # as f937315 saved it
+    torch.save(ck, out / "ckpt.pt")
+    assert train.cli(job + ["--max-steps", "4", "--resume", "auto"]) == 0
+    assert load(out / "ckpt.pt")["step"] == 4

@@ -197,17 +197,19 @@ def test_compile_scope_model_is_refused_where_the_forward_is_not_one_graph_and_a
     import kernels
     import revit
     kw = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=16, num_heads=2, depth=2)
-    elastic = revit.ReViT(experts=2, depth_dropout=0.3, **kw)
-    assert kernels.compile_for_training(elastic, "auto") is elastic  # blocks only
+    elastic, plain = revit.ReViT(experts=2, depth_dropout=0.3, **kw), bvit.BViT(**kw)
+    scope, why = kernels.choose_scope(elastic, "auto")
+    assert scope == "blocks" and "changes shape" in why
     with pytest.raises(ValueError, match="changes shape"):
-        kernels.compile_for_training(revit.ReViT(experts=2, depth_dropout=0.3, **kw), "model")
-    m = bvit.BViT(**kw)
+        kernels.choose_scope(elastic, "model")
     with pytest.raises(ValueError, match="DDP"):
-        kernels.compile_for_training(m, "model", blockers=["DDP"])
-    assert kernels.compile_for_training(bvit.BViT(**kw), "auto", blockers=["DDP"]).__class__ is bvit.BViT
-    whole = kernels.compile_for_training(bvit.BViT(**kw), "auto")
+        kernels.choose_scope(plain, "model", blockers=["DDP"])
+    assert kernels.choose_scope(plain, "auto", blockers=["DDP"]) == ("blocks", "DDP")
+    assert kernels.choose_scope(plain, "auto") == ("model", None)
+    assert kernels.choose_scope(revit.ReViT(experts=2, depth_dropout=0.0, **kw), "auto")[0] == "model"
+    assert kernels.compile_for_training(plain, "blocks") is plain
+    whole = kernels.compile_for_training(bvit.BViT(**kw), "model")
     assert whole.__class__ is not bvit.BViT and whole._orig_mod.__class__ is bvit.BViT  # torch.compile's wrapper
-    assert revit.ReViT(experts=2, depth_dropout=0.0, **kw).trains_as_one_graph()
 
 
 class HostReads:

@@ -175,11 +175,10 @@ def bad_cases(tmp_path, cifar):
         "corrupt dataset file": (["--data", "cifar100", "--data-dir", corrupt], "unreadable"),
         "truncated checkpoint": (d + ["--model", "vit", "--resume", truncated], "corrupt"),
         "a text file as checkpoint": (d + ["--resume", garbage], "not a checkpoint (torch.save writes a zip"),
-        "checkpoint of another model": (d + ["--resume", vit_ckpt], "--model vit"),
+        "checkpoint of another model": (d + ["--model", "bvit", "--resume", vit_ckpt], "--model vit"),
         "checkpoint of another shape": (d + ["--resume", os.path.join(wide, "ckpt.pt")], "changes the model"),
         "checkpoint at another image size": (d + ["--embed-dim", "64", "--resume", os.path.join(wide, "ckpt.pt"),
-                                              "--img-size", "128"],  # the derived --patch-size changes
-                                             "--patch-size was 4, now 16 (derived: --img-size None -> 128 changed"),
+                                              "--img-size", "128"], "--img-size was None, now 128"),  # mid-epoch
         "malformed eval depths": (d + ["--eval-depths", "3,x"], "--eval-depths"),
         "zero eval depth": (d + ["--eval-depths", "0,3"], "--eval-depths"),
         "out-dir not writable": (d + ["--out-dir", os.path.join(a_file, "sub")], "--out-dir"),
@@ -199,6 +198,9 @@ def bad_cases(tmp_path, cifar):
                                              "smear"], "got --routing smear"),
         "distill without teacher": (d + ["--distill", "logits"], "--teacher"),
         "unknown device": (d + ["--device", "tpu"], "--device"),
+        "compile scope without --compile": (d + ["--compile-scope", "model"], "needs --compile"),
+        "whole-model compile of elastic depth": (d + ["--model", "revit", "--compile", "--compile-scope", "model",
+                                                      "--out-dir", str(tmp_path / "fresh")], "changes shape"),
     }
 
 
@@ -226,6 +228,7 @@ def test_every_bad_input_is_one_clear_line_exit_2_and_keeps_the_checkpoint(tmp_p
             failures.append(f"{name}: rc={rc} stderr={lines[-3:]}")
     assert not failures, "\n".join(failures)
     assert (out / "ckpt.pt").read_bytes() == sentinel
+    assert not (tmp_path / "fresh").exists() or not os.listdir(tmp_path / "fresh")  # refused before writing
 
 
 # ----------------------------------------------------------------------------- failures

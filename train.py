@@ -276,11 +276,11 @@ def get_parser():
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
       help="autocast dtype; auto = bf16 on CUDA, none on CPU")
     a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
-    a("--compile-scope", default="auto", choices=list(kernels.SCOPES), help="with --compile: blocks = "
-      "each distinct block compiled once, the step loop eager (regional compilation); model = the whole "
-      "training forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
-      "evaluation at any depth; one process only, not for reViT's elastic depth; auto (default) = model "
-      "where it applies, else blocks (kernels.py)")
+    a("--compile-scope", choices=list(kernels.SCOPES), help="with --compile: blocks = each distinct "
+      "block compiled once, the step loop eager (regional compilation); model = the whole training "
+      "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
+      "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
+      "depth or token routing; auto (the default) = model where it applies, else blocks (kernels.py)")
     a("--device", default="auto", help="auto, cpu, cuda")
     a("--seed", type=int, default=0)
     a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
@@ -492,6 +492,8 @@ def main(argv=None):
     device = torch.device(f"cuda:{local_rank}" if args.device == "cuda" else "cpu")
     if args.amp == "auto":
         args.amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
+    if args.compile_scope and not args.compile:
+        p.error(f"--compile-scope {args.compile_scope} needs --compile")
     if args.eval_ema and not args.ema:
         p.error("--eval-ema needs EMA weights: train with --ema DECAY (--eval-only takes it from the checkpoint)")
     if args.amp == "fp16" and device.type == "cpu":
@@ -561,6 +563,14 @@ def main(argv=None):
             distiller = distill.Distiller(model, teacher, args.distill, args.distill_temperature).to(device)
         except ValueError as e:
             raise Fail(str(e))
+    scope, why = "blocks", None  # --compile: checked here, before anything is written
+    if args.compile:
+        blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
+                                        ("--eval-only", args.eval_only)) if on]
+        try:
+            scope, why = kernels.choose_scope(raw_model, args.compile_scope or "auto", blockers)
+        except ValueError as e:
+            raise Fail(f"--compile-scope {args.compile_scope}: {e}")
     if args.opt == "lamb":  # eps 1e-8: DeiT's --opt-eps default (our reading of its code)
         optimizer = Lamb(param_groups(model, args.weight_decay), lr=args.lr, eps=1e-8)
     else:
@@ -621,14 +631,10 @@ def main(argv=None):
 
     compiled = ""
     if args.compile:  # before DDP: the blocks (regional), and the training forward whole where it can be
-        blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
-                                        ("--eval-only", args.eval_only)) if on]
-        try:
-            model = kernels.compile_for_training(model, args.compile_scope, device, blockers)
-        except ValueError as e:
-            raise Fail(f"--compile-scope {args.compile_scope}: {e}")
-        compiled = ", compiled: " + ("each block" if model is raw_model else "the whole training forward"
-                                     + (" (CUDA graphs)" if device.type == "cuda" else "") + " and each block")
+        model = kernels.compile_for_training(model, scope, device)
+        compiled = ", compiled: " + (f"each block (not the whole forward: {why})" if scope == "blocks" else
+                                     "the whole training forward" + (" (CUDA graphs)" if device.type == "cuda"
+                                                                     else "") + " and each block")
     raw_distiller = distiller
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -737,8 +743,11 @@ def main(argv=None):
                 continue  # (one process reads its signal flag every step: a host list, no sync)
             last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
             if nonfinite >= args.max_nonfinite:
-                raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); the last "
-                           f"good checkpoint is {ckpt_path}; lower --lr or use --amp bf16/none")
+                bar.close()
+                kept = (f"the last good checkpoint is {ckpt_path}" if os.path.exists(ckpt_path)
+                        else "no checkpoint was written before them")
+                raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); {kept}; "
+                           "lower --lr or use --amp bf16/none")
             if master:
                 bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
