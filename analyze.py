@@ -13,8 +13,8 @@ installed. Any bad input is one line `analyze.py: error: ...` and exit status 2.
    tokens (class token excluded) after the embedding and after every step, before the final norm,
    as the layer-by-layer CKA maps of Raghu et al. 2021 ("Do Vision Transformers See Like
    Convolutional Neural Networks?"). reViT checkpoints also get their gate table g_e(t_k).
-2. The mechanistic analyses of the bViT paper (Byra et al.; papers/training-crossroads-bvit-
-   softmor-loopvae-abstracts.txt: "analyses of activations, attention and step-specific pruning
+2. The mechanistic analyses of the bViT paper (Byra et al., arXiv 2605.10661,
+   abstract: "analyses of activations, attention and step-specific pruning
    show that the shared block changes its effective behavior across recurrent steps"), per step k
    (steps.json): the mean L2 norm of the tokens (all of them) after step k; the attention entropy
    of each head in nats (mean over queries, class token included, and images; a uniform map over

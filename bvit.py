@@ -9,9 +9,10 @@ changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks s
 steps in contiguous phases: 1 is bViT, `depth` is the untied ViT/DeiT baseline (parameter names
 as in timm, so a timm ViT state dict loads with strict=True), 4 is a four-phase (Raptor-style) model.
 Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
-`init="mimetic"|"structured"` initializes attention as in SPEC section 6 (`init_attention_`).
+`init="mimetic"|"structured"` initializes attention as Structured Initialization (Zheng et al., arXiv 2505.19985) or
+mimetic init (Trockman & Kolter, arXiv 2305.09828) do (`init_attention_`).
 
-Equations (SPEC section 0): z_0 = [cls; patch_embed(x)] + pos_embed
+Equations (ViT, Dosovitskiy et al., arXiv 2010.11929; pre-norm as timm): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
     logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without (timm GAP)
 
@@ -102,7 +103,7 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (SPEC section 0)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; pre-norm as timm)."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -124,7 +125,9 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------- attention inits
-# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
+# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
+# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
 # [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
 INITS = ("default", "mimetic", "structured")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
@@ -176,7 +179,7 @@ def init_attention_(attn, init, pos, grid):
 class BViT(nn.Module):
     """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases.
 
-    Step k (0-based) of L uses block floor(k * num_blocks / L) (SPEC section 1), recomputed for
+    Step k (0-based) of L uses block floor(k * num_blocks / L) (our rule; Raptor's phases, arXiv 2512.19941), recomputed for
     any `depth` given at call time. num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
 
     Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
@@ -253,7 +256,7 @@ class BViT(nn.Module):
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # each distinct block once
@@ -372,7 +375,7 @@ class BViT(nn.Module):
         return 2 * macs
 
 
-# Named configurations (SPEC section 0). bvit_*: one shared block; vit_*: depth untied blocks.
+# Named configurations (the ViT/DeiT sizes Ti, S, B, L). bvit_*: one shared block; vit_*: depth untied blocks.
 _SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
 
 

@@ -8,9 +8,9 @@
   (`image_folder`); undecodable files are skipped (`ImageFiles`, `drop_undecodable`).
 - `synthetic`: deterministic random images, for smoke tests and benchmarks only.
 
-The data root defaults to $RVITS_DATA, else ./data (SPEC section 7). Each DDP rank sees a
+The data root defaults to $RVITS_DATA, else ./data. Each DDP rank sees a
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
-labels int64 (B,). A GPU-resident CIFAR loader (SPEC section 7) plugs in at `build_loader`.
+labels int64 (B,). A GPU-resident CIFAR loader plugs in at `build_loader`.
 """
 import csv
 import io

@@ -1,7 +1,7 @@
 """ODEViT: the shared recurrent ViT block read as a neural ODE, solved with fixed-step solvers.
 
 Paper: "Training Crossroads for Recurrent ViTs: Recurrence, Neural ODEs, and Deep Supervision"
-(Gruszczynski et al.; abstract only, papers/ and papers/notes.md section 1).
+(Gruszczynski et al.; only its abstract was available to us).
 
 Idea. bViT applies one residual block F repeatedly: z_{k+1} = F(z_k). Since F(z) = z + v(z),
 that is one Euler step of size 1 of the state-subtracted field dz/dt = F(z) - z. Here the same
@@ -10,7 +10,7 @@ t = 0 to the horizon T, so solver, step size and horizon become knobs: cost is c
 evaluations (NFE), and more steps at inference either extend T (recurrence view) or refine h
 (ODE view). The black-box field dz/dt = F(z) is kept because the paper measures its cost.
 
-Equations (SPEC sections 0 and 2):
+Equations (our reading of the abstract; the block F as in bvit.py):
     z(0) = [cls; patch_embed(x)] + pos_embed                          (B, 1+N, D)
     dz/dt = F(z) - z   (field="subtracted")   or   dz/dt = F(z)   (field="blackbox")
     h = T / steps;  euler with h = 1 and steps = depth: z_{k+1} = F(z_k), bViT bit for bit
@@ -45,7 +45,7 @@ def odeint(f: Callable, z0: torch.Tensor, t0, t1, steps: int, method: str = "eul
       midpoint  z + h f(t + h/2, z + h/2 k1)                      (order 2, 2 calls)
       heun      z + h/2 (k1 + f(t + h, z + h k1))                 (order 2, 2 calls)
       rk4       z + h/6 (k1 + 2 k2 + 2 k3 + k4), classic          (order 4, 4 calls)
-    subtracted=True: f returns G(t, z) and the field is G(t, z) - z (SPEC section 2). Euler's
+    subtracted=True: f returns G(t, z) and the field is G(t, z) - z. Euler's
     update is then written (1 - h) z + h G, which for h = 1 is G bit for bit (0 * z + G), so the
     recurrence z <- G(z) is reproduced exactly instead of up to the rounding of z + (G - z).
     Step sizes are Python floats; the time grid t0 + k h is computed from k (no drift).
@@ -136,7 +136,7 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (SPEC section 0)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv 2010.11929; pre-norm as timm)."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0):
         super().__init__()
@@ -155,7 +155,9 @@ class Block(nn.Module):
 
 # ----------------------------------------------------------------------------- the model
 # ----------------------------------------------------------------------------- attention inits
-# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
+# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
+# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
 # [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
 INITS = ("default", "mimetic", "structured")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
@@ -323,7 +325,7 @@ class ODEViT(nn.Module):
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # the shared block, once
@@ -440,7 +442,7 @@ class ODEViT(nn.Module):
         return 2 * (N * D * self.in_chans * p * p + nfe * per_eval + D * self.num_classes)
 
 
-# Named configurations (SPEC section 0): the bViT widths, 12 steps (24 for L) of Euler with h = 1.
+# Named configurations (the ViT/DeiT sizes): the bViT widths, 12 steps (24 for L) of Euler with h = 1.
 _SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
 
 

@@ -14,8 +14,9 @@ Three families:
 # A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
 # argparse name). The flags become the parser's defaults, so flags given explicitly still win.
 # CIFAR-100 arms of the Training Crossroads study, whose protocol was not found: one recipe for all,
-# the 32x32 recipe of papers/notes.md s8 (structured-init ECCV recipe plus the NeurIPS recipe's
-# MixUp, CutMix, label smoothing and drop path: our choice), Ti width, patch 4, 12 steps, evaluated
+# our choice: the 32x32 recipe of the structured-init authors' earlier code (github.com/osiriszjq/
+# structured_init: AdamW 1e-3, batch 512, 200 epochs, warmup 10, clip 3.0, RandAugment m9) plus their
+# later recipe's MixUp, CutMix, label smoothing and drop path; Ti width, patch 4, 12 steps, evaluated
 # at 0.5x to 4x the trained depth ("beyond the training horizon").
 CIFAR = dict(data="cifar100", size="ti", patch_size=4, depth=12, epochs=200, batch_size=512, opt="adamw",
              lr=1e-3, min_lr=1e-6, weight_decay=0.05, warmup_epochs=10.0, clip_grad=3.0, randaug=9.0,

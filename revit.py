@@ -8,7 +8,7 @@ FFN of each step is its own dense FFN, a convex combination of E stored expert F
 are programmed by the step's normalized depth t ("weight-space merging": one FFN per step, any E).
 As t lives in [0, 1], one checkpoint runs at any depth, or is materialized into L dense FFNs.
 
-Equations (SPEC section 3): for L steps, t_k = k / (L - 1) (t = 0 when L = 1), and
+Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t = 0 when L = 1), and
     g(t) = softmax(router(t)),  router = Linear(1, 16) -> SiLU -> Linear(16, E)    (A.1)
     W(t) = sum_e g_e(t) W_e  for both FFN layers' weights and biases                (3.1)
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * FFN_{W(t_k)}(norm2(z)))
@@ -161,7 +161,9 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------- attention inits
-# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
+# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
+# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
 # [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
 INITS = ("default", "mimetic", "structured")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
@@ -212,7 +214,7 @@ def init_attention_(attn, init, pos, grid):
 
 def sample_keep(batch: int, depth: int, p: float, device=None):
     """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
-    An image that drops every step keeps one step chosen uniformly (our choice; SPEC: >= 1 kept).
+    An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
     ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
     keep = torch.rand(batch, depth, device=device) >= p
     empty = ~keep.any(1)  # (B,)
@@ -240,7 +242,7 @@ class ReViT(nn.Module):
         L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
         L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
         L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
-                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition; SPEC section 3)
+                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition)
     weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
     experts=1 is the tied bViT block (no router, no regularizers).
     As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
@@ -315,7 +317,7 @@ class ReViT(nn.Module):
         w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
@@ -488,7 +490,7 @@ class DenseReViT(ReViT):
         return logits, None if targets is None else classification_loss(logits, targets, self.loss)
 
 
-# Named configurations (SPEC section 0): one shared block, E = 4 experts unless given (paper's main E).
+# Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).
 def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 12, **kw})
 def revit_s(**kw): return ReViT(**{"embed_dim": 384, "num_heads": 6, "depth": 12, **kw})
 def revit_b(**kw): return ReViT(**{"embed_dim": 768, "num_heads": 12, "depth": 12, **kw})

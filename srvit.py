@@ -7,7 +7,7 @@ depth. A stack of `depth` untied layers f (DeiT's blocks) is applied `recursions
 router gives every token a softmax weight over the R recursion outputs, so the intermediate
 representations are used. R = 1 is exactly the plain ViT; the router is the only new module.
 
-Equations. The abstract gives none: the lines marked OUR READING are SPEC section 4's formulation.
+Equations. The abstract gives none: the lines marked OUR READING are our formulation of it.
     h_0 = [cls; patch_embed(x)] + pos_embed                    (B, T, D), T = N (+1 class token)
     h_r = f(h_{r-1}),  f = blocks[depth-1] o ... o blocks[0],  r = 1..R   (weights shared over r)
     s_{r,i} = w_r . LN_r(h_{r,i})                              one score per token   [OUR READING]
@@ -107,7 +107,7 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (SPEC section 0)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; pre-norm as timm)."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -129,7 +129,9 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------- attention inits
-# SPEC section 6; procedure and constants: papers/notes.md section 4. timm layout: qkv.weight rows are
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
+# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
+# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
 # [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
 INITS = ("default", "mimetic", "structured")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
@@ -290,8 +292,8 @@ class SRViT(nn.Module):
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
         if self.router is not None:
-            nn.init.zeros_(self.router.weight)  # uniform mixture at the start (SPEC section 4)
-        if init == "structured":  # notes.md 4.2 step 1: the position embedding dominates LN(x) at first
+            nn.init.zeros_(self.router.weight)  # uniform mixture at the start (our choice)
+        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # each untied layer of the body
@@ -384,7 +386,7 @@ class SRViT(nn.Module):
         return 2 * (macs + D * self.num_classes)
 
 
-# Named configurations (SPEC section 0): a 12-layer body (SR-ViT-S at R=1 is DeiT-S), R=4 by default.
+# Named configurations (the ViT/DeiT sizes): a 12-layer body (SR-ViT-S at R=1 is DeiT-S), R=4 by default.
 _SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
 
 

@@ -1,4 +1,4 @@
-"""Tests for odevit.py (SPEC section 2) and train.py's --eval-only depth evaluation.
+"""Tests for odevit.py (the block as a neural ODE, Training Crossroads) and train.py's --eval-only depth evaluation.
 
 CPU only, tiny configurations. Run: python -m pytest -q test_odevit.py
 """

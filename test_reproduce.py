@@ -264,3 +264,19 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--readme", str(readme)]) == 2
     assert readme.read_text() == before and "shortened" in capsys.readouterr().err
     assert len((results / "results.jsonl").read_text().splitlines()) == 5  # --no-save
+
+
+def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
+    """Code and docs cite papers (title, arXiv id, section) and the repository's own files, never the
+    project documents that do not travel with it (the interface spec, research notes)."""
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    outside = ("SPEC", "notes.md", "papers/")
+    found = []
+    for path in tracked:
+        if path.endswith((".py", ".md", ".sh")) and path != os.path.basename(__file__):
+            for n, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
+                if any(word in line for word in outside):
+                    found.append(f"{path}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)

@@ -1,4 +1,4 @@
-"""Tests for revit.py (reViT, SPEC section 3): each test is one claim of the paper or the spec.
+"""Tests for revit.py (reViT, arXiv 2610.12448, section 3): each test is one claim of the paper or of revit.py's docstring.
 
 CPU only, tiny configurations; the whole file runs in well under a minute.
 Run: python -m pytest -q test_revit.py

@@ -1,6 +1,6 @@
 """Tests for srvit.py (Soft Mixture-of-Recursions) and the mimetic / structured attention inits.
 
-CPU only, tiny configurations (the init checks use the sizes SPEC section 6 is stated for).
+CPU only, tiny configurations (the init checks use the sizes the structured-init procedure is stated for).
 Run: python -m pytest -q test_srvit_init.py
 `python test_srvit_init.py` prints how the structured init's hit rate falls with head_dim.
 """
@@ -159,7 +159,7 @@ def hit_rates(model, grid):
         key = torch.einsum("nhd,mhd->hnm", q, k).argmax(-1)  # (h, N)
     rates = []
     for i in range(h):
-        o = [4, 1, 5, 3, 7, 0, 2, 6, 8][i % 9]  # SPEC section 6
+        o = [4, 1, 5, 3, 7, 0, 2, 6, 8][i % 9]  # the structured-init code's offset order
         hits = [key[i, r * grid + c].item() == (r + o // 3 - 1) * grid + c + o % 3 - 1
                 for r in range(1, grid - 1) for c in range(1, grid - 1)]
         rates.append(sum(hits) / len(hits))

@@ -9,7 +9,7 @@ CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear 
 (fp16 with a GradScaler), optional torch.compile of each block (compiled before DDP), gradient
 clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
 checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl
-and OUT/ckpt.pt (SPEC s8).
+and OUT/ckpt.pt.
 """
 import argparse
 import datetime
@@ -189,7 +189,7 @@ def get_parser():
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III), off by default")
     a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
     a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
-      "init (SPEC s6): default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
+      "init: default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
       "a 3x3 impulse (shift) filter on the position embedding")
     # SR-ViT (srvit.py)
     a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
