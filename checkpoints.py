@@ -276,10 +276,22 @@ ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "
 LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",)}
 
 
-def checkpoint_args(p, args, argv, path, keep, flag):
+def linked(named):
+    """The flags set through the flags `named` (LINKED, followed through: --size sets --depth, which
+    for ODEViT sets --ode-steps)."""
+    out, todo = set(), list(named)
+    while todo:
+        for k in LINKED.get(todo.pop(), ()):
+            if k not in out and k not in named:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def checkpoint_args(p, args, argv, path, keep, flag, preset=()):
     """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line always win, and so do the flags LINKED
-    to them (train.py's `keep` also leaves a --preset's flags alone). --eval-only takes all but the
+    `keep(flag)` is true; flags given on the command line or by the `preset` (its flags) always win,
+    and so do the flags LINKED to them. --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
     architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
     another --img-size is built at it with dynamic_img_size=True)."""
@@ -292,10 +304,10 @@ def checkpoint_args(p, args, argv, path, keep, flag):
             raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
         return args  # --finetune from a plain state dict: the command line describes the model
     saved = ck["args"]
-    named = {k for k in vars(given) if getattr(given, k) is not unset}
-    linked = {k for g in named for k in LINKED.get(g, ())}  # set through a flag that was given
+    named = {k for k in vars(given) if getattr(given, k) is not unset} | set(preset)  # a preset's count as given
+    through = linked(named)  # set through a flag that was given
     for k, v in saved.items():
-        if hasattr(args, k) and k not in named and k not in linked and keep(k):
+        if hasattr(args, k) and k not in named and k not in through and keep(k):
             setattr(args, k, v)
     args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
     return args

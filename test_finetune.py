@@ -220,8 +220,7 @@ def test_a_run_folder_means_its_checkpoint_for_every_flag_that_reads_one(tmp_pat
     assert train.cli(d + ["--model", "vit", "--finetune", run, "--max-steps", "1", "--out-dir", str(tmp_path / "f")]) == 0
     assert train.cli(d + ["--max-steps", "1", "--teacher", run, "--out-dir", str(tmp_path / "t")]) == 0
     assert train.cli(d + ["--eval-only", "--resume", run, "--eval-depths", "2", "--out-dir", str(tmp_path / "e")]) == 0
-    assert train.cli(d + ["--model", "vit", "--resume", str(tmp_path / "f"), "--max-steps", "2",
-                          "--out-dir", str(tmp_path / "f")]) == 0
+    assert train.cli(d + ["--resume", str(tmp_path / "f"), "--max-steps", "2"]) == 0  # continues in its folder
     assert torch.load(tmp_path / "f" / "ckpt.pt", weights_only=True)["step"] == 2
     capsys.readouterr()
     empty = tmp_path / "empty"
@@ -278,9 +277,11 @@ def test_a_flag_given_with_finetune_is_the_flag_the_run_takes_for_every_model(tm
     assert (cfg["embed_dim"], cfg["num_heads"], cfg["depth"]) == (384, 6, 12)
     saved = dict(SAVED, model="odevit", ode_steps=2)
     torch.save({"model": {}, "args": saved}, tmp_path / "ode.pt")
-    train.cli(["--finetune", str(tmp_path / "ode.pt"), "--print-config", "--depth", "4"])
-    cfg = json.loads(capsys.readouterr().out)
-    assert cfg["depth"] == 4 and cfg["ode_steps"] is None  # built with 4 steps (train.build_odevit)
+    for flags, want in ((["--depth", "4"], (32, 4)), (["--size", "ti"], (192, 12)),  # size -> depth -> ode_steps
+                        (["--preset", "c100-gpu-odevit-rk4"], (192, 3)), (["--preset", "c100-gpu-bvit"], (192, 12))):
+        train.cli(["--finetune", str(tmp_path / "ode.pt"), "--print-config", *flags])
+        cfg = json.loads(capsys.readouterr().out)
+        assert (cfg["embed_dim"], cfg["depth"]) == want and cfg["ode_steps"] is None, (flags, cfg)  # as built
 
 
 def test_finetune_then_requeue_with_resume_auto_continues_the_run(tmp_path, cifar_ckpt, capsys):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from test_train import fake_cifar
 
@@ -191,7 +192,7 @@ def test_gpu_study_dry_run_runs_every_arm_once_then_skips_what_is_done(tmp_path)
     log = (tmp_path / "out" / "study.log").read_text()
     assert log.index("done vit seed 0") < log.index("start revit-e4+feature seed 0")  # the teacher first
     back = sorted(os.listdir(tmp_path / "out"))
-    assert back == ["results.jsonl", "study.log", "summary.md"]  # JOBS given: no concurrency probe
+    assert back == ["concurrency.jsonl", "results.jsonl", "study.log", "summary.md"]  # (JOBS=2: 2 copies measured)
     assert "| bvit | 1 | 12 |" in (tmp_path / "out" / "summary.md").read_text()
     shutil.copy(tmp_path / "out" / "results.jsonl", results / "results.jsonl")  # committed
     r = subprocess.run(["bash", script, "--dry-run"], env=dict(env, OUT=str(tmp_path / "out2")), capture_output=True,
@@ -263,7 +264,10 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     before = readme.read_text()
     assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--readme", str(readme)]) == 2
     assert readme.read_text() == before and "shortened" in capsys.readouterr().err
-    assert len((results / "results.jsonl").read_text().splitlines()) == 5  # --no-save
+    assert summarize_gpu.main([str(results), "--add", str(short)]) == 0  # a dry run's line is never kept
+    assert len((results / "results.jsonl").read_text().splitlines()) == 5
+    assert summarize_gpu.main([str(tmp_path / "nowhere"), "--readme", str(readme)]) == 2
+    assert readme.read_text() == before and "does not exist" in capsys.readouterr().err
 
 
 def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
@@ -280,3 +284,22 @@ def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
                 if any(word in line for word in outside):
                     found.append(f"{path}:{n}: {line.strip()[:100]}")
     assert not found, "\n".join(found)
+
+
+def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cuda(tmp_path):
+    """A distilled arm whose teacher (the vit run of its seed) finished in an earlier window: its
+    checkpoint is not on the fresh machine, so the job trains the teacher first."""
+    script = os.path.join(ROOT, "scripts", "gpu_study.sh")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text(json.dumps(dict(gpu_line("vit", 0, 50.0), gpu="cpu")) + "\n")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"), RESULTS=str(results),
+               GPU_DATA=fake_cifar(tmp_path / "gpu_data"), SEEDS="0", JOBS="1", ARMS="vit revit-e4+feature")
+    r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "start revit-e4+feature seed 0 (after retraining its teacher)" in r.stdout, r.stdout
+    lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [ln["arm"] for ln in lines] == ["revit-e4+feature"]
+    if not torch.cuda.is_available():
+        r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            "gpu_study.sh: error: no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU"]

@@ -4,6 +4,7 @@ clear line for every kind of bad input, non-finite losses, and a dying DDP peer.
 CPU only; every run is a tiny model on a tiny fake CIFAR-100 folder written by the test.
 """
 import os
+import re
 import pickle
 import signal
 import socket
@@ -270,3 +271,47 @@ def test_dead_ddp_peer_makes_the_others_exit_within_bounded_time(tmp_path, cifar
     assert time.monotonic() - t0 < 90
     err = procs[0].stderr.read()
     assert procs[0].returncode not in (0, None) and "peer" in err and "Traceback" not in err, err[-500:]
+
+
+# ----------------------------------------------------------------------------- a new user's first hour (issue 25)
+def test_help_groups_the_flags_and_shows_every_default(capsys):
+    assert train.cli(["--help"]) == 0
+    text = capsys.readouterr().out
+    for group in ("reproduction:", "model:", "data:", "optimization:", "augmentation:", "distillation:",
+                  "system and distributed:", "checkpoints:", "evaluation:"):
+        assert f"\n{group}" in text, group
+    flat = " ".join(text.split())
+    for flag, default in (("--epochs EPOCHS", "100"), ("--batch-size BATCH_SIZE", "128"), ("--lr LR", "0.001"),
+                          ("--warmup-epochs WARMUP_EPOCHS", "5.0"), ("--model", "bvit")):
+        tail = flat.split(flag, 2)[-1]
+        assert re.search(rf"\(default:? {re.escape(default)}\)", tail.split(" --")[0]), flag
+    assert "a new folder per run" in flat  # --out-dir's default, in words
+
+
+def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = TINY + ["--data", "synthetic", "--max-steps", "1"]
+    said = [run(job) for _ in range(2)]
+    assert all(r.returncode == 0 for r in said), said[-1].stderr
+    folders = sorted(os.listdir(tmp_path / "runs"))
+    assert len(folders) == 2 and all(f.startswith("bvit-") for f in folders)
+    for r, f in zip(said, folders):
+        assert f"run folder: runs/{f}" in r.stdout and f"done: runs/{f} holds args.json, ckpt.pt, log.jsonl" in r.stdout
+    r = run(job + ["--resume", "auto"])
+    assert r.returncode == 2 and "--resume auto needs --out-dir" in r.stderr
+
+
+def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_path):
+    """The default model (Ti, 12 steps) for 100 epochs on a CPU: after its first steps the run says
+    its estimated time and the model's CPU-sized preset; then it is stopped (SIGTERM)."""
+    job = ["--data", "synthetic", "--device", "cpu", "--workers", "0", "--batch-size", "8", "--val-subset", "8",
+           "--out-dir", str(tmp_path / "o")]
+    p = subprocess.Popen(cmd(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        line = next((ln for ln in iter(p.stderr.readline, "") if "estimated time:" in ln), "")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    assert " d " in line or " h " in line, line
+    assert "--preset c100-mini-bvit is this model's CPU-sized protocol" in line, line

@@ -102,6 +102,17 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
         raise Fail(str(e))
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """--help with every default that is a value (not None or off) after its flag's help, unless
+    the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line on stderr, exit status 2, no usage dump
         sys.stderr.write(f"train.py: error: {message}\n")
@@ -163,21 +174,22 @@ def float_list(s):
 
 
 def get_parser():
-    p = Parser(description=__doc__.split("\n")[0])
-    a = p.add_argument
-    # reproduction presets (presets.py; README "Presets")
+    p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter,
+               usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
+    a = p.add_argument_group('reproduction', 'presets.py; README "Presets"').add_argument
     a("--preset", help="fill every flag of a paper's protocol (--list-presets names them); flags "
       "given on the command line still win")
     a("--list-presets", action="store_true", help="print the preset names, one per line, and exit")
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
-    # model
+    a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
+    a = p.add_argument_group('model').add_argument
     a("--model", default="bvit", choices=list(MODELS), help="model family (default bvit)")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
       "(depth 12, 24 for l); explicit flags override it (default: ti)")
-    a("--embed-dim", type=positive(int))
+    a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
     a("--depth", type=positive(int), help="block applications (steps)")
-    a("--num-heads", type=positive(int))
-    a("--mlp-ratio", type=positive(float), default=4.0)
+    a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
+    a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
     a("--patch-size", type=positive(int), help="default 4 for images up to 64 px, else 16")
     a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases "
       "(default 1 for bvit, depth for vit)")
@@ -191,10 +203,10 @@ def get_parser():
     a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
       "init: default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
       "a 3x3 impulse (shift) filter on the position embedding")
-    # SR-ViT (srvit.py)
+    a = p.add_argument_group('model: SR-ViT', 'srvit.py').add_argument
     a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
       "applied, outputs mixed per token (default 4); --eval-depths then counts recursions")
-    # reViT (revit.py)
+    a = p.add_argument_group('model: reViT', 'revit.py, revit_moe.py').add_argument
     a("--experts", type=positive(int), default=4, help="revit: FFN experts merged per step by "
       "normalized depth (default 4; 1 = the tied bViT block)")
     a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
@@ -211,7 +223,7 @@ def get_parser():
       "mean_k logsumexp(logits)^2 (E > 1 only)")
     a("--lambda-div", type=non_negative, default=1e-3, help="revit: weight of the mean pairwise "
       "cosine similarity of the experts' parameters (E > 1 only)")
-    # ODEViT (odevit.py)
+    a = p.add_argument_group('model: ODEViT', 'odevit.py').add_argument
     a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
       "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
     a("--ode-steps", type=positive(int), help="odevit: solver steps (default --depth); for odevit "
@@ -223,8 +235,8 @@ def get_parser():
     a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
       "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
       "over the trained T (h = T/L)")
-    # data
-    a("--data", default="cifar100", choices=data.DATASETS)
+    a = p.add_argument_group('data').add_argument
+    a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
     a("--data-dir", help="dataset root (default $RVITS_DATA, else ./data)")
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
     a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
@@ -240,29 +252,33 @@ def get_parser():
       "with a warning; stop (exit 2) once more than this many were skipped in the run (default 100)")
     a("--val-subset", type=positive(int), help="evaluate on N validation images only: the first N for "
       "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class)")
-    # optimization
-    a("--epochs", type=positive(int), default=100)
+    a = p.add_argument_group('optimization').add_argument
+    a("--epochs", type=positive(int), default=100, help="training epochs")
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
       "warmup + cosine schedule is compressed to end there")
     a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
     a("--grad-accum", type=positive(int), default=1, help="split each process's share of the batch "
       "into N micro-batches whose gradients add up to one optimizer step (same global batch)")
-    a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
     a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
-    a("--min-lr", type=non_negative, default=1e-5)
-    a("--warmup-epochs", type=non_negative, default=5.0)
-    a("--weight-decay", type=non_negative, default=0.05)
+    a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
+    a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
+    a("--weight-decay", type=non_negative, default=0.05, help="decoupled weight decay (none on 1-D parameters)")
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
-    a("--label-smoothing", type=below_one, default=0.1)
+    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon")
     a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
       "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
       "mix (targets > 0), as DeiT's code does")
+    a("--ema", type=below_one, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
+    a("--max-nonfinite", type=positive(int), default=20,
+      help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
+    a = p.add_argument_group('augmentation').add_argument
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
     a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
       "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
+    a = p.add_argument_group('distillation', 'distill.py').add_argument
     a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
       "same augmented images (distill.py); the loss becomes the task loss + --distill-weight x the term")
     a("--distill", choices=["feature", "logits"], help="with --teacher (default feature): feature: match the final "
@@ -271,8 +287,8 @@ def get_parser():
     a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
       "x the distillation term (default 1)")
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
-    a("--ema", type=below_one, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
-    # system
+    a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
+    a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
       help="autocast dtype; auto = bf16 on CUDA, none on CPU")
     a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
@@ -281,9 +297,14 @@ def get_parser():
       "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
       "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
       "depth or token routing; auto (the default) = model where it applies, else blocks (kernels.py)")
-    a("--device", default="auto", help="auto, cpu, cuda")
-    a("--seed", type=int, default=0)
-    a("--out-dir", default="runs/default", help="where log.jsonl and ckpt.pt are written")
+    a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
+      "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
+      "instead of all its activations, at the cost of about one more forward")
+    a("--dist-timeout", type=positive(float), default=600.0,
+      help="seconds a process waits for its peers before failing (DDP)")
+    a = p.add_argument_group('checkpoints', 'checkpoints.py; README "Resuming and failures"').add_argument
+    a("--out-dir", help="where log.jsonl, ckpt.pt and args.json are written (default: a new folder per run, "
+      "runs/MODEL-YYYYmmdd-HHMMSS; --resume auto needs it given)")
     a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams); "
       "'auto': OUT/ckpt.pt when it exists, else start fresh (one command for every requeue); a "
       "flag that differs from the checkpoint's is printed, and refused where it breaks the run "
@@ -292,16 +313,9 @@ def get_parser():
       "and epochs start fresh): an rvits checkpoint, whose architecture flags are used unless given, "
       "or a state-dict file (timm, DeiT); a head with another number of classes is re-initialized "
       "and pos_embed resized to the patch grid (README \"Fine-tuning\"); ignored with --resume")
-    a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
-      "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
-      "instead of all its activations, at the cost of about one more forward")
     a("--save-every", type=positive(int), help="also checkpoint every N optimizer steps mid-epoch")
-    a("--max-nonfinite", type=positive(int), default=20,
-      help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
-    a("--dist-timeout", type=positive(float), default=600.0,
-      help="seconds a process waits for its peers before failing (DDP)")
-    a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
-      "(a run trained with --ema)")
+    a = p.add_argument_group('evaluation').add_argument
+    a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
     a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
       "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
@@ -309,6 +323,8 @@ def get_parser():
       "(default 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
       "writes only depth_eval.json (+ PNG) in --out-dir")
+    a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
+      "(a run trained with --ema)")
     return p
 
 
@@ -416,6 +432,40 @@ class Preempted(Exception):
 PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
 
 
+# The CPU-sized preset of each model (the mini study: 10-30 minutes on 2 cores), named when a GPU-sized
+# run starts on a CPU.
+CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
+               "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler"}
+
+
+def estimate_line(args, device, pace, total_steps):
+    """One line: the time the rest of the run should take at the pace measured between the two
+    (step, seconds) points of `pace`, evaluation not included; on a CPU, when that is more than
+    3 hours, the model's CPU-sized preset."""
+    (s0, t0), (s1, t1) = pace
+    per_step = (t1 - t0) / (s1 - s0)
+    left = per_step * (total_steps - s1)
+    d, rest = divmod(int(left), 86400)
+    h, rest = divmod(rest, 3600)
+    took = (f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s")
+    line = (f"estimated time: {took} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
+            "evaluations not included)")
+    if device.type == "cpu" and left > 3 * 3600:
+        line += (f"; a GPU-sized run on a CPU: --preset {CPU_PRESETS[args.model]} is this model's CPU-sized "
+                 "protocol (10-30 minutes on 2 cores; README \"Results\")")
+    return line
+
+
+def new_run_dir(model, kind=None):
+    """runs/MODEL[-KIND]-YYYYmmdd-HHMMSS, the default --out-dir: a new folder per run (as timm's
+    output/train/<time>-<model>), with -2, -3, ... when that second already has one."""
+    base = os.path.join("runs", "-".join([model, *([kind] if kind else []), time.strftime("%Y%m%d-%H%M%S")]))
+    path, n = base, 2
+    while os.path.exists(path):
+        path, n = f"{base}-{n}", n + 1
+    return path
+
+
 def trained_depth(args):
     """The trained depth in the unit of --eval-depths: recursions for srvit, solver steps for odevit
     (its args.depth), block applications for the others."""
@@ -457,6 +507,8 @@ def main(argv=None):
     p = get_parser()
     args = parse_args(p, argv)
     if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
+        if not args.out_dir:
+            p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
     for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
@@ -464,14 +516,16 @@ def main(argv=None):
     # Which value a flag takes (README "Resuming and failures"): the command line, else the preset,
     # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
     # architecture), else the default.
-    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's model flags count as given
+    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
     if args.eval_only:
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
-        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
+        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
     elif args.resume or args.finetune:  # with --resume, --finetune is ignored: the run continues
         source = ("--resume", args.resume) if args.resume else ("--finetune", args.finetune)
-        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS and k not in preset, source[0])
+        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
+        if args.resume and not args.out_dir:  # a run continues in its own folder
+            args.out_dir = os.path.dirname(args.resume) or "."
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
@@ -528,6 +582,11 @@ def main(argv=None):
                                 timeout=datetime.timedelta(seconds=args.dist_timeout),
                                 device_id=device if device.type == "cuda" else None)
     master = rank == 0
+    if not args.out_dir:  # a new folder per run, named once (by rank 0) for every process
+        name = [new_run_dir(args.model, "eval" if args.eval_only else None) if master else None]
+        if ddp:
+            dist.broadcast_object_list(name, src=0)
+        args.out_dir = name[0]
     if data.batched_loader(args, device):
         train_loader = data.DeviceCIFARLoader(train_set, micro, True, rank, world, args.seed, device)
     elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:  # JPEGs decoded there
@@ -654,6 +713,7 @@ def main(argv=None):
         if args.resume and not args.eval_only:
             print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
                   + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
+        print(f"run folder: {args.out_dir}")
         if not args.eval_only:  # --eval-only leaves the training run's files alone
             with open(os.path.join(args.out_dir, "args.json"), "w") as f:
                 json.dump(vars(args), f, indent=1)
@@ -667,6 +727,7 @@ def main(argv=None):
     bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
     check_every = CHECK_EVERY if device.type == "cuda" else 1
     waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
+    pace = []  # (step, time) at the first two checks 10+ steps apart: the run's estimated time
     epoch = start_epoch
     while not args.eval_only and step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
@@ -742,6 +803,10 @@ def main(argv=None):
             if not (i % check_every == 0 or i == left - 1 or saving or (stop and not ddp)):
                 continue  # (one process reads its signal flag every step: a host list, no sync)
             last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
+            if master and len(pace) < 2 and (not pace or step - pace[0][0] >= 10):
+                pace.append((step, time.perf_counter()))  # (the device has caught up: a synced time)
+                if len(pace) == 2:
+                    bar.write(estimate_line(args, device, pace, total_steps))
             if nonfinite >= args.max_nonfinite:
                 bar.close()
                 kept = (f"the last good checkpoint is {ckpt_path}" if os.path.exists(ckpt_path)
@@ -806,6 +871,9 @@ def main(argv=None):
             print(json.dumps(rec))
     if master and rows:
         depth_report(args, raw_model, rows, step)
+    if master:
+        files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
+        print(f"done: {args.out_dir} holds {', '.join(files)}")
     if ddp:
         dist.destroy_process_group()
     if lock is not None:

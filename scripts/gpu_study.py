@@ -1,5 +1,6 @@
-"""The CIFAR-100 study at GPU scale (presets c100-gpu-*): the runs that have no result yet, within one
-GPU window. scripts/gpu_study.sh is the command; README "CIFAR-100 on one GPU" shows the outcome.
+"""The CIFAR-100 study at GPU scale (c100-gpu-*): every run without a result, within one GPU window.
+
+scripts/gpu_study.sh is the command; README "CIFAR-100 on one GPU" shows the outcome.
 
     bash scripts/gpu_study.sh                  # on the GPU machine (gpu_data/ carried), OUT set there
     bash scripts/gpu_study.sh --dry-run        # any CPU, every arm shrunk to a few steps (test suite)
@@ -10,8 +11,9 @@ What it does, in order:
    OUT/results.jsonl (this window's); an (arm, seed) found there is not run again.
 2. Picks how many runs share the GPU: a small model leaves most of an H200 idle, so it measures the
    aggregate training img/s of 1, 2, 4 and 8 concurrent copies of the c100-gpu-bvit step and takes
-   the fewest copies within 10 % of the best (OUT/concurrency.json); a later window on the same GPU
-   reuses results/gpu/concurrency.json instead of measuring again. JOBS=N skips the measurement.
+   the fewest copies within 10 % of the best (OUT/concurrency.jsonl, which summarize_gpu.py --add
+   keeps in results/gpu/); a later window on the same GPU reuses it instead of measuring again.
+   JOBS=N runs N at once (measuring only N copies, if that was never measured).
 3. Runs the queue in the order of the claims (each group for every seed before the next group):
    the matched-FLOPs, matched-parameters and deep-supervision arms, then solvers, reViT E, SR-ViT R
    and the init control, then reViT's comparisons, then the distilled arm (after its teacher, the
@@ -216,6 +218,8 @@ def main(argv=None):
         jobs = int(env["JOBS"]) if env.get("JOBS") else None
     except ValueError as e:
         fail(f"BUDGET_S, SEEDS and JOBS are numbers ({e})")
+    if jobs is not None and jobs < 1:
+        fail(f"JOBS={jobs}: at least 1 run at a time")
     arms = env.get("ARMS", " ".join(ARMS)).split()
     unknown = [arm for arm in arms if arm not in ARMS]
     if unknown:
@@ -235,6 +239,8 @@ def main(argv=None):
         logf.flush()
 
     torch_version, gpu = environment(python)
+    if gpu == "cpu" and not a.dry_run:
+        fail("no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU")
     meta = {"commit": commit(), "torch": torch_version, "gpu": gpu, "date": time.strftime("%Y-%m-%d"),
             "command": "bash scripts/gpu_study.sh" + (" --dry-run" if a.dry_run else "")}
     new_path = os.path.join(out, "results.jsonl")
@@ -246,26 +252,25 @@ def main(argv=None):
     if not todo:
         return summarize(python, results, new_path, out, log)
 
-    # how many runs share the GPU
-    if jobs is None:
-        known = read_results(os.path.join(results, "concurrency.jsonl"))
-        same = [c for c in known if c["gpu"] == gpu and not a.dry_run]
-        if same:
-            rates = {int(k): v for k, v in same[-1]["img_per_s"].items()}
-            log(f"concurrency: reusing results/gpu/concurrency.jsonl ({same[-1]['date']}, {gpu})")
-        else:
-            rates = measure_concurrency(python, a.dry_run, log)
-            with open(os.path.join(out, "concurrency.jsonl"), "a") as f:
-                f.write(json.dumps({"gpu": gpu, "torch": torch_version, "commit": meta["commit"], "date": meta["date"],
-                                    "img_per_s": rates, "dry_run": a.dry_run}) + "\n")
-        jobs = choose_jobs(rates)
-        per_run = rates[jobs] / jobs
-        log(f"concurrency: {jobs} run(s) at once ({per_run:.0f} img/s each)")
+    # how many runs share the GPU: the aggregate img/s of 1, 2, 4, 8 concurrent runs, measured once per GPU
+    known = read_results(os.path.join(results, "concurrency.jsonl"), os.path.join(out, "concurrency.jsonl"))
+    same = [c for c in known if c["gpu"] == gpu and c.get("dry_run", False) == a.dry_run]
+    rates = {int(k): v for c in same for k, v in c["img_per_s"].items()}
+    wanted = (jobs,) if jobs else (1, 2, 4, 8)
+    if all(k in rates for k in wanted):
+        log(f"concurrency: measured before on this GPU ({', '.join(f'{k}: {rates[k]:.0f}' for k in wanted)} img/s)")
     else:
-        per_run = None
+        rates.update(measure_concurrency(python, a.dry_run, log, [k for k in wanted if k not in rates]))
+        with open(os.path.join(out, "concurrency.jsonl"), "a") as f:
+            f.write(json.dumps({"gpu": gpu, "torch": torch_version, "commit": meta["commit"], "date": meta["date"],
+                                "img_per_s": {k: rates[k] for k in wanted}, "dry_run": a.dry_run}) + "\n")
+    jobs = jobs or choose_jobs({k: rates[k] for k in wanted})
+    per_run = rates[jobs] / jobs
+    meta["jobs"] = jobs
+    log(f"concurrency: {jobs} run(s) at once ({per_run:.0f} img/s each)")
 
     # estimates (seconds per run): from FLOPs per image and the measured img/s of finished arms
-    measured = {r["arm"]: r["img_per_s"] for r in finished if r.get("gpu") == gpu}
+    measured = {r["arm"]: r["img_per_s"] for r in finished if r.get("gpu") == gpu and r.get("jobs", 1) == jobs}
     if a.dry_run:  # a few steps each: what the budget logic needs is an estimate, not a real one
         estimates = {job: 5.0 for job in todo}
     else:
@@ -279,9 +284,10 @@ def main(argv=None):
     # the queue
     running, failed = {}, []  # proc -> (arm, seed, run_dir, t0)
     while todo or running:
-        left = budget - (time.time() - start)
-        teacher_pending = {(arm, seed) for arm, seed in todo if arm.endswith("+feature")
-                           and not os.path.isfile(os.path.join(work, "vit", f"seed{seed}", "done"))}
+        left = max(0.0, budget - (time.time() - start))
+        # a distilled arm waits for its teacher only when this window trains it (else it retrains it)
+        training_vit = {seed for arm, seed in todo if arm == "vit"} | {r[1] for r in running.values() if r[0] == "vit"}
+        teacher_pending = {(arm, seed) for arm, seed in todo if arm.endswith("+feature") and seed in training_vit}
         while len(running) < jobs and todo:
             i = next_fitting(todo, estimates, left, teacher_pending)
             if i is None:
@@ -345,7 +351,8 @@ def main(argv=None):
 
 def summarize(python, results, new_path, out, log):
     """OUT/summary.md: the summarizer over the committed results and this window's."""
-    cmd = [python, os.path.join(ROOT, "scripts", "summarize_gpu.py"), results, "--add", new_path, "--out", out, "--no-save"]
+    cmd = [python, os.path.join(ROOT, "scripts", "summarize_gpu.py"), results, "--out", out, "--no-save"]
+    cmd += ["--add", new_path] if os.path.isfile(new_path) else []
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     log("summary: " + (f"{out}/summary.md" if r.returncode == 0 else f"FAILED: {r.stderr.strip()[-300:]}"))
     return 0 if r.returncode == 0 else 1

@@ -5,8 +5,9 @@
 
 Reads RESULTS/results.jsonl (committed: one line per finished run, written by gpu_study.sh) and,
 with --add FILE, a window's new lines, which it appends to RESULTS/results.jsonl (a run already
-there, the same arm and seed, is not added twice; --no-save leaves the file alone: the GPU machine
-does that). Writes OUT/summary.md (OUT: --out, default RESULTS) with
+there, the same arm and seed, is not added twice, and a shortened run, e.g. of a --dry-run, never
+is; --no-save leaves the file alone: the GPU machine does that), and the concurrency measured in
+that window (FILE's folder's concurrency.jsonl) to RESULTS/concurrency.jsonl. Writes OUT/summary.md (OUT: --out, default RESULTS) with
 - the arms' top-1 (mean ± half the spread over seeds, n seeds) at 0.5x-4x the trained depth, top-5,
   parameters, img/s, training minutes, and the commits and GPUs of its runs; an arm without a run
   says "not run yet";
@@ -33,6 +34,11 @@ GPU_CLAIMS = [c for c in CLAIMS if "init" not in c[0]] + [
 COMMAND = ("`python train.py --preset c100-gpu-ARM --seed K --data-dir gpu_data --compile --device cuda --amp bf16` "
            "(`--init structured` for vit+structured; the distilled arm adds `--teacher` the vit run of its seed and "
            "`--distill feature`), run by `scripts/gpu_study.sh`")
+
+
+def protocol(r):
+    """Whether a result ran the protocol (not shortened by --max-steps or --val-subset)."""
+    return not (r.get("max_steps") or r.get("val_subset"))
 
 
 def read(path):
@@ -92,20 +98,32 @@ def main(argv=None):
     p.add_argument("--readme", help="also write the tables into this README between its markers")
     a = p.parse_args(argv)
     path = os.path.join(a.results, "results.jsonl")
-    lines = read(path) if os.path.isfile(path) else []
-    added = []
-    if a.add and os.path.isfile(a.add):
-        seen = {(r["arm"], r["seed"]) for r in lines}
-        added = [r for r in read(a.add) if (r["arm"], r["seed"]) not in seen]
-        lines += added
-        if added and not a.no_save:
-            os.makedirs(a.results, exist_ok=True)
-            with open(path, "a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in added)
-    if a.readme and any(r.get("max_steps") or r.get("val_subset") for r in lines):
-        sys.stderr.write("summarize_gpu.py: error: --readme: a result ran shortened (--max-steps/--val-subset), "
-                         "not the protocol; README keeps its tables\n")
+    if not os.path.isdir(a.results) or (a.add and not os.path.isfile(a.add)):
+        what = a.results if not os.path.isdir(a.results) else a.add
+        sys.stderr.write(f"summarize_gpu.py: error: {what} does not exist (results: the folder of results.jsonl, "
+                         "default results/gpu; --add: the results.jsonl that gpu_study.sh wrote)\n")
         return 2
+    lines = read(path) if os.path.isfile(path) else []
+    new = read(a.add) if a.add else []
+    keep = {(r["arm"], r["seed"]) for r in lines}
+    added = []
+    for r in new:  # one run per arm and seed: the first of each (a shortened run is never kept)
+        if (r["arm"], r["seed"]) not in keep and protocol(r):
+            keep.add((r["arm"], r["seed"]))
+            added.append(r)
+    shortened = [r for r in new if not protocol(r)]
+    if a.readme and shortened:
+        sys.stderr.write("summarize_gpu.py: error: --readme: a result ran shortened (--max-steps/--val-subset, "
+                         "e.g. a --dry-run), not the protocol; nothing was added and README keeps its tables\n")
+        return 2
+    if added and not a.no_save:
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in added)
+        window = os.path.join(os.path.dirname(a.add), "concurrency.jsonl")  # measured once per GPU: kept
+        if os.path.isfile(window):
+            with open(os.path.join(a.results, "concurrency.jsonl"), "a") as f:
+                f.writelines(json.dumps(c) + "\n" for c in read(window) if not c.get("dry_run"))
+    lines = lines + added + [r for r in shortened if a.no_save]  # a dry run's own summary shows them
     blocks, runs = summary(lines)
     out = a.out or a.results
     os.makedirs(out, exist_ok=True)

@@ -154,7 +154,8 @@ def claims_table(claims, runs, floor):
             out.append(f"| {text} | {a} | {b} | {k}x | | | not run |")
             continue
         v, diff, noise = verdict([r["depths"][k] for r in runs[a]], [r["depths"][k] for r in runs[b]], want, floor)
-        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {noise:.2f} | {v} |")
+        known = f"{noise:.2f}" if noise or min(len(runs[a]), len(runs[b])) > 1 else "unknown"
+        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {known} | {v} |")
     return "\n".join(out)
 
 
