@@ -3,6 +3,7 @@
 (scripts/gpu_study.sh: dry run, budget, concurrency; scripts/summarize_gpu.py). CPU only, fake CIFAR data."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,8 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     script = os.path.join(ROOT, "scripts", "reproduce_mini.sh")
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "done bvit seed 0" in r.stdout and "done srvit-r1 seed 0" in r.stdout
+    assert "done bvit seed 0: top-1 " in r.stdout and "done srvit-r1 seed 0: top-1 " in r.stdout
+    assert re.search(r"done \S+ seed 0: top-1 [0-9.]+ %, 0 min; [01] run\(s\) left", r.stdout), r.stdout
     summary = (tmp_path / "mini" / "summary.md").read_text()
     assert "| bvit | 1 | 8 |" in summary and "| srvit-r1 | 1 | 1 |" in summary
     assert "the first 16 test images" in summary and "SHORTENED" in summary  # never the protocol

@@ -288,9 +288,12 @@ def test_help_groups_the_flags_and_shows_every_default(capsys):
     assert "a new folder per run" in flat  # --out-dir's default, in words
 
 
-def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp_path):
     job = TINY + ["--data", "synthetic", "--max-steps", "1"]
+
+    def run(args):  # in tmp_path: the default folder is relative to where the command runs
+        return subprocess.run(cmd(args), capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
     said = [run(job) for _ in range(2)]
     assert all(r.returncode == 0 for r in said), said[-1].stderr
     folders = sorted(os.listdir(tmp_path / "runs"))
@@ -309,7 +312,7 @@ def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_pat
     p = subprocess.Popen(cmd(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        line = next((ln for ln in iter(p.stderr.readline, "") if "estimated time:" in ln), "")
+        line = next((ln for ln in iter(p.stdout.readline, "") if "estimated time:" in ln), "")
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=120)

@@ -74,7 +74,11 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   if [ $rc -eq 0 ]; then
     echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
-    echo "done $arm seed $seed in $wall s"
+    local top1 left
+    top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l]; print(f\"{r[-1]['val_acc1']:.2f} %\")" \
+      "$dir/log.jsonl" 2>/dev/null || echo "?")
+    left=$(for j in "${queue[@]}"; do set -- $j; [ -f "$OUT/$1/seed$2/done.json" ] || echo x; done | wc -l)
+    echo "done $arm seed $seed: top-1 $top1, $((wall / 60)) min; $left run(s) left"
   else
     echo "{\"wall_s\": $wall}" > "$dir/partial.json"  # time spent so far, added when it continues
     echo "FAILED $arm seed $seed (exit $rc): $(tail -n 1 "$dir/train.log")" >&2
