@@ -30,14 +30,6 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
-def to_device(t, device):
-    """A host tensor (the rows, coordinates and groups of an elastic step) on `device` without making
-    the host wait for the GPU: an asynchronous copy from pinned memory (a pageable one may wait)."""
-    if device.type == "cuda":
-        t = t.pin_memory()
-    return t.to(device, non_blocking=True)
-
-
 def drop_path(x, p: float, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
     probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
@@ -156,7 +148,7 @@ class Block(nn.Module):
         sizes = torch.bincount(groups, minlength=w1.shape[0]).tolist()
         order = to_device(order, x.device)
         chunks = self.norm2(x)[order].split(sizes)
-        y = torch.cat([ffn(c, *w) for c, *w in zip(chunks, *(t.unbind(0) for t in (w1, b1, w2, b2)))])
+        y = torch.cat([ffn(c, w1[u], b1[u], w2[u], b2[u]) for u, c in enumerate(chunks)])  # group u: FFN u
         return x + drop_path(self.ls2(y[order.argsort()]), self.drop_path, self.training)
 
 
@@ -269,7 +261,12 @@ class ReViT(nn.Module):
             raise ValueError(f"init={init!r} is not one of {INITS}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
-        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # kwargs
+        # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
+        self.config = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                           embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                           experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
+                           lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
+                           drop_path_rate=drop_path_rate, init=init, loss=loss, dynamic_img_size=dynamic_img_size)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -398,8 +395,9 @@ class ReViT(nn.Module):
         if keep is None and self.training and self.depth_dropout > 0:
             keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
-            for w in zip(*(t.unbind(0) for t in self.ffn_weights(self.grid(depth)))):
-                z = self._step(blk, z, *w)
+            w1, b1, w2, b2 = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
+            for k in range(depth):
+                z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
         else:  # elastic depth: step k runs only the images that keep it, each at its own coordinate
             keep = keep.cpu()  # the rows of each step are host data (a given CUDA mask: one copy)
             if keep.shape != (z.shape[0], depth) or not keep.any(1).all():
@@ -484,8 +482,9 @@ class DenseReViT(ReViT):
         if depth not in (None, self.depth):
             raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
         z, blk = self.embed(x), self.blocks[0]
-        for w in zip(*(p.unbind(0) for p in blk.mlp.tensors())):  # step k: dense FFN k
-            z = self._step(blk, z, *w)
+        w1, b1, w2, b2 = blk.mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D): slot k = step k's FFN
+        for k in range(self.depth):
+            z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
         logits = self.classify(z)
         return logits, None if targets is None else classification_loss(logits, targets, self.loss)
 
@@ -495,3 +494,12 @@ def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 1
 def revit_s(**kw): return ReViT(**{"embed_dim": 384, "num_heads": 6, "depth": 12, **kw})
 def revit_b(**kw): return ReViT(**{"embed_dim": 768, "num_heads": 12, "depth": 12, **kw})
 def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 24, **kw})
+
+
+# ----------------------------------------------------------------------------- device plumbing
+def to_device(t, device):
+    """A host tensor (the rows, coordinates and groups of an elastic step) on `device` without making
+    the host wait for the GPU: an asynchronous copy from pinned memory (a pageable one may wait)."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
