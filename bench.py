@@ -91,14 +91,6 @@ def train_step_fn(model, batch, img, classes, device, amp, ours):
     return step
 
 
-def compile_model(m):
-    """Regional compilation where the model offers it (each block once), else whole-model."""
-    if hasattr(m, "compile_regions"):
-        m.compile_regions()
-        return m
-    return torch.compile(m)
-
-
 def vit_vs_timm(cfg, device, amp, compiled, warmup, repeats):
     import timm
     kw = dict(img_size=cfg["img"], patch_size=cfg["patch"], num_classes=cfg["classes"],
@@ -107,7 +99,7 @@ def vit_vs_timm(cfg, device, amp, compiled, warmup, repeats):
     ref = timm.models.vision_transformer.VisionTransformer(**kw).to(device)
     if compiled:
         torch._dynamo.reset()
-        ours, ref = compile_model(ours), torch.compile(ref)
+        ours, ref = kernels.compile_for_training(ours, "blocks"), torch.compile(ref)
     t_ours = timed(train_step_fn(ours, cfg["batch"], cfg["img"], cfg["classes"], device, amp, True),
                    device, warmup, repeats)
     t_ref = timed(train_step_fn(ref, cfg["batch"], cfg["img"], cfg["classes"], device, amp, False),
@@ -122,7 +114,8 @@ def compile_time(cfg, depth, device, amp):
     torch._dynamo.reset()
     m = bvit.BViT(num_blocks=1, depth=depth, img_size=cfg["img"], patch_size=cfg["patch"],
                   num_classes=cfg["classes"], embed_dim=cfg["dim"], num_heads=cfg["heads"]).to(device)
-    step = train_step_fn(compile_model(m), cfg["batch"], cfg["img"], cfg["classes"], device, amp, True)
+    step = train_step_fn(kernels.compile_for_training(m, "blocks"), cfg["batch"], cfg["img"], cfg["classes"], device,
+                         amp, True)
     sync(device)
     t0 = time.perf_counter()
     step()
@@ -319,7 +312,7 @@ def compiled_exit_delay(device, timeout=120.0):
 def mfu_bvit_b16(device, warmup, repeats, batch=128):
     """(CUDA) bViT-B/16 bf16 training: achieved TFLOP/s (model FLOPs: forward + 2x backward)."""
     m = bvit.bvit_b(num_classes=1000).to(device)
-    compile_model(m)
+    kernels.compile_for_training(m, "blocks")  # regional, as train.py --compile-scope blocks
     dt = timed(train_step_fn(m, batch, 224, 1000, device, True, True), device, warmup, repeats)
     return 3 * m.flops_per_image() * batch / dt / 1e12
 
