@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -503,35 +504,10 @@ def depth_report(args, model, rows, step):
 
 
 # ----------------------------------------------------------------------------- main
-def main(argv=None):
-    p = get_parser()
-    args = parse_args(p, argv)
-    if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
-        if not args.out_dir:
-            p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
-        auto = os.path.join(args.out_dir, "ckpt.pt")
-        args.resume = auto if os.path.exists(auto) else None
-    for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
-        setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
-    # Which value a flag takes (README "Resuming and failures"): the command line, else the preset,
-    # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
-    # architecture), else the default.
-    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
-    if args.eval_only:
-        if not args.resume:
-            p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
-        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
-    elif args.resume or args.finetune:  # with --resume, --finetune is ignored: the run continues
-        source = ("--resume", args.resume) if args.resume else ("--finetune", args.finetune)
-        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
-        if args.resume and not args.out_dir:  # a run continues in its own folder
-            args.out_dir = os.path.dirname(args.resume) or "."
-    if args.print_config:  # what this command would train; reads no data, builds no model
-        args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
-        print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
-        return
-
-    # --- set-up: distributed, device, precision ---
+def runtime(args, p):
+    """The processes (torchrun's RANK / WORLD_SIZE / LOCAL_RANK), the device and the precision of a run,
+    checking the flags that depend on them (p.error, one line). Resolves --device, --amp and --workers
+    in `args`. Returns (ddp, rank, world, local_rank, device, micro-batch per process, autocast context)."""
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, world, local_rank = 0, 1, 0
     if ddp:
@@ -561,6 +537,70 @@ def main(argv=None):
         args.workers = 2 if device.type == "cpu" else max(2, min(16, (os.cpu_count() or 2) // per_node))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     amp_ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
+    return ddp, rank, world, local_rank, device, micro, amp_ctx
+
+
+def configure(p, argv):
+    """The run's flags: parsed (with --preset), run folders resolved to their ckpt.pt, and what a
+    checkpoint gives (README "Resuming and failures", "Which value a flag takes"). Returns None when
+    --print-config printed the resolved configuration instead."""
+    args = parse_args(p, argv)
+    if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
+        if not args.out_dir:
+            p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
+        auto = os.path.join(args.out_dir, "ckpt.pt")
+        args.resume = auto if os.path.exists(auto) else None
+    for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
+        setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
+    # Which value a flag takes (README "Resuming and failures"): the command line, else the preset,
+    # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
+    # architecture), else the default.
+    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
+    if args.eval_only:
+        if not args.resume:
+            p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
+        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
+    elif args.resume or args.finetune:  # with --resume, --finetune is ignored: the run continues
+        source = ("--resume", args.resume) if args.resume else ("--finetune", args.finetune)
+        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
+        if args.resume and not args.out_dir:  # a run continues in its own folder
+            args.out_dir = os.path.dirname(args.resume) or "."
+    if args.print_config:  # what this command would train; reads no data, builds no model
+        args.img_size = args.img_size or (224 if args.data == "imagenet" else 32)
+        print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
+        return None
+    return args
+
+
+def announce(args, model, world, device, compiled, total_steps, steps_per_epoch, warmup, distilling, step,
+             start_epoch, start_batch):
+    """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
+    compilation and schedule, where a resumed run continues, the run folder; writes OUT/args.json
+    (not for --eval-only, which leaves the training run's files alone)."""
+    if args.preset:
+        print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
+    flops = model.flops_per_image()
+    print(f"{args.model}: {model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
+          f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
+          + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
+          + (f", distilling from {args.teacher} ({args.distill})" if distilling else ""))
+    if args.resume and not args.eval_only:
+        print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
+              + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
+    print(f"run folder: {args.out_dir}")
+    if not args.eval_only:  # --eval-only leaves the training run's files alone
+        with open(os.path.join(args.out_dir, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=1)
+
+
+def main(argv=None):
+    p = get_parser()
+    args = configure(p, argv)
+    if args is None:  # --print-config
+        return
+
+    # --- set-up: distributed, device, precision ---
+    ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
 
     # --- data (before the process group, so a bad path fails fast on every rank) ---
     try:
@@ -672,7 +712,7 @@ def main(argv=None):
     else:
         torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
 
-    def save(epoch, batch, progress):
+    def save(epoch, batch, progress, step):
         """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it)."""
         rngs = [None] * world
         if ddp:
@@ -703,22 +743,65 @@ def main(argv=None):
     mix = build_mix(args, num_classes)
 
     if master:
-        if args.preset:
-            print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
-        flops = raw_model.flops_per_image()
-        print(f"{args.model}: {raw_model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
-              f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
-              + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
-              + (f", distilling from {args.teacher} ({args.distill})" if distiller is not None else ""))
-        if args.resume and not args.eval_only:
-            print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
-                  + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
-        print(f"run folder: {args.out_dir}")
-        if not args.eval_only:  # --eval-only leaves the training run's files alone
-            with open(os.path.join(args.out_dir, "args.json"), "w") as f:
-                json.dump(vars(args), f, indent=1)
+        announce(args, raw_model, world, device, compiled, total_steps, steps_per_epoch, warmup,
+                 distiller is not None, step, start_epoch, start_batch)
 
     # --- the loop ---
+    if not args.eval_only:
+        step = train(SimpleNamespace(
+            args=args, device=device, ddp=ddp, world=world, master=master, model=model, raw_model=raw_model,
+            distiller=distiller, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema, mix=mix,
+            amp_ctx=amp_ctx, num_classes=num_classes, train_set=train_set, train_loader=train_loader,
+            val_loader=val_loader, save=save, ckpt_path=ckpt_path, log_path=log_path, steps_per_epoch=steps_per_epoch,
+            total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress))
+
+    # --- evaluation at other depths ("beyond the training horizon") ---
+    evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step)
+    if master:
+        files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
+        print(f"done: {args.out_dir} holds {', '.join(files)}")
+    if ddp:
+        dist.destroy_process_group()
+    if lock is not None:
+        lock.close()
+
+
+def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step):
+    """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
+    model's unit), "beyond the training horizon" (Training Crossroads): one log.jsonl line each
+    (training runs), then depth_report's table, depth_eval.json and figure. Raises Fail for a depth
+    the model cannot run."""
+    depths, rows = args.eval_depths or [], []
+    weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
+    if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
+        depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
+    for depth in depths:
+        try:
+            r = evaluate(eval_model, val_loader, device, amp_ctx, depth=depth)
+        except ValueError as e:
+            raise Fail(f"--eval-depths {depth}: {e}")
+        rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
+        # block evaluations per image: counted by the model if it can (odevit), else the depth
+        rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
+        if master and not args.eval_only:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            print(json.dumps(rec))
+    if master and rows:
+        depth_report(args, raw_model, rows, step)
+
+
+def train(run):
+    """The training loop (README "Train"): epochs of optimizer steps from run.step on, each epoch
+    evaluated, logged and checkpointed, with the stop checks of a cluster job. `run` holds what
+    main() built (a SimpleNamespace); returns the optimizer step reached."""
+    (args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema, mix,
+     amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path, steps_per_epoch,
+     total_steps, start_epoch, start_batch, step, progress) = (
+        getattr(run, k) for k in ("args", "device", "ddp", "world", "master", "model", "raw_model", "distiller",
+                                  "optimizer", "scheduler", "scaler", "ema", "mix", "amp_ctx", "num_classes",
+                                  "train_set", "train_loader", "val_loader", "save", "ckpt_path", "log_path",
+                                  "steps_per_epoch", "total_steps", "start_epoch", "start_batch", "step", "progress"))
     stop = []  # the signal that asked this process to stop (SIGTERM: schedulers; SIGUSR1: SLURM)
     if not args.eval_only:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
@@ -729,7 +812,7 @@ def main(argv=None):
     waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
     pace = []  # (step, time) at the first two checks 10+ steps apart: the run's estimated time
     epoch = start_epoch
-    while not args.eval_only and step < total_steps and epoch < args.epochs:
+    while step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
         train_loader.sampler.set_epoch(epoch)
         train_loader.sampler.set_start(first * (args.batch_size // world))
@@ -816,13 +899,13 @@ def main(argv=None):
             if master:
                 bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
-                save(epoch, first + i + 1, sums())
+                save(epoch, first + i + 1, sums(), step)
                 bar.close()
                 raise Preempted(f"stopped by {signal.Signals(stop[0] if stop else signal.SIGTERM).name} after "
                                 f"step {step}; checkpoint {ckpt_path}; continue with the same command and "
                                 f"--resume auto (or --resume {ckpt_path})")
             if saving and nonfinite == 0:
-                save(epoch, first + i + 1, sums())
+                save(epoch, first + i + 1, sums(), step)
         bar.close()
         epoch_time = t_spent + time.time() - t0
         skipped = torch.tensor(float(skipped), device=device, dtype=torch.float64)
@@ -838,7 +921,7 @@ def main(argv=None):
             if ema is not None:
                 rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
         except EmptyEvaluation as e:  # the epoch's training is kept first
-            save(*position)
+            save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
         rec.update({"img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)})
         if args.data == "imagenet":
@@ -847,37 +930,12 @@ def main(argv=None):
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
-        save(*position)
+        save(*position, step)
         if inside:
             break
         epoch += 1
 
-    # --- evaluation at other depths ("beyond the training horizon") ---
-    depths, rows = args.eval_depths or [], []
-    weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
-    if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
-        depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
-    for depth in depths:
-        try:
-            r = evaluate(eval_model, val_loader, device, amp_ctx, depth=depth)
-        except ValueError as e:
-            raise Fail(f"--eval-depths {depth}: {e}")
-        rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
-        # block evaluations per image: counted by the model if it can (odevit), else the depth
-        rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
-        if master and not args.eval_only:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-            print(json.dumps(rec))
-    if master and rows:
-        depth_report(args, raw_model, rows, step)
-    if master:
-        files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
-        print(f"done: {args.out_dir} holds {', '.join(files)}")
-    if ddp:
-        dist.destroy_process_group()
-    if lock is not None:
-        lock.close()
+    return step
 
 
 def no_sync(module, accumulating):
