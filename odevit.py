@@ -16,11 +16,12 @@ Equations (our reading of the abstract; the block F as in bvit.py):
     h = T / steps;  euler with h = 1 and steps = depth: z_{k+1} = F(z_k), bViT bit for bit
     logits = head(norm(z(T))[:, 0])     stage s of S reads out at t = s T / S (deep supervision)
 
-Measured (2026-11-30, shared 2-core CPU, one thread; `STEPS=800 OUT=runs/crossroads_800 bash
-scripts/crossroads_study.sh`): CIFAR-100, D=64, 2 heads, patch 4, 800 steps of batch 64 (~1 epoch),
-top-1 on the first 2000 test images (s.e. ~0.7 points), 12 block evaluations each over T = 12:
-Euler x 12 10.35 (bit-identical to bViT, weights included), Heun x 6 9.30, RK4 x 3 10.25. Euler at
-24 / 48 steps: extend="time" 7.35 / 3.40, extend="refine" 10.30 / 9.95. More in README.md.
+Measured (2026-11-30, commit 5634327, a 2-core AMD EPYC CPU shared with other jobs, one thread;
+`STEPS=800 OUT=runs/crossroads_800 bash scripts/crossroads_study.sh`): CIFAR-100, D=64, 2 heads,
+patch 4, 800 steps of batch 64 (~1 epoch), top-1 on the first 2000 test images (s.e. ~0.7 points),
+12 block evaluations each over T = 12: Euler x 12 10.35 (bit-identical to bViT, weights included),
+Heun x 6 9.30, RK4 x 3 10.25. Euler at 24 / 48 steps: extend="time" 7.35 / 3.40, extend="refine"
+10.30 / 9.95. More in README.md.
 """
 import math
 from typing import Callable
@@ -155,12 +156,13 @@ class Block(nn.Module):
 
 # ----------------------------------------------------------------------------- the model
 # ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
-# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
-# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
-# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
+# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
+# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
+# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
+# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
 
 
 def _factor(a):
@@ -169,39 +171,45 @@ def _factor(a):
     return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
 
 
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
     return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
 
 
 @torch.no_grad()
 def init_attention_(attn, init, pos, grid):
-    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
-    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
-    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
-    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
-    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
+    the position embedding on a grid x grid map.
+    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
+    each token attends mostly to itself and similar tokens.
+    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
+    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
+    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
+    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
+    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
     h, d = attn.num_heads, attn.proj.weight.shape[0]
     hd = d // h
     wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
     if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
     else:
+        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
         w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
         i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
         for head in range(h):
             ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
             ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
-        p = F.layer_norm(pos, (d,), eps=1e-6)
-        u, s, vh = torch.linalg.svd(p.T @ p)
-        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
-        q, k = _factor(pinv @ w @ pinv.T)
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
+        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
+        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
+        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
+        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
+        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
         q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
     wq.copy_(q[..., :hd].mT)
     wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
     wv.copy_(l.T.reshape(h, hd, d))
     attn.proj.weight.copy_(r.T)
 
@@ -325,7 +333,7 @@ class ODEViT(nn.Module):
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
+        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # the shared block, once

@@ -16,11 +16,8 @@ Elastic depth (3.2, A.2): in training each step is dropped per image with probab
 `depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
 coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
 
-Measured (2026-11-30, 2-core shared CPU, no GPU, 2 gloo processes, 15 min wall, 0.62 M params):
-    torchrun --nproc_per_node 2 train.py --model revit --experts 4 --data cifar100 --data-dir
-    ../shared/data --embed-dim 128 --num-heads 4 --patch-size 4 --depth 6 --depth-dropout 0.3
-    --batch-size 64 --max-steps 300 --device cpu --eval-depths 3,6,9,12
-CIFAR-100 top-1 after 300 steps at depth 3/6/9/12: 7.35/7.70/6.69/6.34% (gates still ~1/E).
+Measured: README.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
+`python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in "Results".
 """
 import math
 
@@ -153,12 +150,13 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), as its official code
-# does it (github.com/osiriszjq/structured_initialization, post_weight_init='impulse'); mimetic init:
-# Trockman & Kolter, arXiv 2305.09828. timm layout: qkv.weight rows are
-# [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so W_q^T W_k (d, d) is head i's bilinear form.
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
+# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
+# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
+# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
+# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # head i -> 3x3 window index k: row k//3-1, column k%3-1
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
 
 
 def _factor(a):
@@ -167,39 +165,45 @@ def _factor(a):
     return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
 
 
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
     return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
 
 
 @torch.no_grad()
 def init_attention_(attn, init, pos, grid):
-    """'mimetic': per head W_q^T W_k = rank-hd part of 0.7 Z + 0.7 I. 'structured': target logits
-    W_h (N, N) = 1000 where key = query + head h's 3x3 offset, else small noise; P = LN(pos) (N, d),
-    the patch position embeddings of the grid x grid map; P+ its rank-hd pseudo-inverse (d, N);
-    W_q^T W_k = rank-hd SVD factors of P+ W_h P+^T, each of Frobenius norm 7, so P attends like the
-    impulse. Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together). Biases are left alone."""
+    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
+    the position embedding on a grid x grid map.
+    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
+    each token attends mostly to itself and similar tokens.
+    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
+    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
+    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
+    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
+    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
     h, d = attn.num_heads, attn.proj.weight.shape[0]
     hd = d // h
     wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
     if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
     else:
+        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
         w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
         i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
         for head in range(h):
             ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
             ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0
-        p = F.layer_norm(pos, (d,), eps=1e-6)
-        u, s, vh = torch.linalg.svd(p.T @ p)
-        r = min(hd, p.shape[0])  # our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N)
-        q, k = _factor(pinv @ w @ pinv.T)
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d)
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
+        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
+        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
+        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
+        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
+        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
         q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
     wq.copy_(q[..., :hd].mT)
     wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
     wv.copy_(l.T.reshape(h, hd, d))
     attn.proj.weight.copy_(r.T)
 
@@ -314,7 +318,7 @@ class ReViT(nn.Module):
         w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # the paper's code: pos_embed x 18, so that it dominates LN(x) at first
+        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
@@ -398,15 +402,10 @@ class ReViT(nn.Module):
             w1, b1, w2, b2 = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
             for k in range(depth):
                 z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
-        else:  # elastic depth: step k runs only the images that keep it, each at its own coordinate
-            keep = keep.cpu()  # the rows of each step are host data (a given CUDA mask: one copy)
-            if keep.shape != (z.shape[0], depth) or not keep.any(1).all():
-                raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool with a step kept per image")
-            coords = step_coords(keep)  # (B, L), CPU
-            for k in range(depth):
-                rows = keep[:, k].nonzero().squeeze(1)  # (B_k,), CPU
-                if len(rows):
-                    z = self._step(self._elastic_step, z, to_device(rows, z.device), coords[rows, k])
+        else:  # elastic depth: each image runs its kept steps only
+            if tuple(keep.shape) != (z.shape[0], depth):
+                raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool, got shape {tuple(keep.shape)}")
+            z = self.elastic(z, keep)
         logits = self.classify(z)
         if targets is None:
             return logits, None
@@ -418,12 +417,32 @@ class ReViT(nn.Module):
             self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
         return logits, loss
 
+    def elastic(self, z, keep):
+        """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
+        runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
+        depth-n model. For each step k:
+          1. rows: the images that keep step k, (B_k,);
+          2. t: each such image's own coordinate at step k, (B_k,);
+          3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
+          4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
+        The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
+        known without waiting for the GPU."""
+        keep = keep.cpu()  # a mask given on the GPU: one copy
+        if not keep.any(1).all():
+            raise ValueError("keep must keep at least one step of every image")
+        coords = step_coords(keep)  # (B, L)
+        for k in range(keep.shape[1]):
+            rows = keep[:, k].nonzero().squeeze(1)  # 1. (B_k,)
+            if len(rows):
+                z = self._step(self._elastic_step, z, to_device(rows, z.device), coords[rows, k])  # 2. (B_k,)
+        return z
+
     def _elastic_step(self, z, rows, t):
-        """One elastic-depth step of the images `rows` (B_k,) at their coordinates t (B_k,) (on the
-        CPU), the others unchanged: z (B, N, D) -> (B, N, D). The FFNs are merged here, inside the step."""
-        uniq, groups = t.unique(return_inverse=True)  # (U,), (B_k,): a shared coordinate, one merged FFN
-        weights = self.ffn_weights(to_device(uniq, z.device))
-        return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))
+        """Steps 3-4 of `elastic` for one step (inside the checkpointed region, so that the merging
+        is recomputed in backward): rows (B_k,) on z's device, t (B_k,) on the CPU."""
+        uniq, groups = t.unique(return_inverse=True)  # 3. (U,), (B_k,): one merged FFN per coordinate
+        weights = self.ffn_weights(to_device(uniq, z.device))  # (U, H, D), (U, H), (U, D, H), (U, D)
+        return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))  # 4.
 
     def compile_regions(self, **kwargs):
         """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
