@@ -46,6 +46,11 @@ def test_verdicts_compare_the_difference_of_means_with_the_seed_spread():
     assert v([30, 31], [25, 26], "<=", 0)[0] == "disagree"  # "a does not beat b", and a clearly does
     assert v([25, 26], [25, 27], "<=", 0)[0] == "agree"
     assert v([30, 31], [25, 26], ">", 0)[1:] == (5.0, 1.0)
+    # the cross-CPU noise is a floor under every comparison (README: the same run on two CPU models)
+    assert v([30, 31], [29, 29.5], ">", 0)[0] == "agree"  # 1.25 points apart, seed spread 1
+    assert v([30, 31], [29, 29.5], ">", 0, hardware=1.65)[1:] == (1.25, 1.65)
+    assert v([30, 31], [29, 29.5], ">", 0, hardware=1.65)[0] == "cannot tell"
+    assert summarize_mini.HARDWARE_NOISE > 1  # the measured srvit-r1 pair
 
 
 def test_summary_tables_relative_depths_and_verdicts(tmp_path):
@@ -66,15 +71,16 @@ def test_summary_tables_relative_depths_and_verdicts(tmp_path):
     blocks = summarize_mini.summary(runs)
     text = blocks["mini-table"] + blocks["mini-verdicts"]
     assert "| vit | 2 | 8 |" in text and "33.50 ± 0.50" in text and "25.50 ± 0.50" in text
-    assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +8.00 | 1.00 | agree |" in text
+    hw = f"{summarize_mini.HARDWARE_NOISE:.2f}"  # the cross-CPU floor (1.65) exceeds every seed spread here
+    assert f"| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +8.00 | {hw} | agree |" in text
     assert "| bvit-wide | vit-narrow | 1x | | | not run |" in text
-    # bvit-ds has one seed: the noise is the largest two-seed spread (1.0); 4x depth 15 vs 2.5
-    assert "| bvit-ds | bvit | 4x | +12.50 | 1.00 | agree |" in text
-    assert "Seed noise used for one-seed arms: 1.00 points" in text
+    # bvit-ds has one seed: the noise is the largest two-seed spread (1.0), at least the cross-CPU one
+    assert f"| bvit-ds | bvit | 4x | +12.50 | {hw} | agree |" in text
+    assert "Seed noise used for one-seed arms: 1.00 points" in text and f"at least {hw} points" in text
     assert "the 10,000 test images" in text and "revit-smear" not in text  # a comparison arm: its own table
-    moe = blocks["moe-table"]  # the comparison arms with their reference, revit-e4; 1-seed noise 1.0
+    moe = blocks["moe-table"]  # the comparison arms with their reference, revit-e4; noise max(1.0, cross-CPU)
     assert "| revit-smear | smear: E=4 merged per image from its content | 1 | 0.365 | 0.032 |" in moe
-    assert "| revit-e4 | revit-smear | 1x | +5.00 | 1.00 | agree |" in moe and "| revit-lory | 1x | | | not run |" in moe
+    assert f"| revit-e4 | revit-smear | 1x | +5.00 | {hw} | agree |" in moe and "| revit-lory | 1x | | | not run |" in moe
 
 
 def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
@@ -88,6 +94,9 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert re.search(r"done \S+ seed 0: top-1 [0-9.]+ %, 0 min; [01] run\(s\) left", r.stdout), r.stdout
     summary = (tmp_path / "mini" / "summary.md").read_text()
     assert "| bvit | 1 | 8 |" in summary and "| srvit-r1 | 1 | 1 |" in summary
+    done = json.loads((tmp_path / "mini" / "bvit" / "seed0" / "done.json").read_text())
+    assert done["commit"] and done["cpu"] and " commit, CPU |" in summary  # where each number was measured
+    assert f"{done['commit']} {done['cpu']} |" in summary
     assert "the first 16 test images" in summary and "SHORTENED" in summary  # never the protocol
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "skip bvit seed 0 (done)" in r.stdout and "0 run(s) to do" in r.stdout

@@ -25,6 +25,11 @@ SEEDS=${SEEDS:-"0 1"}
 JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
+# done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model
+COMMIT=$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT+changes"
+CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1 | tr -d '"\\')
+CPU=${CPU:-unknown}
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
@@ -72,7 +77,7 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   local wall=$(( SECONDS - t0 + $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'])" \
     "$dir/partial.json" 2>/dev/null || echo 0) ))
   if [ $rc -eq 0 ]; then
-    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\"}" > "$dir/done.json"
+    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$COMMIT\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
     local top1 left
     top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l]; print(f\"{r[-1]['val_acc1']:.2f} %\")" \

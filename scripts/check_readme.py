@@ -1,0 +1,306 @@
+"""Re-run README's quick commands and list each README number beside its re-measured value.
+
+    python scripts/check_readme.py                       # the quick set, about 12 minutes on 2 cores
+    python scripts/check_readme.py --only bvit-300       # some runs (names: --list)
+    python scripts/check_readme.py --all                 # also the SR-ViT / init table (~15 more minutes)
+    python scripts/check_readme.py --readme README.md    # and write the new values, commit and CPU into README
+
+Each run's command is read from README itself (the code line after its anchor), with the data
+folder (--data, else $RVITS_DATA, else ../shared/data) and a fresh output folder under --work put in.
+The runs go one after another (each gets both cores); a finished run is kept (WORK/NAME/check.json)
+and reused by the next call with the same command, so an interrupted check continues where it stopped. Prints, and writes to WORK/check_readme.md, one
+line per README number: where it is, README's value, the re-measured value and the difference, then
+the commit and CPU of this measurement. Training on another CPU model, or with another torch, can
+change the last digits and more (README, "Results": the same run gives 28.12 on one CPU model and
+29.77 on another), so a difference is a finding to record, not by itself a bug. With --readme, each
+number's cell gets the new value and each run's provenance line (a `<!-- check:NAME -->` line in
+README) the commit, CPU model, process count and date. Exit 2 for bad flags or a README whose tables
+moved (the error names the run and the row to look for). Standard library only.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Run:
+    """One README command: `anchor` is the text of the README line the command follows (a comment
+    line in a code block) or starts with; `procs` = 2 runs the command under torchrun with 2
+    processes (when README's own line does not already say so)."""
+
+    def __init__(self, name, anchor, minutes, procs=None, extra=(), quick=True):
+        self.name, self.anchor, self.minutes, self.procs, self.extra, self.quick = \
+            name, anchor, minutes, procs, list(extra), quick
+
+
+SRVIT = "--embed-dim 128 --num-heads 4 --patch-size 4 --batch-size 64 --max-steps 150 --val-subset 2000"
+RUNS = [
+    Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 4),
+    Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 4, procs=2),
+    Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 4),
+] + [Run(f"srvit-table-{i}", "| " + row, 3, quick=False) for i, row in enumerate([
+    "SR-ViT depth 3, R=1", "SR-ViT depth 3, R=2", "SR-ViT depth 3, R=4",
+    "bViT 4 steps (`--model bvit --depth 4 --init default`)", "bViT 4 steps (`--model bvit --depth 4 --init mimetic`)",
+    "bViT 4 steps (`--model bvit --depth 4 --init structured`)"])]
+
+
+def final(key):
+    """The last epoch record's `key` (an accuracy in percent), formatted as README writes it."""
+    return lambda log: f"{[r for r in log if 'epoch' in r][-1][key]:.2f}"
+
+
+def at_depth(depth, key):
+    return lambda log: f"{next(r[key] for r in log if r.get('depth') == depth):.2f}"
+
+
+def gate(step, expert):
+    return lambda log: f"{[r for r in log if 'epoch' in r][-1]['gates'][step][expert]:.4f}"
+
+
+def wall(log, seconds):
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+# (run, README section heading text, the row's first cell, the column's header, value from log.jsonl).
+# A section is the text from its heading to the next heading; its table is the first one holding the row.
+SHORT = "Earlier short runs"
+BVIT_ROW = "bViT D=128 h=4 p=4, 6 steps (0.23 M params)"
+REVIT = "reViT: one block, depth-programmed FFN experts"
+CELLS = [
+    ("bvit-300", SHORT, BVIT_ROW, "top-1", final("val_acc1")),
+    ("bvit-300", SHORT, BVIT_ROW, "top-5", final("val_acc5")),
+    ("bvit-300", SHORT, BVIT_ROW, "wall time", wall),
+    ("bvit-300-ddp", SHORT, "same, DDP", "top-1", final("val_acc1")),
+    ("bvit-300-ddp", SHORT, "same, DDP", "top-5", final("val_acc5")),
+    ("bvit-300-ddp", SHORT, "same, DDP", "wall time", wall),
+    ("revit-300", SHORT, "reViT E=4", "top-1", final("val_acc1")),
+    ("revit-300", SHORT, "reViT E=4", "top-5", final("val_acc5")),
+    ("revit-300", SHORT, "reViT E=4", "wall time", wall),
+] + [("revit-300", REVIT, f"top-{k} (%)", col, at_depth(d, f"val_acc{k}"))
+     for k in (1, 5) for d, col in ((3, "3"), (6, "6 (trained)"), (9, "9"), (12, "12"))] + [
+    ("revit-300", REVIT, str(k), f"g_{e + 1}", gate(k, e)) for k in range(6) for e in range(4)] + [
+    (r.name, "SR-ViT and attention inits", r.anchor[2:], col, fn) for r in RUNS if not r.quick
+    for col, fn in (("top-1", final("val_acc1")), ("top-5", final("val_acc5")), ("wall", wall))]
+
+
+class ReadmeError(ValueError):
+    pass
+
+
+def cells_of(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def section(lines, heading):
+    """(first, end) line indices of the section whose heading contains `heading`."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("#") and heading in line
+              and not line.startswith("#!")]
+    if not starts:
+        raise ReadmeError(f"no heading containing {heading!r}")
+    end = next((i for i in range(starts[0] + 1, len(lines)) if re.match(r"#{1,6} ", lines[i])), len(lines))
+    return starts[0], end
+
+
+def locate(lines, heading, row, column):
+    """(line index, cell index) of a table cell: `row` starts the row's first cell, `column` is a header."""
+    first, end = section(lines, heading)
+    for i in range(first, end):
+        if lines[i].startswith("|") and cells_of(lines[i])[0].startswith(row):
+            top = i
+            while top > first and lines[top - 1].startswith("|"):
+                top -= 1
+            header = cells_of(lines[top])
+            if column not in header:
+                raise ReadmeError(f"the table of row {row!r} under {heading!r} has no column {column!r}")
+            return i, header.index(column)
+    raise ReadmeError(f"no table row starting {row!r} under the heading {heading!r}")
+
+
+def command(lines, run, data):
+    """The README command of `run` as an argument list, with --data-dir set to `data`."""
+    at = next((i for i, line in enumerate(lines) if line.strip().startswith(run.anchor)), None)
+    if at is None:
+        raise ReadmeError(f"{run.name}: no README line starting {run.anchor!r}")
+    if lines[at].startswith("|"):  # a table row naming its flags: the section's common flags + the row's
+        common = re.search(r"common flags `([^`]*)`", " ".join(lines[section(lines, "SR-ViT and attention")[0]:at]))
+        added = re.search(r"\(`([^`]*)`\)", lines[at])
+        if not (common and added):
+            raise ReadmeError(f"{run.name}: README row {run.anchor!r} lost its flags")
+        text = "python train.py " + common.group(1) + " " + added.group(1)
+    else:
+        i = at + 1 if lines[at].lstrip().startswith("#") else at
+        text = lines[i]
+        while text.rstrip().endswith("\\"):
+            i += 1
+            text = text.rstrip()[:-1] + " " + lines[i]
+    argv = shlex.split(text)
+    if "--data-dir" in argv:
+        argv[argv.index("--data-dir") + 1] = data
+    else:
+        argv += ["--data-dir", data]
+    if "--out-dir" in argv:  # README's placeholder folder: the run's own one is put in by main()
+        del argv[argv.index("--out-dir"):argv.index("--out-dir") + 2]
+    if argv[0] == "torchrun":
+        argv = [sys.executable, "-m", "torch.distributed.run"] + argv[1:]
+    elif argv[0] == "python":
+        argv[0] = sys.executable
+        if run.procs:
+            argv[1:1] = ["-m", "torch.distributed.run", f"--nproc_per_node={run.procs}"]
+    return argv
+
+
+def processes(argv):
+    for i, a in enumerate(argv):
+        if a.startswith("--nproc_per_node") or a.startswith("--nproc-per-node"):
+            return int(a.split("=")[1] if "=" in a else argv[i + 1])
+    return 1
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "?"
+
+
+def commit():
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return out.stdout.strip() + ("+changes" if dirty else "") if out.returncode == 0 else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def measure(run, argv, work, extra, stamp):
+    """Train `run` in WORK/NAME, or reuse the finished run there (WORK/NAME/check.json, written at its
+    end with its time and provenance). Returns (log records, wall seconds, provenance line).
+    Raises RuntimeError on failure or when WORK/NAME holds an unfinished run."""
+    out = os.path.join(work, run.name)
+    done = os.path.join(out, "check.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            meta = json.load(f)
+        if meta["argv"] == argv[1:] + extra:
+            print("  (finished earlier: reused)", flush=True)
+            with open(os.path.join(out, "log.jsonl")) as f:
+                return [json.loads(line) for line in f if line.strip()], meta["seconds"], meta["stamp"]
+    if os.path.exists(out):
+        raise RuntimeError(f"{out} holds another or an unfinished run; remove it or give another --work")
+    t0 = time.time()
+    with open(os.path.join(work, run.name + ".log"), "w") as f:
+        rc = subprocess.run(argv + ["--out-dir", out] + extra, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    seconds = time.time() - t0
+    if rc != 0:
+        raise RuntimeError(f"{run.name} failed (exit {rc}); see {os.path.join(work, run.name + '.log')}")
+    with open(done, "w") as f:
+        json.dump({"argv": argv[1:] + extra, "seconds": seconds, "stamp": stamp}, f)
+    with open(os.path.join(out, "log.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()], seconds, stamp
+
+
+def difference(old, new):
+    """new - old with old's decimals ('' for cells that are not one number, such as wall times)."""
+    try:
+        return f"{float(new) - float(old):+.{len(old.split('.')[1])}f}" if "." in old else ""
+    except (ValueError, IndexError):
+        return ""
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", default="", help="comma-separated run names (see --list)")
+    p.add_argument("--all", action="store_true", help="also the runs outside the quick set")
+    p.add_argument("--list", action="store_true", help="print the runs and their commands, then exit")
+    p.add_argument("--data", default=os.environ.get("RVITS_DATA", os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))),
+                   help="the data root (holds cifar-100-python/)")
+    p.add_argument("--work", default=os.path.join(ROOT, "runs", "check_readme"), help="run folders and the listing")
+    p.add_argument("--readme", help="README to update with the re-measured values (usually README.md)")
+    p.add_argument("--extra", default="", help="flags added to every command (e.g. '--max-steps 2' for a smoke "
+                                               "test; then --readme is refused)")
+    args = p.parse_args(argv)
+    names = [r.name for r in RUNS]
+    wanted = [n for n in args.only.split(",") if n]
+    bad = [n for n in wanted if n not in names]
+    if bad:
+        p.error(f"--only: unknown run {', '.join(bad)}; runs: {', '.join(names)}")
+    if args.readme and args.extra:
+        p.error("--readme with --extra: a shortened run's numbers never go into README")
+    runs = [r for r in RUNS if r.name in wanted] if wanted else [r for r in RUNS if r.quick or args.all]
+    with open(args.readme or os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().split("\n")
+    try:
+        argvs = {r.name: command(lines, r, args.data) for r in runs}
+        for run, heading, row, column, _ in CELLS:
+            if run in argvs:
+                locate(lines, heading, row, column)
+    except ReadmeError as e:
+        print(f"check_readme.py: error: README.md: {e}; update RUNS/CELLS in scripts/check_readme.py", file=sys.stderr)
+        return 2
+    if args.list:
+        for r in runs:
+            print(f"{r.name} (~{r.minutes} min): {shlex.join(argvs[r.name])}")
+        return 0
+    if not os.path.isfile(os.path.join(args.data, "cifar-100-python", "train")):
+        print(f"check_readme.py: error: --data {args.data}: no cifar-100-python/train there; give the data root",
+              file=sys.stderr)
+        return 2
+    os.makedirs(args.work, exist_ok=True)
+    where = {"commit": commit(), "cpu": cpu_model(), "cores": os.cpu_count(), "date": datetime.date.today().isoformat()}
+    print(f"check_readme: {len(runs)} run(s), about {sum(r.minutes for r in runs)} min; commit {where['commit']}, "
+          f"{where['cpu']} ({where['cores']} cores)", flush=True)
+    rows, failed = [], 0
+    for k, r in enumerate(runs):
+        print(f"[{k + 1}/{len(runs)}] {r.name}: {shlex.join(argvs[r.name][1:])}", flush=True)
+        stamp = (f"commit {where['commit']}, {where['cpu']}, {where['cores']} cores, "
+                 f"{processes(argvs[r.name])} process(es), {where['date']}")
+        try:
+            log, seconds, stamp = measure(r, argvs[r.name], args.work, shlex.split(args.extra), stamp)
+        except (RuntimeError, OSError, KeyError, ValueError, StopIteration) as e:
+            print(f"  FAILED: {e}", flush=True)
+            failed += 1
+            continue
+        for run, heading, row, column, fn in CELLS:
+            if run != r.name:
+                continue
+            i, j = locate(lines, heading, row, column)
+            old, new = cells_of(lines[i])[j], fn(log, seconds) if fn is wall else fn(log)
+            rows.append((r.name, f"{row} / {column}", old, new, difference(old, new)))
+            print(f"  {row} / {column}: README {old}, now {new} {difference(old, new)}", flush=True)
+            if args.readme:
+                cells = cells_of(lines[i])
+                cells[j] = new
+                lines[i] = "| " + " | ".join(cells) + " |"
+        marker = f"<!-- check:{r.name} -->"
+        for i, line in enumerate(lines):
+            if args.readme and line.startswith(marker):
+                lines[i] = f"{marker}{r.name}: measured by `python scripts/check_readme.py --only {r.name}` at {stamp}."
+        rows.append((r.name, "where", "", stamp, ""))
+    listing = ["| run | README number | README | now | now - README |", "|---|---|---|---|---|"]
+    listing += ["| " + " | ".join(row) + " |" for row in rows]
+    with open(os.path.join(args.work, "check_readme.md"), "w") as f:
+        f.write("\n".join(listing) + "\n")
+    if args.readme and rows:
+        with open(args.readme, "w") as f:
+            f.write("\n".join(lines))
+    print(f"check_readme: listing in {os.path.join(args.work, 'check_readme.md')}"
+          + (f"; {args.readme} updated" if args.readme else "") + (f"; {failed} run(s) FAILED" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
