@@ -618,3 +618,22 @@ def batched_loader(args, device):
     per_image_aug = args.randaug or args.three_augment or args.img_size not in (None, 32)  # resize
     return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
             and (device.type == "cuda" or args.workers == 0))
+
+
+def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device):
+    """train.py's loaders for its flags (argparse namespace): (train, val). Training: DeviceCIFARLoader
+    where `batched_loader` says so; ImageNet-style folders on CUDA: DeviceDecodeLoader (workers read
+    bytes, JPEGs decoded on the GPU) unless --cpu-loader; else the per-image DataLoader. Evaluation:
+    DeviceCIFARLoader where `batched_eval_loader` says so, else the DataLoader. batch_size: the
+    training micro-batch per process; the evaluation batch is --eval-batch-size."""
+    if batched_loader(args, device):
+        train = DeviceCIFARLoader(train_set, batch_size, True, rank, world_size, args.seed, device)
+    elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:
+        train = DeviceDecodeLoader(train_set, batch_size, rank, world_size, args.seed, args.workers, device)
+    else:
+        train = build_loader(train_set, batch_size, True, rank, world_size, args.seed, args.workers)
+    if batched_eval_loader(args, device):
+        val = DeviceCIFARLoader(val_set, args.eval_batch_size, False, rank, world_size, device=device)
+    else:
+        val = build_loader(val_set, args.eval_batch_size, False, rank, world_size, workers=args.workers)
+    return train, val

@@ -602,41 +602,11 @@ def main(argv=None):
     # --- set-up: distributed, device, precision ---
     ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
 
-    # --- data (before the process group, so a bad path fails fast on every rank) ---
-    try:
-        train_set, val_set, num_classes, img_size = data.build_datasets(
-            args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
-            three_aug=args.three_augment, val_labels=args.val_labels)
-    except (data.DataError, ValueError) as e:
-        raise Fail(str(e))
-    args = resolve(args, p, img_size)
-    if args.val_subset:
-        n = min(args.val_subset, len(val_set))
-        keep = range(n) if args.data != "imagenet" else [i * len(val_set) // n for i in range(n)]
-        val_set = torch.utils.data.Subset(val_set, keep)
-    if ddp:
-        # a dead or hung peer makes the others fail after --dist-timeout instead of waiting forever
-        if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                timeout=datetime.timedelta(seconds=args.dist_timeout),
-                                device_id=device if device.type == "cuda" else None)
+    # --- data (before the process group, so a bad path fails fast on every rank), processes ---
+    args, train_set, val_set, num_classes, img_size = load_data(args, p)
     master = rank == 0
-    if not args.out_dir:  # a new folder per run, named once (by rank 0) for every process
-        name = [new_run_dir(args.model, "eval" if args.eval_only else None) if master else None]
-        if ddp:
-            dist.broadcast_object_list(name, src=0)
-        args.out_dir = name[0]
-    if data.batched_loader(args, device):
-        train_loader = data.DeviceCIFARLoader(train_set, micro, True, rank, world, args.seed, device)
-    elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:  # JPEGs decoded there
-        train_loader = data.DeviceDecodeLoader(train_set, micro, rank, world, args.seed, args.workers, device)
-    else:
-        train_loader = data.build_loader(train_set, micro, True, rank, world, args.seed, args.workers)
-    if data.batched_eval_loader(args, device):
-        val_loader = data.DeviceCIFARLoader(val_set, args.eval_batch_size, False, rank, world, device=device)
-    else:
-        val_loader = data.build_loader(val_set, args.eval_batch_size, False, rank, world, workers=args.workers)
+    start_processes(args, ddp, device, master)
+    train_loader, val_loader = data.build_loaders(args, train_set, val_set, micro, rank, world, device)
     if len(train_loader) < args.grad_accum:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
 
@@ -688,29 +658,11 @@ def main(argv=None):
     ema = EMA(model, args.ema) if args.ema else None
 
     # --- resume ---
-    start_epoch, start_batch, step, progress = 0, 0, 0, {}
     ckpt_path, log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
     check_out_dir(args.out_dir)
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
-    if args.resume:
-        ck = load_checkpoint(args.resume, args)
-        if args.eval_ema and ck.get("ema") is None:
-            raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
-                       "leave out --eval-ema to evaluate its model weights")
-        for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
-            if master:
-                print(line)
-        restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller)
-        start_epoch, start_batch, step, progress, rngs = (ck[k] for k in ("epoch", "batch", "step", "progress", "rng"))
-        if len(rngs) == world:
-            set_rng_state(rngs[rank])
-        else:  # another number of processes (an epoch boundary): fresh per-rank randomness
-            torch.manual_seed(args.seed + rank + 7919 * step)
-    elif os.path.exists(ckpt_path):
-        raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
-                   "choose another --out-dir")
-    else:
-        torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
+    start_epoch, start_batch, step, progress = resume_or_start(
+        args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller)
 
     def save(epoch, batch, progress, step):
         """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it)."""
@@ -764,6 +716,66 @@ def main(argv=None):
         dist.destroy_process_group()
     if lock is not None:
         lock.close()
+
+
+def load_data(args, p):
+    """The datasets of the flags, --val-subset applied, and the flags resolved against the data's
+    image size: (args, train_set, val_set, num_classes, img_size). Raises Fail for bad data."""
+    try:
+        train_set, val_set, num_classes, img_size = data.build_datasets(
+            args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
+            three_aug=args.three_augment, val_labels=args.val_labels)
+    except (data.DataError, ValueError) as e:
+        raise Fail(str(e))
+    args = resolve(args, p, img_size)
+    if args.val_subset:  # CIFAR: the first N images; image folders: N evenly spaced (the set is ordered by class)
+        n = min(args.val_subset, len(val_set))
+        keep = range(n) if args.data != "imagenet" else [i * len(val_set) // n for i in range(n)]
+        val_set = torch.utils.data.Subset(val_set, keep)
+    return args, train_set, val_set, num_classes, img_size
+
+
+def start_processes(args, ddp, device, master):
+    """Join the DDP process group (NCCL on CUDA, gloo on the CPU; a dead or hung peer fails the others
+    after --dist-timeout instead of a hang), and name the run folder when --out-dir is not given:
+    rank 0 picks runs/MODEL-time and broadcasts it, so every process writes to the same one."""
+    if ddp:
+        if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=args.dist_timeout),
+                                device_id=device if device.type == "cuda" else None)
+    if not args.out_dir:
+        name = [new_run_dir(args.model, "eval" if args.eval_only else None) if master else None]
+        if ddp:
+            dist.broadcast_object_list(name, src=0)
+        args.out_dir = name[0]
+
+
+def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller):
+    """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
+    was written) and this rank's RNG state; else refuse an existing OUT/ckpt.pt and seed this rank.
+    Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
+    resumed with these flags."""
+    if not args.resume:
+        if os.path.exists(ckpt_path):
+            raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
+                       "choose another --out-dir")
+        torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
+        return 0, 0, 0, {}
+    ck = load_checkpoint(args.resume, args)
+    if args.eval_ema and ck.get("ema") is None:
+        raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
+                   "leave out --eval-ema to evaluate its model weights")
+    for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
+        if rank == 0:
+            print(line)
+    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller)
+    if len(ck["rng"]) == world:
+        set_rng_state(ck["rng"][rank])
+    else:  # another number of processes (an epoch boundary): fresh per-rank randomness
+        torch.manual_seed(args.seed + rank + 7919 * ck["step"])
+    return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
 
 
 def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step):
