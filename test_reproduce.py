@@ -1,6 +1,7 @@
 """The reproduction scripts (issue 11): the mini study's summary and verdicts, scripts/reproduce_mini.sh
 (runs, skips what is done), scripts/gpu_run.sh's CPU dry run, and the study at GPU scale
-(scripts/gpu_study.sh: dry run, budget, concurrency; scripts/summarize_gpu.py). CPU only, fake CIFAR data."""
+(scripts/gpu_study.sh: dry run, budget, concurrency; scripts/summarize_gpu.py), and scripts/check_readme.py
+(README's quick commands and numbers). CPU only, fake CIFAR data."""
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import check_readme  # noqa: E402
 import gpu_study  # noqa: E402
 import summarize_gpu  # noqa: E402
 import summarize_mini  # noqa: E402
@@ -315,3 +317,56 @@ def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cud
         r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             "gpu_study.sh: error: no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU"]
+
+
+def test_check_readme_finds_each_command_and_number_in_readme():
+    """README's quick commands parse as train.py commands, and every number the check compares is a
+    number in a README table: this fails when README's tables or commands move without the check."""
+    import train
+    lines = open(os.path.join(ROOT, "README.md")).read().split("\n")
+    for run in check_readme.RUNS:
+        argv = check_readme.command(lines, run, "DATA")
+        flags = argv[argv.index("train.py") + 1:]
+        assert flags[flags.index("--data-dir") + 1] == "DATA" and "--out-dir" not in flags
+        train.parse_args(train.get_parser(), flags)  # README's flags are train.py's
+        assert check_readme.processes(argv) == (2 if "ddp" in run.name or "revit" in run.name else 1)
+    for name, heading, row, column, _ in check_readme.CELLS:
+        i, j = check_readme.locate(lines, heading, row, column)
+        cell = check_readme.cells_of(lines[i])[j]
+        assert re.fullmatch(r"[0-9]+\.[0-9]+|[0-9]+ min [0-9]+ s.*|.*CPU.*", cell), (name, row, column, cell)
+    assert sum(r.minutes for r in check_readme.RUNS if r.quick) <= 15  # the quick set's budget
+    for name in {c[0] for c in check_readme.CELLS}:
+        assert f"<!-- check:{name} -->" in lines, name  # where its commit and CPU are written
+
+
+def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
+    """A finished run in WORK is reused (no training here); --readme writes its numbers and provenance
+    into README's cells; a shortened run never goes into README; bad names are one line, exit 2."""
+    readme = tmp_path / "README.md"
+    shutil.copy(os.path.join(ROOT, "README.md"), readme)
+    lines = readme.read_text().split("\n")
+    run = next(r for r in check_readme.RUNS if r.name == "bvit-300")
+    argv = check_readme.command(lines, run, str(tmp_path / "data"))
+    out = tmp_path / "work" / "bvit-300"
+    out.mkdir(parents=True)
+    (out / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_acc1": 8.5, "val_acc5": 26.25}) + "\n")
+    (out / "check.json").write_text(json.dumps({"argv": argv[1:], "seconds": 301.0,
+                                                "stamp": "commit abc1234, Some CPU, 2 cores, 1 process(es), 2026-12-01"}))
+    (tmp_path / "data" / "cifar-100-python").mkdir(parents=True)
+    (tmp_path / "data" / "cifar-100-python" / "train").write_text("")
+    code = check_readme.main(["--only", "bvit-300", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "work"),
+                              "--readme", str(readme)])
+    printed = capsys.readouterr().out
+    old = check_readme.cells_of(lines[check_readme.locate(lines, "Earlier short runs", "bViT D=128", "top-1")[0]])[5]
+    assert code == 0 and "reused" in printed
+    assert f"top-1: README {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
+    text = readme.read_text()
+    assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
+    assert "<!-- check:bvit-300 -->bvit-300: measured by `python scripts/check_readme.py --only bvit-300` at commit " \
+           "abc1234, Some CPU, 2 cores, 1 process(es), 2026-12-01." in text
+    listing = (tmp_path / "work" / "check_readme.md").read_text()
+    assert "| bvit-300 | bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing and "| 8.50 |" in listing
+    for bad, what in ((["--only", "nosuch"], "--only"), (["--readme", "R.md", "--extra", "--max-steps 2"], "--extra")):
+        with pytest.raises(SystemExit) as e:
+            check_readme.main(bad)
+        assert e.value.code == 2 and what in capsys.readouterr().err

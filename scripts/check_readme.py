@@ -53,22 +53,29 @@ RUNS = [
 
 def final(key):
     """The last epoch record's `key` (an accuracy in percent), formatted as README writes it."""
-    return lambda log: f"{[r for r in log if 'epoch' in r][-1][key]:.2f}"
+    return lambda log, *_: f"{[r for r in log if 'epoch' in r][-1][key]:.2f}"
 
 
 def at_depth(depth, key):
-    return lambda log: f"{next(r[key] for r in log if r.get('depth') == depth):.2f}"
+    return lambda log, *_: f"{next(r[key] for r in log if r.get('depth') == depth):.2f}"
 
 
 def gate(step, expert):
-    return lambda log: f"{[r for r in log if 'epoch' in r][-1]['gates'][step][expert]:.4f}"
+    return lambda log, *_: f"{[r for r in log if 'epoch' in r][-1]['gates'][step][expert]:.4f}"
 
 
-def wall(log, seconds):
+def wall(log, seconds, stamp):
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-# (run, README section heading text, the row's first cell, the column's header, value from log.jsonl).
+def hardware(log, seconds, stamp):
+    """'2-core CPU, 1 process' from the provenance line (commit, CPU model, cores, processes, date)."""
+    cores, procs = re.search(r"(\d+) cores, (\d+) process", stamp).groups()
+    return f"{cores}-core CPU, {procs} process" + "es" * (procs != "1")
+
+
+# (run, README section heading text, the row's first cell, the column's header, value: fn(log.jsonl
+# records, wall seconds, provenance line) -> the cell's text).
 # A section is the text from its heading to the next heading; its table is the first one holding the row.
 SHORT = "Earlier short runs"
 BVIT_ROW = "bViT D=128 h=4 p=4, 6 steps (0.23 M params)"
@@ -77,12 +84,15 @@ CELLS = [
     ("bvit-300", SHORT, BVIT_ROW, "top-1", final("val_acc1")),
     ("bvit-300", SHORT, BVIT_ROW, "top-5", final("val_acc5")),
     ("bvit-300", SHORT, BVIT_ROW, "wall time", wall),
+    ("bvit-300", SHORT, BVIT_ROW, "hardware", hardware),
     ("bvit-300-ddp", SHORT, "same, DDP", "top-1", final("val_acc1")),
     ("bvit-300-ddp", SHORT, "same, DDP", "top-5", final("val_acc5")),
     ("bvit-300-ddp", SHORT, "same, DDP", "wall time", wall),
+    ("bvit-300-ddp", SHORT, "same, DDP", "hardware", hardware),
     ("revit-300", SHORT, "reViT E=4", "top-1", final("val_acc1")),
     ("revit-300", SHORT, "reViT E=4", "top-5", final("val_acc5")),
     ("revit-300", SHORT, "reViT E=4", "wall time", wall),
+    ("revit-300", SHORT, "reViT E=4", "hardware", hardware),
 ] + [("revit-300", REVIT, f"top-{k} (%)", col, at_depth(d, f"val_acc{k}"))
      for k in (1, 5) for d, col in ((3, "3"), (6, "6 (trained)"), (9, "9"), (12, "12"))] + [
     ("revit-300", REVIT, str(k), f"g_{e + 1}", gate(k, e)) for k in range(6) for e in range(4)] + [
@@ -278,7 +288,7 @@ def main(argv=None):
             if run != r.name:
                 continue
             i, j = locate(lines, heading, row, column)
-            old, new = cells_of(lines[i])[j], fn(log, seconds) if fn is wall else fn(log)
+            old, new = cells_of(lines[i])[j], fn(log, seconds, stamp)
             rows.append((r.name, f"{row} / {column}", old, new, difference(old, new)))
             print(f"  {row} / {column}: README {old}, now {new} {difference(old, new)}", flush=True)
             if args.readme:
