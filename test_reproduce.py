@@ -350,20 +350,20 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     out = tmp_path / "work" / "bvit-300"
     out.mkdir(parents=True)
     (out / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_acc1": 8.5, "val_acc5": 26.25}) + "\n")
-    (out / "check.json").write_text(json.dumps({"argv": argv[1:], "seconds": 301.0,
-                                                "stamp": "commit abc1234, Some CPU, 2 cores, 1 process(es), 2026-12-01"}))
+    where = {"commit": "abc1234", "cpu": "Some CPU", "cores": 2, "processes": 1, "date": "2026-12-01"}
+    (out / "check.json").write_text(json.dumps({"argv": argv[1:], "seconds": 301.0, "where": where}))
     (tmp_path / "data" / "cifar-100-python").mkdir(parents=True)
     (tmp_path / "data" / "cifar-100-python" / "train").write_text("")
     code = check_readme.main(["--only", "bvit-300", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "work"),
                               "--readme", str(readme)])
     printed = capsys.readouterr().out
-    old = check_readme.cells_of(lines[check_readme.locate(lines, "Earlier short runs", "bViT D=128", "top-1")[0]])[5]
+    old = check_readme.cells_of(lines[check_readme.locate(lines, check_readme.SHORT, "bViT D=128", "top-1")[0]])[5]
     assert code == 0 and "reused" in printed
     assert f"top-1: README {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
     text = readme.read_text()
     assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
-    assert "<!-- check:bvit-300 -->bvit-300: measured by `python scripts/check_readme.py --only bvit-300` at commit " \
-           "abc1234, Some CPU, 2 cores, 1 process(es), 2026-12-01." in text
+    assert "<!-- check:bvit-300 -->bvit-300: commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
+           "(`python scripts/check_readme.py --only bvit-300`)." in text
     listing = (tmp_path / "work" / "check_readme.md").read_text()
     assert "| bvit-300 | bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing and "| 8.50 |" in listing
     for bad, what in ((["--only", "nosuch"], "--only"), (["--readme", "R.md", "--extra", "--max-steps 2"], "--extra")):

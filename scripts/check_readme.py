@@ -1,8 +1,8 @@
 """Re-run README's quick commands and list each README number beside its re-measured value.
 
-    python scripts/check_readme.py                       # the quick set, about 12 minutes on 2 cores
+    python scripts/check_readme.py                       # the quick set, about 8 minutes on 2 cores
     python scripts/check_readme.py --only bvit-300       # some runs (names: --list)
-    python scripts/check_readme.py --all                 # also the SR-ViT / init table (~15 more minutes)
+    python scripts/check_readme.py --all                 # also the SR-ViT / init table (~7 more minutes)
     python scripts/check_readme.py --readme README.md    # and write the new values, commit and CPU into README
 
 Each run's command is read from README itself (the code line after its anchor), with the data
@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Run:
-    """One README command: `anchor` is the text of the README line the command follows (a comment
+    """One README command (minutes: alone on 2 Intel Xeon cores, 2026-12-01): `anchor` is the text of the README line the command follows (a comment
     line in a code block) or starts with; `procs` = 2 runs the command under torchrun with 2
     processes (when README's own line does not already say so)."""
 
@@ -42,10 +42,10 @@ class Run:
 
 SRVIT = "--embed-dim 128 --num-heads 4 --patch-size 4 --batch-size 64 --max-steps 150 --val-subset 2000"
 RUNS = [
-    Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 4),
-    Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 4, procs=2),
-    Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 4),
-] + [Run(f"srvit-table-{i}", "| " + row, 3, quick=False) for i, row in enumerate([
+    Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 3),
+    Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 2, procs=2),
+    Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 3),
+] + [Run(f"srvit-table-{i}", "| " + row, 2 if "R=4" in row else 1, quick=False) for i, row in enumerate([
     "SR-ViT depth 3, R=1", "SR-ViT depth 3, R=2", "SR-ViT depth 3, R=4",
     "bViT 4 steps (`--model bvit --depth 4 --init default`)", "bViT 4 steps (`--model bvit --depth 4 --init mimetic`)",
     "bViT 4 steps (`--model bvit --depth 4 --init structured`)"])]
@@ -64,20 +64,29 @@ def gate(step, expert):
     return lambda log, *_: f"{[r for r in log if 'epoch' in r][-1]['gates'][step][expert]:.4f}"
 
 
-def wall(log, seconds, stamp):
+def wall(log, seconds, where):
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-def hardware(log, seconds, stamp):
-    """'2-core CPU, 1 process' from the provenance line (commit, CPU model, cores, processes, date)."""
-    cores, procs = re.search(r"(\d+) cores, (\d+) process", stamp).groups()
-    return f"{cores}-core CPU, {procs} process" + "es" * (procs != "1")
+def plural(n, word):
+    return f"{n} {word}" + ("es" if word.endswith("s") else "s") * (n != 1)
+
+
+def hardware(log, seconds, where):
+    """'2-core CPU, 1 process', from where the run was measured (see `provenance`)."""
+    return f"{where['cores']}-core CPU, {plural(where['processes'], 'process')}"
+
+
+def provenance(where):
+    """README's line for a measurement: commit, CPU model, cores, processes, date."""
+    return (f"commit {where['commit']}, {where['cpu']}, {where['cores']} cores, "
+            f"{plural(where['processes'], 'process')}, {where['date']}")
 
 
 # (run, README section heading text, the row's first cell, the column's header, value: fn(log.jsonl
-# records, wall seconds, provenance line) -> the cell's text).
+# records, wall seconds, where it ran: {commit, cpu, cores, processes, date}) -> the cell's text).
 # A section is the text from its heading to the next heading; its table is the first one holding the row.
-SHORT = "Earlier short runs"
+SHORT = "Short CPU runs"
 BVIT_ROW = "bViT D=128 h=4 p=4, 6 steps (0.23 M params)"
 REVIT = "reViT: one block, depth-programmed FFN experts"
 CELLS = [
@@ -196,9 +205,9 @@ def commit():
         return "unknown"
 
 
-def measure(run, argv, work, extra, stamp):
+def measure(run, argv, work, extra, where):
     """Train `run` in WORK/NAME, or reuse the finished run there (WORK/NAME/check.json, written at its
-    end with its time and provenance). Returns (log records, wall seconds, provenance line).
+    end with its time and where it ran). Returns (log records, wall seconds, where).
     Raises RuntimeError on failure or when WORK/NAME holds an unfinished run."""
     out = os.path.join(work, run.name)
     done = os.path.join(out, "check.json")
@@ -208,7 +217,7 @@ def measure(run, argv, work, extra, stamp):
         if meta["argv"] == argv[1:] + extra:
             print("  (finished earlier: reused)", flush=True)
             with open(os.path.join(out, "log.jsonl")) as f:
-                return [json.loads(line) for line in f if line.strip()], meta["seconds"], meta["stamp"]
+                return [json.loads(line) for line in f if line.strip()], meta["seconds"], meta["where"]
     if os.path.exists(out):
         raise RuntimeError(f"{out} holds another or an unfinished run; remove it or give another --work")
     t0 = time.time()
@@ -218,9 +227,9 @@ def measure(run, argv, work, extra, stamp):
     if rc != 0:
         raise RuntimeError(f"{run.name} failed (exit {rc}); see {os.path.join(work, run.name + '.log')}")
     with open(done, "w") as f:
-        json.dump({"argv": argv[1:] + extra, "seconds": seconds, "stamp": stamp}, f)
+        json.dump({"argv": argv[1:] + extra, "seconds": seconds, "where": where}, f)
     with open(os.path.join(out, "log.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()], seconds, stamp
+        return [json.loads(line) for line in f if line.strip()], seconds, where
 
 
 def difference(old, new):
@@ -276,10 +285,9 @@ def main(argv=None):
     rows, failed = [], 0
     for k, r in enumerate(runs):
         print(f"[{k + 1}/{len(runs)}] {r.name}: {shlex.join(argvs[r.name][1:])}", flush=True)
-        stamp = (f"commit {where['commit']}, {where['cpu']}, {where['cores']} cores, "
-                 f"{processes(argvs[r.name])} process(es), {where['date']}")
         try:
-            log, seconds, stamp = measure(r, argvs[r.name], args.work, shlex.split(args.extra), stamp)
+            log, seconds, ran = measure(r, argvs[r.name], args.work, shlex.split(args.extra),
+                                        dict(where, processes=processes(argvs[r.name])))
         except (RuntimeError, OSError, KeyError, ValueError, StopIteration) as e:
             print(f"  FAILED: {e}", flush=True)
             failed += 1
@@ -288,7 +296,7 @@ def main(argv=None):
             if run != r.name:
                 continue
             i, j = locate(lines, heading, row, column)
-            old, new = cells_of(lines[i])[j], fn(log, seconds, stamp)
+            old, new = cells_of(lines[i])[j], fn(log, seconds, ran)
             rows.append((r.name, f"{row} / {column}", old, new, difference(old, new)))
             print(f"  {row} / {column}: README {old}, now {new} {difference(old, new)}", flush=True)
             if args.readme:
@@ -298,8 +306,8 @@ def main(argv=None):
         marker = f"<!-- check:{r.name} -->"
         for i, line in enumerate(lines):
             if args.readme and line.startswith(marker):
-                lines[i] = f"{marker}{r.name}: measured by `python scripts/check_readme.py --only {r.name}` at {stamp}."
-        rows.append((r.name, "where", "", stamp, ""))
+                lines[i] = f"{marker}{r.name}: {provenance(ran)} (`python scripts/check_readme.py --only {r.name}`)."
+        rows.append((r.name, "where", "", provenance(ran), ""))
     listing = ["| run | README number | README | now | now - README |", "|---|---|---|---|---|"]
     listing += ["| " + " | ".join(row) + " |" for row in rows]
     with open(os.path.join(args.work, "check_readme.md"), "w") as f:
