@@ -8,14 +8,15 @@
 Each run's command is read from README itself (the code line after its anchor), with the data
 folder (--data, else $RVITS_DATA, else ../shared/data) and a fresh output folder under --work put in.
 The runs go one after another (each gets both cores); a finished run is kept (WORK/NAME/check.json)
-and reused by the next call with the same command, so an interrupted check continues where it stopped. Prints, and writes to WORK/check_readme.md, one
-line per README number: where it is, README's value, the re-measured value and the difference, then
-the commit and CPU of this measurement. Training on another CPU model, or with another torch, can
-change the last digits and more (README, "Results": the same run gives 28.12 on one CPU model and
-29.77 on another), so a difference is a finding to record, not by itself a bug. With --readme, each
-number's cell gets the new value and each run's provenance line (a `<!-- check:NAME -->` line in
-README) the commit, CPU model, process count and date. Exit 2 for bad flags or a README whose tables
-moved (the error names the run and the row to look for). Standard library only.
+and reused by the next call with the same command, so an interrupted check continues where it
+stopped. Prints, and writes to WORK/check_readme.md, one line per README number: where it is,
+README's value, the re-measured value and the difference, then the commit and CPU of the run.
+Another CPU model, or another torch, can change the last digits and more (README, "Results": the
+same run gives 28.12 on one CPU model and 29.77 on another), so a difference is a finding to
+record, not by itself a bug. With --readme, each number's cell gets the new value and each run's
+provenance line (a `<!-- check:NAME -->` line in README) the commit, CPU model, cores, processes
+and date. Exit 2 for bad flags or a README whose tables or commands moved (the error names what it
+looked for). Standard library only.
 """
 import argparse
 import datetime
@@ -31,16 +32,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Run:
-    """One README command (minutes: alone on 2 Intel Xeon cores, 2026-12-01): `anchor` is the text of the README line the command follows (a comment
-    line in a code block) or starts with; `procs` = 2 runs the command under torchrun with 2
-    processes (when README's own line does not already say so)."""
+    """One README command: `anchor` is the text of the README line the command follows (a comment
+    line in a code block) or starts with (a table row naming its flags); `procs` = 2 runs it under
+    torchrun with 2 processes (when README's own line does not say so); `minutes`: alone on 2 Intel
+    Xeon cores (2026-12-01); `quick`: in the default set."""
 
-    def __init__(self, name, anchor, minutes, procs=None, extra=(), quick=True):
-        self.name, self.anchor, self.minutes, self.procs, self.extra, self.quick = \
-            name, anchor, minutes, procs, list(extra), quick
+    def __init__(self, name, anchor, minutes, procs=None, quick=True):
+        self.name, self.anchor, self.minutes, self.procs, self.quick = name, anchor, minutes, procs, quick
 
 
-SRVIT = "--embed-dim 128 --num-heads 4 --patch-size 4 --batch-size 64 --max-steps 150 --val-subset 2000"
 RUNS = [
     Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 3),
     Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 2, procs=2),
@@ -148,7 +148,8 @@ def command(lines, run, data):
     if at is None:
         raise ReadmeError(f"{run.name}: no README line starting {run.anchor!r}")
     if lines[at].startswith("|"):  # a table row naming its flags: the section's common flags + the row's
-        common = re.search(r"common flags `([^`]*)`", " ".join(lines[section(lines, "SR-ViT and attention")[0]:at]))
+        top = max(i for i in range(at) if re.match(r"#{1,6} ", lines[i]))  # the row's section heading
+        common = re.search(r"common flags `([^`]*)`", " ".join(lines[top:at]))
         added = re.search(r"\(`([^`]*)`\)", lines[at])
         if not (common and added):
             raise ReadmeError(f"{run.name}: README row {run.anchor!r} lost its flags")
