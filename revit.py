@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+# ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p: float, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
     probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
@@ -208,6 +209,7 @@ def init_attention_(attn, init, pos, grid):
     attn.proj.weight.copy_(r.T)
 
 
+# ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
 def sample_keep(batch: int, depth: int, p: float, device=None):
     """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
     An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
@@ -226,6 +228,7 @@ def step_coords(keep):
     return torch.where(keep, rank.float() / (n - 1).clamp(min=1).float(), 0.0)
 
 
+# ----------------------------------------------------------------------------- the model
 class ReViT(nn.Module):
     """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
 

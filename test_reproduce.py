@@ -366,7 +366,11 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
            "(`python scripts/check_readme.py --only bvit-300`)." in text
     listing = (tmp_path / "work" / "check_readme.md").read_text()
     assert "| bvit-300 | bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing and "| 8.50 |" in listing
+    where = {"cores": 2, "processes": 2, "load": 4.1}  # other jobs on the cores: the wall time says so
+    assert check_readme.hardware([], 60.0, where) == "2-core CPU, 2 processes, shared: load 4.1"
+    assert check_readme.hardware([], 60.0, dict(where, load=2.0)) == "2-core CPU, 2 processes"
     for bad, what in ((["--only", "nosuch"], "--only"), (["--readme", "R.md", "--extra", "--max-steps 2"], "--extra")):
         with pytest.raises(SystemExit) as e:
             check_readme.main(bad)
-        assert e.value.code == 2 and what in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and what in err and len(err.strip().splitlines()) == 1  # one line, no usage

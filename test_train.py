@@ -282,7 +282,8 @@ def test_help_groups_the_flags_and_shows_every_default(capsys):
         assert f"\n{group}" in text, group
     flat = " ".join(text.split())
     for flag, default in (("--epochs EPOCHS", "100"), ("--batch-size BATCH_SIZE", "128"), ("--lr LR", "0.001"),
-                          ("--warmup-epochs WARMUP_EPOCHS", "5.0"), ("--model", "bvit")):
+                          ("--warmup-epochs WARMUP_EPOCHS", "5.0"), ("--model", "bvit"),
+                          ("--seed SEED", "0"), ("--mixup MIXUP", "0.0"), ("--init", "default")):  # 0 is shown
         tail = flat.split(flag, 2)[-1]
         assert re.search(rf"\(default:? {re.escape(default)}\)", tail.split(" --")[0]), flag
     assert "a new folder per run" in flat  # --out-dir's default, in words
@@ -300,8 +301,17 @@ def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp
     assert len(folders) == 2 and all(f.startswith("bvit-") for f in folders)
     for r, f in zip(said, folders):
         assert f"run folder: runs/{f}" in r.stdout and f"done: runs/{f} holds args.json, ckpt.pt, log.jsonl" in r.stdout
+        assert re.search(r"epoch 0: validation top-1 [0-9.]+ %, top-5 [0-9.]+ % \(step 1 of 1\)", r.stdout)
     r = run(job + ["--resume", "auto"])
     assert r.returncode == 2 and "--resume auto needs --out-dir" in r.stderr
+
+
+def test_the_estimate_waits_10_steps_or_30_seconds():
+    assert train.pace_point([], 1, 5.0)  # the first check
+    assert not train.pace_point([(1, 5.0)], 5, 20.0)  # fast steps: wait for 10 of them
+    assert train.pace_point([(1, 5.0)], 11, 20.0)
+    assert train.pace_point([(1, 5.0)], 2, 50.0)  # one slow step of 45 s is enough
+    assert not train.pace_point([(1, 5.0)], 1, 50.0) and not train.pace_point([(1, 5.0), (2, 50.0)], 30, 99.0)
 
 
 def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_path):

@@ -109,7 +109,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+        off = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if not off and "(default" not in text:  # 0 is a value (0 == False, hence `is`)
             text += (" " if text else "") + "(default: %(default)s)"
         return text
 
@@ -184,17 +185,17 @@ def get_parser():
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
     a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
     a = p.add_argument_group('model').add_argument
-    a("--model", default="bvit", choices=list(MODELS), help="model family (default bvit)")
+    a("--model", default="bvit", choices=list(MODELS), help="model family")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
       "(depth 12, 24 for l); explicit flags override it (default: ti)")
     a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
-    a("--depth", type=positive(int), help="block applications (steps)")
+    a("--depth", type=positive(int), help="block applications (steps) (default: by --size: 12, 24 for l)")
     a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
     a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
-    a("--patch-size", type=positive(int), help="default 4 for images up to 64 px, else 16")
+    a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
     a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases "
       "(default 1 for bvit, depth for vit)")
-    a("--stages", type=positive(int), default=1, help="deep-supervision stages (must divide depth)")
+    a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
     a("--stage-weights", type=float_list, help="comma-separated loss weight per stage")
     a("--detach-stages", action="store_true", help="stop gradients between stages")
     a("--step-embed", action="store_true", help="learned per-step embedding (ablation)")
@@ -206,10 +207,10 @@ def get_parser():
       "a 3x3 impulse (shift) filter on the position embedding")
     a = p.add_argument_group('model: SR-ViT', 'srvit.py').add_argument
     a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
-      "applied, outputs mixed per token (default 4); --eval-depths then counts recursions")
+      "applied, outputs mixed per token; --eval-depths then counts recursions")
     a = p.add_argument_group('model: reViT', 'revit.py, revit_moe.py').add_argument
     a("--experts", type=positive(int), default=4, help="revit: FFN experts merged per step by "
-      "normalized depth (default 4; 1 = the tied bViT block)")
+      "normalized depth (1 = the tied bViT block)")
     a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
       "dropping each step in training (elastic depth; dropped = identity), in [0, 1), 0 = off")
     a("--routing", default="depth", choices=["depth", "smear", "lory", "token", "mixture"], help="revit: "
@@ -250,7 +251,7 @@ def get_parser():
     a("--val-labels", metavar="FILE", help="image folders: labels of a flat val/ folder, lines "
       "'<file name> <class>' (whitespace or comma separated; class = a train/ folder name)")
     a("--max-bad-images", type=count, default=100, help="image folders: undecodable files are skipped "
-      "with a warning; stop (exit 2) once more than this many were skipped in the run (default 100)")
+      "with a warning; stop (exit 2) once more than this many were skipped in the run")
     a("--val-subset", type=positive(int), help="evaluate on N validation images only: the first N for "
       "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class)")
     a = p.add_argument_group('optimization').add_argument
@@ -286,7 +287,7 @@ def get_parser():
       "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
       "final-feature objective; logits: soft KD, KL at --distill-temperature")
     a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
-      "x the distillation term (default 1)")
+      "x the distillation term")
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
     a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
     a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
@@ -437,6 +438,13 @@ PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same co
 # run starts on a CPU.
 CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
                "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler"}
+
+
+def pace_point(pace, step, now):
+    """Whether a synced check at `step` (time `now`, seconds) is one of the two (step, time) points
+    the estimated time is measured between: the first check, then one 10+ steps later, or 30+ s
+    later for slow steps (a GPU-sized model on a CPU: 11 steps can take minutes)."""
+    return len(pace) < 2 and (not pace or step - pace[0][0] >= 10 or (step > pace[0][0] and now - pace[0][1] >= 30))
 
 
 def estimate_line(args, device, pace, total_steps):
@@ -664,6 +672,8 @@ def main(argv=None):
     start_epoch, start_batch, step, progress = resume_or_start(
         args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller)
 
+    raw_distiller = distiller  # (DDP wraps `distiller` below; the checkpoint holds the plain one)
+
     def save(epoch, batch, progress, step):
         """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it)."""
         rngs = [None] * world
@@ -686,7 +696,6 @@ def main(argv=None):
         compiled = ", compiled: " + (f"each block (not the whole forward: {why})" if scope == "blocks" else
                                      "the whole training forward" + (" (CUDA graphs)" if device.type == "cuda"
                                                                      else "") + " and each block")
-    raw_distiller = distiller
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
         if distiller is not None and list(distiller.parameters()):
@@ -822,7 +831,7 @@ def train(run):
     bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
     check_every = CHECK_EVERY if device.type == "cuda" else 1
     waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
-    pace = []  # (step, time) at the first two checks 10+ steps apart: the run's estimated time
+    pace = []  # (step, time) at the first two checks 10+ steps or 30+ s apart: the run's estimated time
     epoch = start_epoch
     while step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
@@ -898,7 +907,7 @@ def train(run):
             if not (i % check_every == 0 or i == left - 1 or saving or (stop and not ddp)):
                 continue  # (one process reads its signal flag every step: a host list, no sync)
             last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
-            if master and len(pace) < 2 and (not pace or step - pace[0][0] >= 10):
+            if master and pace_point(pace, step, time.perf_counter()):
                 pace.append((step, time.perf_counter()))  # (the device has caught up: a synced time)
                 if len(pace) == 2:
                     bar.write(estimate_line(args, device, pace, total_steps))
@@ -941,7 +950,9 @@ def train(run):
         if master:
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            print(json.dumps(rec), flush=True)
+            print(json.dumps(rec))
+            print(f"epoch {epoch}: validation top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} % "
+                  f"(step {step} of {total_steps})", flush=True)
         save(*position, step)
         if inside:
             break

@@ -45,10 +45,11 @@ RUNS = [
     Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 3),
     Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 2, procs=2),
     Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 3),
-] + [Run(f"srvit-table-{i}", "| " + row, 2 if "R=4" in row else 1, quick=False) for i, row in enumerate([
-    "SR-ViT depth 3, R=1", "SR-ViT depth 3, R=2", "SR-ViT depth 3, R=4",
-    "bViT 4 steps (`--model bvit --depth 4 --init default`)", "bViT 4 steps (`--model bvit --depth 4 --init mimetic`)",
-    "bViT 4 steps (`--model bvit --depth 4 --init structured`)"])]
+] + [Run(name, "| " + row, 2 if "R=4" in row else 1, quick=False) for name, row in [  # the SR-ViT/init table
+    ("srvit-r1", "SR-ViT depth 3, R=1"), ("srvit-r2", "SR-ViT depth 3, R=2"), ("srvit-r4", "SR-ViT depth 3, R=4"),
+    ("init-default", "bViT 4 steps (`--model bvit --depth 4 --init default`)"),
+    ("init-mimetic", "bViT 4 steps (`--model bvit --depth 4 --init mimetic`)"),
+    ("init-structured", "bViT 4 steps (`--model bvit --depth 4 --init structured`)")]]
 
 
 def final(key):
@@ -73,8 +74,10 @@ def plural(n, word):
 
 
 def hardware(log, seconds, where):
-    """'2-core CPU, 1 process', from where the run was measured (see `provenance`)."""
-    return f"{where['cores']}-core CPU, {plural(where['processes'], 'process')}"
+    """'2-core CPU, 1 process' (', shared: load 4.1' when other jobs used the cores), from where the
+    run was measured (see `provenance`)."""
+    shared = f", shared: load {where['load']}" if where.get("load", 0) > where["cores"] + 0.5 else ""
+    return f"{where['cores']}-core CPU, {plural(where['processes'], 'process')}{shared}"
 
 
 def provenance(where):
@@ -221,12 +224,24 @@ def measure(run, argv, work, extra, where):
                 return [json.loads(line) for line in f if line.strip()], meta["seconds"], meta["where"]
     if os.path.exists(out):
         raise RuntimeError(f"{out} holds another or an unfinished run; remove it or give another --work")
-    t0 = time.time()
-    with open(os.path.join(work, run.name + ".log"), "w") as f:
-        rc = subprocess.run(argv + ["--out-dir", out] + extra, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    log = os.path.join(work, run.name + ".log")
+    print(f"  training; its output goes to {log}", flush=True)
+    t0, loads = time.time(), []
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv + ["--out-dir", out] + extra, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        while True:  # every 5 s, the machine's load while it trains: were the cores its own?
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
     seconds = time.time() - t0
-    if rc != 0:
-        raise RuntimeError(f"{run.name} failed (exit {rc}); see {os.path.join(work, run.name + '.log')}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{run.name} failed (exit {proc.returncode}); see {log}")
+    where = dict(where, load=round(sum(loads[len(loads) // 2:]) / max(1, len(loads) - len(loads) // 2), 1))
+    if where["load"] > where["cores"] + 0.5:
+        print(f"  note: load {where['load']} on {where['cores']} cores: other jobs shared them, so the wall time "
+              "is not this run's alone (the numbers are unaffected)", flush=True)
     with open(done, "w") as f:
         json.dump({"argv": argv[1:] + extra, "seconds": seconds, "where": where}, f)
     with open(os.path.join(out, "log.jsonl")) as f:
@@ -241,8 +256,13 @@ def difference(old, new):
         return ""
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr, exit status 2 (as train.py)
+        self.exit(2, f"check_readme.py: error: {message}\n")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--only", default="", help="comma-separated run names (see --list)")
     p.add_argument("--all", action="store_true", help="also the runs outside the quick set")
     p.add_argument("--list", action="store_true", help="print the runs and their commands, then exit")
@@ -272,8 +292,9 @@ def main(argv=None):
         print(f"check_readme.py: error: README.md: {e}; update RUNS/CELLS in scripts/check_readme.py", file=sys.stderr)
         return 2
     if args.list:
-        for r in runs:
-            print(f"{r.name} (~{r.minutes} min): {shlex.join(argvs[r.name])}")
+        for r in RUNS:
+            quick = "" if r.quick else ", with --all"
+            print(f"{r.name} (~{r.minutes} min{quick}): {shlex.join(command(lines, r, args.data))}")
         return 0
     if not os.path.isfile(os.path.join(args.data, "cifar-100-python", "train")):
         print(f"check_readme.py: error: --data {args.data}: no cifar-100-python/train there; give the data root",
