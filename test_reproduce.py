@@ -362,7 +362,7 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     assert f"top-1: README {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
     text = readme.read_text()
     assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
-    assert "<!-- check:bvit-300 -->bvit-300: commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
+    assert "<!-- check:bvit-300 -->Measured (bvit-300): commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
            "(`python scripts/check_readme.py --only bvit-300`)." in text
     listing = (tmp_path / "work" / "check_readme.md").read_text()
     assert "| bvit-300 | bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing and "| 8.50 |" in listing

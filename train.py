@@ -194,13 +194,13 @@ def get_parser():
     a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
     a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
     a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases "
-      "(default 1 for bvit, depth for vit)")
+      "(default: 1 for bvit, depth for vit)")
     a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
     a("--stage-weights", type=float_list, help="comma-separated loss weight per stage")
     a("--detach-stages", action="store_true", help="stop gradients between stages")
     a("--step-embed", action="store_true", help="learned per-step embedding (ablation)")
     a("--gap", action="store_true", help="global average pooling instead of a class token")
-    a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III), off by default")
+    a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III) (default: off)")
     a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
     a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
       "init: default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
@@ -228,21 +228,21 @@ def get_parser():
     a = p.add_argument_group('model: ODEViT', 'odevit.py').add_argument
     a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
       "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
-    a("--ode-steps", type=positive(int), help="odevit: solver steps (default --depth); for odevit "
+    a("--ode-steps", type=positive(int), help="odevit: solver steps (default: --depth); for odevit "
       "a depth (--depth, --eval-depths) counts solver steps, not block evaluations")
     a("--horizon", type=positive(float), help="odevit: integration horizon T (default: the number "
       "of steps, so h = T/steps = 1, which with euler is the bViT recurrence)")
     a("--field", default="subtracted", choices=["subtracted", "blackbox"], help="odevit: "
-      "dz/dt = F(z) - z (default) or the black-box dz/dt = F(z)")
+      "subtracted = dz/dt = F(z) - z; blackbox = dz/dt = F(z)")
     a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
       "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
       "over the trained T (h = T/L)")
     a = p.add_argument_group('data').add_argument
     a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
-    a("--data-dir", help="dataset root (default $RVITS_DATA, else ./data)")
+    a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
-    a("--img-size", type=positive(int), help="default 32 (cifar100, synthetic) or 224 (imagenet)")
-    a("--workers", type=count, help="data loader processes per rank (default 2 on CPU; on CUDA the "
+    a("--img-size", type=positive(int), help="(default: 32 for cifar100 and synthetic, 224 for imagenet)")
+    a("--workers", type=count, help="data loader processes per rank (default: 2 on CPU; on CUDA the "
       "machine's cores / processes per node, at most 16)")
     a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
       "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
@@ -283,9 +283,9 @@ def get_parser():
     a = p.add_argument_group('distillation', 'distill.py').add_argument
     a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
       "same augmented images (distill.py); the loss becomes the task loss + --distill-weight x the term")
-    a("--distill", choices=["feature", "logits"], help="with --teacher (default feature): feature: match the final "
+    a("--distill", choices=["feature", "logits"], help="with --teacher: feature: match the final "
       "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
-      "final-feature objective; logits: soft KD, KL at --distill-temperature")
+      "final-feature objective; logits: soft KD, KL at --distill-temperature (default: feature)")
     a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
       "x the distillation term")
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
@@ -298,7 +298,7 @@ def get_parser():
       "block compiled once, the step loop eager (regional compilation); model = the whole training "
       "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
       "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
-      "depth or token routing; auto (the default) = model where it applies, else blocks (kernels.py)")
+      "depth or token routing; auto = model where it applies, else blocks (kernels.py) (default: auto)")
     a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
       "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
       "instead of all its activations, at the cost of about one more forward")

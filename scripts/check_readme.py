@@ -175,7 +175,7 @@ def command(lines, run, data):
     elif argv[0] == "python":
         argv[0] = sys.executable
         if run.procs:
-            argv[1:1] = ["-m", "torch.distributed.run", f"--nproc_per_node={run.procs}"]
+            argv[1:1] = ["-m", "torch.distributed.run", "--nproc_per_node", str(run.procs)]
     return argv
 
 
@@ -261,8 +261,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"check_readme.py: error: {message}\n")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    def _get_help_string(self, action):  # a default that is a value, after the help
+        shown = action.default not in (None, "", False, argparse.SUPPRESS)
+        return (action.help or "") + (" (default: %(default)s)" if shown else "")
+
+
 def main(argv=None):
-    p = Parser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--only", default="", help="comma-separated run names (see --list)")
     p.add_argument("--all", action="store_true", help="also the runs outside the quick set")
     p.add_argument("--list", action="store_true", help="print the runs and their commands, then exit")
@@ -328,7 +334,7 @@ def main(argv=None):
         marker = f"<!-- check:{r.name} -->"
         for i, line in enumerate(lines):
             if args.readme and line.startswith(marker):
-                lines[i] = f"{marker}{r.name}: {provenance(ran)} (`python scripts/check_readme.py --only {r.name}`)."
+                lines[i] = f"{marker}Measured ({r.name}): {provenance(ran)} (`python scripts/check_readme.py --only {r.name}`)."
         rows.append((r.name, "where", "", provenance(ran), ""))
     listing = ["| run | README number | README | now | now - README |", "|---|---|---|---|---|"]
     listing += ["| " + " | ".join(row) + " |" for row in rows]
