@@ -283,10 +283,12 @@ def test_help_groups_the_flags_and_shows_every_default(capsys):
     flat = " ".join(text.split())
     for flag, default in (("--epochs EPOCHS", "100"), ("--batch-size BATCH_SIZE", "128"), ("--lr LR", "0.001"),
                           ("--warmup-epochs WARMUP_EPOCHS", "5.0"), ("--model", "bvit"),
-                          ("--seed SEED", "0"), ("--mixup MIXUP", "0.0"), ("--init", "default")):  # 0 is shown
+                          ("--seed SEED", "0"), ("--mixup MIXUP", "0.0"), ("--init", "default"),  # 0 is shown
+                          ("--field", "subtracted")):
         tail = flat.split(flag, 2)[-1]
         assert re.search(rf"\(default:? {re.escape(default)}\)", tail.split(" --")[0]), flag
     assert "a new folder per run" in flat  # --out-dir's default, in words
+    assert not re.search(r"\(default [^:]|by default|\(the default\)", flat)  # one "(default: X)" form
 
 
 def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp_path):

@@ -322,7 +322,7 @@ def get_parser():
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
       "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
-      "(default 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
+      "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
       "writes only depth_eval.json (+ PNG) in --out-dir")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
