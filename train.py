@@ -19,7 +19,6 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -709,12 +708,12 @@ def main(argv=None):
 
     # --- the loop ---
     if not args.eval_only:
-        step = train(SimpleNamespace(
+        step = train(
             args=args, device=device, ddp=ddp, world=world, master=master, model=model, raw_model=raw_model,
             distiller=distiller, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema, mix=mix,
             amp_ctx=amp_ctx, num_classes=num_classes, train_set=train_set, train_loader=train_loader,
             val_loader=val_loader, save=save, ckpt_path=ckpt_path, log_path=log_path, steps_per_epoch=steps_per_epoch,
-            total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress))
+            total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress)
 
     # --- evaluation at other depths ("beyond the training horizon") ---
     evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step)
@@ -812,17 +811,12 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
         depth_report(args, raw_model, rows, step)
 
 
-def train(run):
-    """The training loop (README "Train"): epochs of optimizer steps from run.step on, each epoch
-    evaluated, logged and checkpointed, with the stop checks of a cluster job. `run` holds what
-    main() built (a SimpleNamespace); returns the optimizer step reached."""
-    (args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema, mix,
-     amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path, steps_per_epoch,
-     total_steps, start_epoch, start_batch, step, progress) = (
-        getattr(run, k) for k in ("args", "device", "ddp", "world", "master", "model", "raw_model", "distiller",
-                                  "optimizer", "scheduler", "scaler", "ema", "mix", "amp_ctx", "num_classes",
-                                  "train_set", "train_loader", "val_loader", "save", "ckpt_path", "log_path",
-                                  "steps_per_epoch", "total_steps", "start_epoch", "start_batch", "step", "progress"))
+def train(*, args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
+          mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
+          steps_per_epoch, total_steps, start_epoch, start_batch, step, progress):
+    """The training loop (README "Train"): epochs of optimizer steps from `step` on, each epoch
+    evaluated, logged and checkpointed, with the stop checks of a cluster job. Takes what main()
+    built, by name; returns the optimizer step reached."""
     stop = []  # the signal that asked this process to stop (SIGTERM: schedulers; SIGUSR1: SLURM)
     if not args.eval_only:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
@@ -907,8 +901,9 @@ def train(run):
             if not (i % check_every == 0 or i == left - 1 or saving or (stop and not ddp)):
                 continue  # (one process reads its signal flag every step: a host list, no sync)
             last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
-            if master and pace_point(pace, step, time.perf_counter()):
-                pace.append((step, time.perf_counter()))  # (the device has caught up: a synced time)
+            now = time.perf_counter()  # (the device has caught up: a synced time)
+            if master and pace_point(pace, step, now):
+                pace.append((step, now))
                 if len(pace) == 2:
                     bar.write(estimate_line(args, device, pace, total_steps))
             if nonfinite >= args.max_nonfinite:

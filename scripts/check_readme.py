@@ -29,6 +29,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
 
 class Run:
@@ -184,29 +186,6 @@ def processes(argv):
         if a.startswith("--nproc_per_node") or a.startswith("--nproc-per-node"):
             return int(a.split("=")[1] if "=" in a else argv[i + 1])
     return 1
-
-
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or "?"
-
-
-def commit():
-    try:
-        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        return out.stdout.strip() + ("+changes" if dirty else "") if out.returncode == 0 else "unknown"
-    except OSError:
-        return "unknown"
 
 
 def measure(run, argv, work, extra, where):

@@ -33,6 +33,7 @@ Exit status 0 when every started run finished, 1 otherwise, 2 for bad input.
 import argparse
 import json
 import os
+import platform
 import shlex
 import shutil
 import signal
@@ -170,10 +171,29 @@ def environment(python):
 
 
 def commit():
+    """The commit results are stamped with: $COMMIT (the GPU machine gets no .git), else git's short
+    HEAD, with "+changes" when tracked files differ from it; "unknown" without git."""
     if os.environ.get("COMMIT"):
         return os.environ["COMMIT"]
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return r.stdout.strip() if r.returncode == 0 else "unknown"
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty else "") if head.returncode == 0 else "unknown"
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
 
 
 def result_line(arm, seed, run_dir, wall_s, meta):

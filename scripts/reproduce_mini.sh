@@ -25,11 +25,11 @@ SEEDS=${SEEDS:-"0 1"}
 JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
-# done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model
-COMMIT=$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
-[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT+changes"
-CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1 | tr -d '"\\')
-CPU=${CPU:-unknown}
+# done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
+# as scripts/gpu_study.py stamps its results
+where() { python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
+COMMIT=$(where commit)
+CPU=$(where cpu_model)
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the

@@ -139,13 +139,13 @@ def verdict(a, b, want, floor, hardware=0.0):
     HARDWARE_NOISE for the mini study). want ">": the paper says a beats b; "<=": the paper says a
     does not beat b. Returns (verdict, difference of the means, the noise it was compared with)."""
     (ma, sa, na), (mb, sb, nb) = stats(a), stats(b)
-    noise = max(sa if na > 1 else floor, sb if nb > 1 else floor, hardware)
-    diff = ma - mb
+    seed = max(sa if na > 1 else floor, sb if nb > 1 else floor)
+    noise, diff = max(seed, hardware), ma - mb
     if want == ">":
         v = "agree" if diff > noise else "disagree" if diff < -noise else "cannot tell"
     else:  # a must not beat b: a clear win of a disagrees; a tie or a loss agrees
         v = "disagree" if diff > noise else "agree"
-    if max(sa if na > 1 else floor, sb if nb > 1 else floor) == 0 and min(na, nb) < 2:  # no seed spread yet: a lean
+    if seed == 0 and min(na, nb) < 2:  # no seed spread measured yet: a lean, not a verdict
         v = f"leans {v} (one seed, spread unknown)"
     return v, diff, noise
 
