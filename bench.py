@@ -224,36 +224,59 @@ def matmul_tflops(device, n=8192, calls=10, repeats=10, dtype=torch.bfloat16):
     return 2 * n ** 3 / timed(lambda: torch.matmul(a, b, out=c), device, 2, repeats, calls) / 1e12
 
 
-def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False):
+def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False, mode=None, bf16_residual=False,
+                      optimizer=True, mix=True, loader=True):
     """One training step of a CIFAR preset as train.py runs it (its model, fused AdamW, MixUp/CutMix,
     label smoothing, clipping, the GPU-resident loader on random images), as a closure. flags: extra
-    train.py flags (smaller sizes on CPU). scope: kernels.py compile scope, or None for eager.
-    host_sync: read the non-finite flag on the host every step, as train.py's step did up to commit
-    f937315 (`if torch.isfinite(gnorm)`). Returns (step, images per step, model FLOPs per image)."""
+    train.py flags (smaller sizes on CPU). scope: kernels.py compile scope, or None for eager; mode:
+    torch.compile's mode for scope "model" (kernels.compile_for_training). host_sync: read the
+    non-finite flag on the host every step, as train.py's step did up to commit f937315
+    (`if torch.isfinite(gnorm)`). The speed variants of scripts/gpu_check.py: bf16_residual (each
+    block's output stored in bf16, `bf16_residual_stream`); and, as upper bounds of what an idea can
+    win, optimizer=False (forward and backward only), mix=False (no MixUp/CutMix; label smoothing
+    keeps the targets' shape, so the compiled graph is the same), loader=False (one fixed batch).
+    Returns (step, images per step, model FLOPs per image)."""
     import train
     from optim import param_groups
     p = train.get_parser()
     args = train.resolve(train.parse_args(p, ["--preset", preset, *flags]), p, 32)
     torch.manual_seed(0)
     model = train.build_model(args, 32, 100).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
+    if bf16_residual:
+        bf16_residual_stream(model)
+    optim = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
     scaler = torch.amp.GradScaler(device.type, enabled=False)
-    forward = model if scope is None else kernels.compile_for_training(model, scope, device)
-    mix = train.build_mix(args, 100)
+    forward = model if scope is None else kernels.compile_for_training(model, scope, device, mode)
+    mixer = train.build_mix(args, 100) if mix else None
     n = 4 * args.batch_size
     images = data.TensorImages(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 100, (n,)), None)
     batches = endless(data.DeviceCIFARLoader(images, args.batch_size, True, device=device))
+    fixed = next(batches)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp)
 
     def step():
-        x, y = train.mix_and_smooth(*next(batches), mix, args, 100)
+        x, y = train.mix_and_smooth(*(next(batches) if loader else fixed), mixer, args, 100)
         with ctx:
             loss = forward(x, y)[1]
         loss.backward()
-        bad = train.optimizer_step(model, optimizer, scaler, args.clip_grad)
+        if not optimizer:
+            model.zero_grad(set_to_none=True)
+            return
+        bad = train.optimizer_step(model, optim, scaler, args.clip_grad)
         if host_sync:
             bool(bad)
     return step, args.batch_size, model.flops_per_image()
+
+
+def bf16_residual_stream(model):
+    """Store the residual stream between blocks in bf16 (the parameters stay fp32 master weights): a
+    forward hook casts each block's output, so that under autocast the tensors written and read at
+    every step boundary (and saved for backward) take half the bytes. A speed variant of
+    scripts/gpu_check.py (the step is memory-bound: issue 29's estimate); inside a block the sums
+    stay fp32. Returns model."""
+    for blk in model.blocks:
+        blk.register_forward_hook(lambda module, inputs, out: out.to(torch.bfloat16))
+    return model
 
 
 PATHS = (("old", "blocks", True), ("blocks", "blocks", False), ("model", "model", False))
@@ -277,17 +300,18 @@ def cifar_preset_speed(preset, flags, device, amp, warmup, repeats, calls):
     return {path: batch / statistics.median(t) for path, t in seconds.items()}, flops
 
 
-def compiled_exit_delay(device, timeout=120.0):
+def compiled_exit_delay(device, timeout=30.0, cmd=None):
     """Seconds from the last output line of a first-time `train.py --compile` process (tiny model,
     synthetic data, 3 steps, inductor's caches off: it compiles, so its compile-worker pool starts)
-    to its exit; `timeout` when it has not exited by then (it is killed)."""
+    to its exit; `timeout` when it has not exited `timeout` seconds after it started (it is killed
+    then: the measurement costs at most `timeout` and a second). cmd: another command (tests)."""
     import subprocess
     import tempfile
     import threading
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--data", "synthetic", "--embed-dim", "32",
-               "--num-heads", "2", "--depth", "2", "--batch-size", "8", "--max-steps", "3", "--val-subset", "16",
-               "--workers", "0", "--compile", "--device", device.type, "--out-dir", out]
+        cmd = cmd or [sys.executable, os.path.join(ROOT, "train.py"), "--data", "synthetic", "--embed-dim", "32",
+                      "--num-heads", "2", "--depth", "2", "--batch-size", "8", "--max-steps", "3", "--val-subset",
+                      "16", "--workers", "0", "--compile", "--device", device.type, "--out-dir", out]
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}  # compile jobs: the worker pool starts
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
         last = [time.perf_counter()]
@@ -369,7 +393,7 @@ def main():
     p.add_argument("--json", help="also write the ratios to this JSON file")
     p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
-                   "that the script runs (scripts/gpu_run.sh --dry-run), measures nothing")
+                   "that the script runs (test_speed.py), measures nothing")
     p.add_argument("--only", help="comma-separated measurements to run, of: " + ", ".join(MEASUREMENTS))
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

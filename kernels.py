@@ -19,8 +19,12 @@ compiled process. Model files never import it (each has its own `compile_regions
    first H200 run (torch 2.11): every process whose first `torch.compile` started the pool
    finished its work and then never exited, its main thread waiting in inductor's
    `shutdown_compile_workers` -> `SubprocPool.shutdown` -> `subprocess.wait` (public reports:
-   pytorch#162199, pytorch#183884). torch 2.14 bounds that wait at 300 s; we bound it at a few
-   seconds and then kill the pool's processes, so a compiled run exits right after its last line.
+   pytorch#162199, pytorch#183884). torch 2.14 bounds that wait at 300 s (and kills the sidecar);
+   torch 2.11 waits 300 s and then raises. We bound it at a few seconds and then kill the pool's
+   processes, so a compiled run exits right after its last line. It relies on private names of
+   torch._inductor (`inductor_names` lists them); read in the sources of torch 2.11.0 and 2.14.1,
+   both have every one: `async_compile._pool_set` (the pools), `async_compile.after_fork` (forgets
+   them), `SubprocPool.process` (the sidecar's Popen) and `SubprocPool.shutdown`.
 """
 import threading
 
@@ -46,16 +50,41 @@ def choose_scope(model, scope="auto", blockers=()):
     return ("blocks", "; ".join(blockers)) if blockers else ("model", None)
 
 
-def compile_for_training(model, scope, device=None):
+def compile_for_training(model, scope, device=None, mode=None):
     """Compile `model` (before DDP) for training in `scope` ("blocks" or "model", from choose_scope);
     returns the module the training step calls. The blocks are always compiled regionally
-    (evaluation and DDP use them); "model" returns torch.compile(model), in mode "reduce-overhead"
-    on CUDA, sharing the model's parameters."""
+    (evaluation and DDP use them); "model" returns torch.compile(model, mode=mode), sharing the
+    model's parameters; mode None means "reduce-overhead" on CUDA (CUDA graphs) and the default
+    elsewhere ("max-autotune" also replays CUDA graphs, and autotunes each matmul first: a speed
+    variant of scripts/gpu_check.py)."""
     model.compile_regions() if hasattr(model, "compile_regions") else model.compile()
     if scope == "blocks":
         return model
     cuda = device is not None and torch.device(device).type == "cuda"
-    return torch.compile(model, mode="reduce-overhead" if cuda else None)
+    return torch.compile(model, mode=mode or ("reduce-overhead" if cuda else None))
+
+
+def inductor_names():
+    """{private name: present in this torch} for the names `release_compile_workers` uses (module
+    docstring, item 2): printed first in a GPU window (scripts/gpu_run.py), tested on the CPU."""
+    try:
+        from torch._inductor import async_compile
+        from torch._inductor.compile_worker import subproc_pool
+    except ImportError:
+        return {}
+    pool = getattr(subproc_pool, "SubprocPool", None)
+    return {"async_compile._pool_set": hasattr(async_compile, "_pool_set"),
+            "async_compile.after_fork": hasattr(async_compile, "after_fork"),
+            "SubprocPool.shutdown": hasattr(pool, "shutdown"),
+            "SubprocPool.process": pool is not None and "self.process =" in _source(pool.__init__)}
+
+
+def _source(fn):
+    import inspect
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
 
 
 def release_compile_workers(timeout=3.0):

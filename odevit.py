@@ -411,6 +411,8 @@ class ODEViT(nn.Module):
         if targets is None:
             return logits, None
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
+        # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
+        # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         # weights as Python floats: no host-to-device copy per forward; same products, same sum
         return logits, torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()

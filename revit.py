@@ -413,6 +413,7 @@ class ReViT(nn.Module):
         if targets is None:
             return logits, None
         loss = classification_loss(logits, targets, self.loss)
+        # Read before the next training step (CUDA graphs would overwrite it; train.py reads after each epoch).
         self.aux = {f"{self.loss}_loss": loss.detach()}
         if self.experts > 1:
             reg = self.regularizers(depth)

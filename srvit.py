@@ -351,6 +351,8 @@ class SRViT(nn.Module):
                 h = self._step(blk, h)
             s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
             mix.add(h, s)  # only the running sums are kept, not h_1..h_R
+        # Read before the next call: compiled whole with CUDA graphs (kernels.py), this lives in the
+        # graph's memory and the next replay overwrites it (train.py reads it after each epoch's last step).
         self.mix_weights = mix.weights()
         logits = self.classify(mix.result())
         if targets is None:

@@ -17,6 +17,9 @@ from test_train import fake_cifar
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import check_readme  # noqa: E402
+import child  # noqa: E402
+import gpu_check  # noqa: E402
+import gpu_run  # noqa: E402
 import gpu_study  # noqa: E402
 import summarize_gpu  # noqa: E402
 import summarize_mini  # noqa: E402
@@ -132,20 +135,100 @@ def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, cap
     assert "Seed noise: unknown" in summarize_mini.summary(runs)["mini-verdicts"]
 
 
-def test_gpu_run_parses_and_its_dry_run_passes_with_only_the_repository_and_gpu_data(tmp_path):
+def test_gpu_run_dry_run_compiles_at_tiny_width_and_passes_with_only_the_repository_and_gpu_data(tmp_path):
+    """The window on a CPU: the check of the compiled path (gpu_check: eager, blocks and the whole model,
+    compiled), the CIFAR preset, the 224-px smoke; each step's status, seconds and exit delay in
+    summary.md; at most 8 small files come back."""
     script = os.path.join(ROOT, "scripts", "gpu_run.sh")
     out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), GPU_DATA=fake_cifar(tmp_path / "gpu_data"))
-    r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=400)
+    env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), GPU_DATA=fake_cifar(tmp_path / "gpu_data"),
+               OMP_NUM_THREADS="1")
+    r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=560)
     summary = (out / "summary.md").read_text()
-    assert r.returncode == 0, summary
-    for name in ("env", "cuda_tests", "compiled_step_bvit", "compiled_step_revit", "compiled_step_odevit",
-                 "compiled_step_srvit", "cifar_c100-gpu-bvit-ti", "bench"):
-        assert f"- {name}: ok" in summary, name
-    assert "c100-gpu-bvit-ti: 1 epoch(s)" in summary and "depth 48: top-1" in summary
-    back = [os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs]
-    assert sorted(back) == ["bench.json", "cifar_log.jsonl", "gpu_run.log", "summary.md"]  # <= 8 files return
-    assert "vit_vs_timm_train_eager" in json.loads((out / "bench.json").read_text())
+    assert r.returncode == 0, summary + (out / "gpu_run.log").read_text()[-3000:]
+    for name in ("env", "gpu_check", "cifar", "smoke_224"):
+        assert re.search(rf"- {name}: ok \(exit 0, \d+ s, exit delay [\d.]+ s\)", summary), (name, summary)
+    assert "inductor names {" in summary and "False" not in summary.split("inductor names")[1].split("\n")[0]
+    assert "model path: 0 CUDA-graph skips, 0 recompiles" in summary
+    assert re.search(r"\n  blocks +\d+ ", summary) and "c100-gpu-bvit-ti: 1 epoch(s)" in summary
+    assert "depth 48: top-1" in summary and "smoke srvit: first step" in (out / "gpu_run.log").read_text()
+    back = sorted(os.listdir(out))
+    assert back == ["cifar_log.jsonl", "gpu_check.json", "gpu_run.log", "summary.md"]  # <= 8 files return
+    assert {json.loads(ln)["path"] for ln in (out / "gpu_check.json").read_text().splitlines()} == {
+        "eager", "blocks", "model"}
+
+
+def test_the_window_fits_its_limit_and_every_wait_inside_a_step_fits_the_step():
+    """The real plan: the step limits, each with the most a stop adds (scripts/child.py), fit WINDOW_S,
+    which fits a 570 s command; the figures that matter come first; a step's own budget (gpu_check
+    --budget-s) ends before its limit; 224-px smoke steps compile blocks, not the whole model."""
+    steps = gpu_run.plan(False, "python3", "OUT", "WORK", "gpu_data", "c100-gpu-bvit-ti")
+    names = [name for name, _, _ in steps]
+    assert names[:3] == ["env", "gpu_check", "cifar"]
+    assert sum(limit + child.STOP_S for _, limit, _ in steps) + 30 + child.STOP_S <= gpu_run.WINDOW_S <= 550  # + unpack
+    for name, limit, cmd in steps:
+        if "--budget-s" in cmd:
+            assert float(cmd[cmd.index("--budget-s") + 1]) + 15 <= limit, name
+    import gpu_smoke
+    src = open(gpu_smoke.__file__).read()
+    assert 'compile_for_training(model, "blocks", device)' in src
+
+
+def test_a_child_that_never_exits_costs_its_limit_and_no_more_and_takes_its_children_along(tmp_path):
+    """scripts/child.py, which runs every step of a GPU window and every study run: a stand-in child
+    that ignores SIGTERM and has started a grandchild, past its limit, is stopped within the limit +
+    child.STOP_S, its stack is dumped (SIGABRT, faulthandler), and the grandchild goes with it."""
+    import time
+    code = ("import faulthandler, signal, subprocess, sys, time; faulthandler.enable(); "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print('GRANDCHILD', g.pid, flush=True); time.sleep(60)")
+    log = open(tmp_path / "log", "w")
+    t0 = time.monotonic()
+    r = child.run([sys.executable, "-c", code], 2.0, log)
+    took = time.monotonic() - t0
+    log.close()
+    text = (tmp_path / "log").read_text()
+    assert r["status"] == "TIMED OUT" and r["rc"] == 124 and r["exit_delay_s"] is None
+    assert 2.0 <= took <= 2.0 + child.STOP_S + 1.0, took
+    assert "Fatal Python error: Aborted" in text  # where it hung: every thread's stack
+    grandchild = int(text.split("GRANDCHILD")[1].split()[0])
+    time.sleep(0.2)  # (the kernel reaps the killed grandchild)
+    assert not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split(")")[1].split()[0] == "Z"
+    r = child.run([sys.executable, "-c", "print('done')"], 30.0)
+    assert r["status"] == "ok" and r["last_line"] == "done" and r["exit_delay_s"] < 5
+
+
+def test_a_concurrency_probe_that_hangs_costs_its_limit_and_the_study_goes_on(tmp_path):
+    """gpu_study's probe started compiled children with no limit (communicate() without a timeout):
+    a child that never exits held the whole window. Now a round of probes has a limit and a failed
+    probe is an error the study recovers from (one run at a time)."""
+    import time
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")  # a stand-in interpreter whose probe never ends
+    fake.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish in 2 s"):
+        gpu_study.measure_concurrency(str(fake), True, print, counts=(2,), limit_s=2.0)
+    assert time.monotonic() - t0 <= 2.0 + child.STOP_S + 1.5
+    assert gpu_study.PROBE_COUNTS == (1, 4)  # few copies: each one compiles
+
+
+def test_study_arms_compile_the_whole_forward_only_where_its_graph_is_short():
+    """Every study arm has 12 block applications (6 for srvit-r1: matched FLOPs), as c100-gpu-bvit-ti,
+    whose whole-model compile gpu_check.py measures first in the window; a longer graph (e.g. SR-ViT
+    12 x 4: 911 s to compile whole on a CPU) would compile its blocks."""
+    apps = {arm: gpu_study.preset_model(gpu_study.preset_of(arm))[1] for arm in gpu_study.ARMS}
+    assert set(apps.values()) == {6, 12} and apps["odevit-rk4"] == 12 and apps["srvit-r1"] == 6
+    assert all(gpu_study.scope_flags(n) == [] for n in apps.values())
+    assert gpu_study.scope_flags(48) == ["--compile-scope", "blocks"]
+
+
+def test_gpu_check_fails_loudly_when_the_whole_model_graph_skips_recompiles_or_syncs():
+    good = {"cudagraph_skips": 0, "recompiles": 0, "syncs_per_step": 0.0}
+    assert gpu_check.failures(good, cuda=True) == [] and gpu_check.failures({**good, "cudagraph_skips": 2}, False) == []
+    bad = gpu_check.failures({"cudagraph_skips": 1, "recompiles": 2, "syncs_per_step": 1.0}, cuda=True)
+    assert len(bad) == 3 and "CUDA-graph skip" in bad[0] and "recompiles" in bad[1] and "syncs" in bad[2]
 
 
 @pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh", "gpu_study.sh"])

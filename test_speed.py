@@ -396,6 +396,136 @@ def test_a_hung_compile_worker_pool_does_not_keep_a_finished_run_from_exiting(tm
     assert (tmp_path / "run" / "ckpt.pt").exists() and not alive(sidecar)
 
 
+REAL_POOL = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import os
+from torch._inductor import async_compile
+import kernels
+names = kernels.inductor_names()
+pool = async_compile.AsyncCompile.process_pool()  # the installed torch's own pool (a CPU compile may not start it)
+assert pool.submit(os.getpid).result(timeout=60) != os.getpid()  # a job ran in a worker process
+print("SIDECAR", pool.process.pid, "NAMES", all(names.values()), sorted(names), flush=True)
+t0 = time.monotonic()
+kernels.release_compile_workers()
+print("RELEASED", round(time.monotonic() - t0, 2), "POOLS", len(async_compile._pool_set), flush=True)
+print("LAST LINE", flush=True)
+"""
+
+
+def test_release_compile_workers_ends_the_real_inductor_pool_of_this_torch_within_seconds():
+    """Version skew (the GPU machine runs torch 2.11, the suite 2.14): kernels.release_compile_workers
+    uses private inductor names. Against the real SubprocPool of the installed torch (started, a job
+    run in it): every name exists, the release takes seconds, the sidecar is gone and the process exits
+    right after its last line."""
+    import time
+    p = subprocess.Popen([sys.executable, "-c", REAL_POOL, ROOT], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, cwd=ROOT)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("LAST LINE"):
+            break
+    t_last = time.monotonic()
+    try:
+        p.wait(timeout=10)
+    finally:
+        p.kill()
+    exit_delay = time.monotonic() - t_last
+    sidecar = next(ln for ln in lines if ln.startswith("SIDECAR")).split()
+    released = next(ln for ln in lines if ln.startswith("RELEASED")).split()
+    assert sidecar[3] == "True", lines  # every private name kernels.py relies on exists in this torch
+    assert float(released[1]) < 5 and released[3] == "0" and not alive(int(sidecar[1])), lines
+    assert p.returncode == 0 and exit_delay < 5, (p.returncode, exit_delay)
+
+
+def test_compiled_entry_points_release_their_compile_workers():
+    """Every program that compiles ends with kernels.release_compile_workers in a `finally` (the first
+    H200 run: a first-time compiled process never exited; gpu_study's probe workers did not release)."""
+    import ast
+    entry = {"train.py": "cli", "bench.py": "main", "scripts/gpu_check.py": "main", "scripts/gpu_smoke.py": "main",
+             "scripts/gpu_study.py": "probe_worker"}
+    for path, fn in entry.items():
+        tree = ast.parse(open(os.path.join(ROOT, path)).read())
+        func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn)
+        finals = [ast.unparse(stmt) for t in ast.walk(func) if isinstance(t, ast.Try) for stmt in t.finalbody]
+        assert any("release_compile_workers()" in f for f in finals), f"{path} {fn}() compiles without releasing"
+
+
+def test_model_terms_are_logged_from_the_last_training_step_even_when_a_later_call_overwrites_them(tmp_path,
+                                                                                                  monkeypatch):
+    """Under CUDA graphs (whole-model scope) the tensors a forward leaves in `model.aux` live in the
+    graph's memory and the next replay overwrites them. A stand-in model whose every call (evaluation
+    too) writes its terms into one static buffer: log.jsonl still holds the epoch's last training
+    step's value, so train.py reads them before anything else runs the model."""
+    import json
+    import bvit
+    import train
+    trained = []
+
+    class StaticTerms(bvit.BViT):
+        def forward(self, x, targets=None, depth=None):
+            out = super().forward(x, targets, depth)
+            self.buffer = getattr(self, "buffer", torch.zeros(()))
+            value = self.aux["stage0_loss"] if targets is not None else torch.tensor(-1.0)
+            self.buffer.copy_(value)  # as a CUDA graph's output: one buffer, rewritten by every replay
+            self.aux = {"stage0_loss": self.buffer}
+            if targets is not None:
+                trained.append(float(value))
+            return out
+    build = train.build_model
+    monkeypatch.setattr(train, "build_model", lambda *a, **k: _static(build(*a, **k), StaticTerms))
+    assert train.cli(["--data", "synthetic", "--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size",
+                      "8", "--max-steps", "3", "--val-subset", "16", "--workers", "0", "--device", "cpu",
+                      "--out-dir", str(tmp_path)]) == 0
+    rec = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])
+    assert len(trained) == 3 and rec["stage0_loss"] == pytest.approx(trained[-1]) and rec["stage0_loss"] != -1.0
+
+
+def _static(model, cls):
+    """`model` with its class swapped for the stand-in subclass `cls` (same weights, same config)."""
+    model.__class__ = cls
+    return model
+
+
+def test_bf16_residual_stream_stores_block_outputs_in_bf16_and_keeps_the_fp32_result_within_bf16_error():
+    """The speed variant of scripts/gpu_check.py (bench.bf16_residual_stream): under bf16 autocast every
+    block's output is bf16 (half the bytes at each step boundary), the weights and their gradients stay
+    fp32, and logits and gradients agree with the fp32 residual stream within bf16 error."""
+    import bench
+    import bvit
+    torch.manual_seed(0)
+    ref = bvit.BViT(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2, depth=4)
+    var = bvit.BViT(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2, depth=4)
+    var.load_state_dict(ref.state_dict())
+    bench.bf16_residual_stream(var)
+    seen = []
+    var.blocks[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    out = {}
+    for name, m in (("ref", ref), ("var", var)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, loss = m(x, y)
+        loss.backward()
+        out[name] = logits.float(), m.head.weight.grad
+    assert seen and set(seen) == {torch.bfloat16} and var.head.weight.grad.dtype == torch.float32
+    assert var.blocks[0].attn.qkv.weight.dtype == torch.float32
+    for a, b in zip(out["var"], out["ref"]):
+        assert (a - b).norm() / b.norm() < 3e-2
+
+
+def test_exit_delay_of_a_child_that_never_exits_costs_its_timeout_and_no_more():
+    """bench.py's exit-delay measurement waited 120 s inside gpu_run.sh's 110 s step limit: now it
+    waits `timeout` (30 s by default) and then kills; here a stand-in child that never exits."""
+    import time
+    import bench
+    t0 = time.monotonic()
+    delay = bench.compiled_exit_delay(torch.device("cpu"), timeout=2.0,
+                                      cmd=[sys.executable, "-c", "print('last', flush=True); import time; time.sleep(60)"])
+    assert delay == 2.0 and time.monotonic() - t0 < 4.0
+    assert bench.compiled_exit_delay.__defaults__[0] <= 30
+
+
 # ----------------------------------------------------------------------------- bench.py
 def test_bench_runs_every_measurement_when_one_fails(tmp_path, monkeypatch, capsys):
     """The first H200 run lost every figure after imagefolder_loaders raised StopIteration (a loader

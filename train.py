@@ -924,6 +924,9 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
                 save(epoch, first + i + 1, sums(), step)
         bar.close()
         epoch_time = t_spent + time.time() - t0
+        # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
+        # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
+        extras = model_log(raw_model)
         skipped = torch.tensor(float(skipped), device=device, dtype=torch.float64)
         if ddp:
             dist.all_reduce(loss_sum)
@@ -939,7 +942,7 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         except EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
-        rec.update({"img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **model_log(raw_model)})
+        rec.update({"img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **extras})
         if args.data == "imagenet":
             rec["skipped_images"] = int(skipped.item())
         if master:
