@@ -267,19 +267,26 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
 
 
 # ----------------------------------------------------------------------------- the study at GPU scale
-def test_gpu_study_dry_run_runs_every_arm_once_then_skips_what_is_done(tmp_path):
-    """Every c100-gpu-* arm (and the init and distilled arms) shrunk to 2 CPU steps: each gives a
-    result line with every field the summary needs, the distilled arm trains after its teacher,
-    at most 8 small files come back, and a second call with those results committed runs nothing."""
+# one arm of each kind (model, deep supervision, solver, experts, recursions, init, routing, distillation);
+# test_every_gpu_study_arm_resolves_to_a_valid_run checks the others' commands without training them
+DRY_ARMS = ["vit", "bvit", "bvit-ds", "odevit-rk4", "revit-e4", "srvit-r2", "vit+structured", "revit-lora",
+            "revit-e4+feature"]
+
+
+def test_gpu_study_dry_run_runs_each_kind_of_arm_once_then_skips_what_is_done(tmp_path):
+    """One arm of each kind shrunk to 2 CPU steps: each gives a result line with every field the
+    summary needs, the distilled arm trains after its teacher, at most 8 small files come back, and
+    a second call with those results committed runs nothing."""
     script = os.path.join(ROOT, "scripts", "gpu_study.sh")
     results = tmp_path / "results"
     results.mkdir()
     env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"), RESULTS=str(results),
-               GPU_DATA=fake_cifar(tmp_path / "gpu_data"), SEEDS="0", JOBS="2", COMMIT="abc1234")
+               GPU_DATA=fake_cifar(tmp_path / "gpu_data"), SEEDS="0", JOBS="2", COMMIT="abc1234",
+               ARMS=" ".join(DRY_ARMS))
     r = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert sorted(ln["arm"] for ln in lines) == sorted(gpu_study.ARMS)
+    assert sorted(ln["arm"] for ln in lines) == sorted(DRY_ARMS)
     for ln in lines:
         assert ln["commit"] == "abc1234" and ln["gpu"] == "cpu" and ln["epochs"] == 1 and ln["seed"] == 0
         assert str(ln["trained_depth"]) in ln["depths"] and ln["img_per_s"] > 0 and ln["params_m"] > 0
@@ -294,9 +301,21 @@ def test_gpu_study_dry_run_runs_every_arm_once_then_skips_what_is_done(tmp_path)
     shutil.copy(tmp_path / "out" / "results.jsonl", results / "results.jsonl")  # committed
     r = subprocess.run(["bash", script, "--dry-run"], env=dict(env, OUT=str(tmp_path / "out2")), capture_output=True,
                        text=True, timeout=300)
-    assert r.returncode == 0 and "19 run(s) already done, 0 to do" in r.stdout, r.stdout[-2000:]
+    assert r.returncode == 0 and f"{len(DRY_ARMS)} run(s) already done, 0 to do" in r.stdout, r.stdout[-2000:]
     bad = subprocess.run(["bash", script, "--dry-run"], env=dict(env, ARMS="vit bogus"), capture_output=True, text=True)
     assert bad.returncode == 2 and "ARMS: unknown arm(s) bogus" in bad.stderr
+
+
+def test_every_gpu_study_arm_resolves_to_a_valid_run(tmp_path):
+    """Each of the 19 arms' train.py flags (preset, seed, arm flags) parse and resolve, and build a model
+    of the preset's size: what the dry run would catch for the arms it does not train."""
+    import train
+    for arm in gpu_study.ARMS:
+        p = train.get_parser()  # (a preset sets the parser's defaults)
+        flags = ["--preset", gpu_study.preset_of(arm), "--seed", "1", *gpu_study.arm_flags(arm, 1, str(tmp_path))]
+        args = train.resolve(train.parse_args(p, flags), p, 32)
+        assert args.epochs == gpu_study.EPOCHS and args.batch_size == 512, arm
+        assert train.build_model(args, 32, 100).num_params() > 1e5, arm
 
 
 def test_gpu_study_starts_only_runs_that_fit_the_budget_in_claim_order():
