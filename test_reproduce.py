@@ -227,7 +227,8 @@ def test_study_arms_compile_the_whole_forward_only_where_its_graph_is_short():
 def test_gpu_check_fails_loudly_when_the_whole_model_graph_skips_recompiles_or_syncs():
     good = {"cudagraph_skips": 0, "recompiles": 0, "syncs_per_step": 0.0}
     assert gpu_check.failures(good, cuda=True) == [] and gpu_check.failures({**good, "cudagraph_skips": 2}, False) == []
-    bad = gpu_check.failures({"cudagraph_skips": 1, "recompiles": 2, "syncs_per_step": 1.0}, cuda=True)
+    bad = gpu_check.failures({"cudagraph_skips": 1, "recompiles": 2, "syncs_per_step": 1.0, "sync_places": ["a.py:3"]},
+                             cuda=True)
     assert len(bad) == 3 and "CUDA-graph skip" in bad[0] and "recompiles" in bad[1] and "syncs" in bad[2]
 
 

@@ -65,9 +65,29 @@ def plan(dry, py, out, work, data, preset):
     return [("env", 30, [py, "-c", ENV]),
             ("gpu_check", 170, check + ["--budget-s", "150"]),
             ("cifar", 170, cifar + ["--compile", "--device", "cuda", "--amp", "bf16"]),
-            ("smoke_224", 70, smoke),
-            ("cuda_tests", 50, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_speed.py",
+            ("smoke_224", 80, smoke),
+            ("cuda_tests", 40, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_speed.py",
                                 "test_models.py", "-k", "cuda or bf16"])]
+
+
+def check_lines(path):
+    """summary.md lines of gpu_check.json (what it measured before it ended, however it ended)."""
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return ["  no gpu_check.json: no path was measured"]
+    base = next((r for r in rows if r["path"] == "model"), None)
+    lines = [f"  {'path':22s} {'img/s':>9s} {'ms/step':>8s} {'compile s':>9s} {'x model':>7s}"]
+    for r in rows:
+        ratio = f"{r['img_per_s'] / base['img_per_s']:.3f}" if base else "-"
+        lines.append(f"  {r['path']:22s} {r['img_per_s']:9.0f} {r['ms_per_step']:8.2f} {r['compile_s']:9.1f} {ratio:>7s}")
+    if base:
+        lines.append(f"  model path: {base['cudagraph_skips']} CUDA-graph skips, {base['recompiles']} recompiles, "
+                     f"{base.get('syncs_per_step')} syncs per step, device busy "
+                     f"{base.get('profile', {}).get('device_busy')}, top kernel "
+                     f"{(base.get('profile', {}).get('top') or [['-']])[0][0]}")
+    return lines
 
 
 def cifar_lines(path, preset):
@@ -145,10 +165,8 @@ def main(argv=None):
                 with open(log.name) as f:
                     say("".join(f"  {ln}" for ln in f if ln.startswith(("torch ", "inductor names"))).rstrip())
             if name == "gpu_check":
-                with open(log.name) as f:
-                    text = f.read().split(f"=== {name}")[-1]
-                table = text[text.find("\npath "):] if "\npath " in text else ""
-                say("\n".join(f"  {ln}" for ln in table.strip().splitlines()))
+                for line in check_lines(os.path.join(out, "gpu_check.json")):
+                    say(line)
             if name == "cifar":
                 if os.path.isfile(os.path.join(work, "cifar", "log.jsonl")):
                     shutil.copy(os.path.join(work, "cifar", "log.jsonl"), os.path.join(out, "cifar_log.jsonl"))

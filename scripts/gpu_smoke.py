@@ -1,4 +1,4 @@
-"""Each model's compiled bf16 training step at ImageNet size (224 px, size S, batch 128, synthetic
+"""Each model's compiled bf16 training step at ImageNet size (224 px, size S, batch 64, synthetic
 images), in one process: the first step's seconds (compilation) and the steady img/s per model.
 
     python3 scripts/gpu_smoke.py              # CUDA, compiled blocks (kernels.py scope "blocks")
@@ -30,7 +30,7 @@ def smoke(model_name, device, dry, steps=3):
     """(first-step seconds, steady img/s) of one model's bf16 training step."""
     flags = ["--model", model_name] + (["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "4"]
                                        if dry else ["--size", "s", "--img-size", "224", "--patch-size", "16",
-                                                    "--batch-size", "128"])
+                                                    "--batch-size", "64"])
     p = train.get_parser()
     args = train.resolve(train.parse_args(p, flags), p, 32 if dry else 224)
     img = 32 if dry else 224
