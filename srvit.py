@@ -204,7 +204,7 @@ class SRViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
         # Stochastic depth as in DeiT over the body's layers, the same at every recursion (our choice).
-        rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
