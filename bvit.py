@@ -6,15 +6,22 @@ arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et 
 Idea. A ViT stacks `depth` independently parameterized blocks. bViT applies ONE block `depth`
 times: z_{k+1} = F(z_k), so the parameter count no longer grows with depth, and the depth can be
 changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks serve the `depth`
-steps in contiguous phases: 1 is bViT, `depth` is the untied ViT/DeiT baseline (parameter names
-as in timm, so a timm ViT state dict loads with strict=True), 4 is a four-phase (Raptor-style) model.
+steps in contiguous phases, each block one run of consecutive steps: 1 is bViT, `depth` is the
+untied ViT/DeiT baseline (parameter names as in timm, so a timm ViT state dict loads with
+strict=True), 4 a four-phase model. (Raptor, Jacobs et al., arXiv 2512.19941, rewrites a trained
+ViT as a few blocks, each repeated over one contiguous "phase" of depth; our phases are equal.)
 Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
-`init="mimetic"|"structured"` initializes attention as Structured Initialization (Zheng et al., arXiv 2505.19985) or
-mimetic init (Trockman & Kolter, arXiv 2305.09828) do (`init_attention_`).
 
 Equations (ViT, Dosovitskiy et al., arXiv 2010.11929; pre-norm as timm): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
-    logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without (timm GAP)
+    logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without
+ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
+`layer_scale` is given); drop_path: stochastic depth. Without a class token the readout is global
+average pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name).
+
+Optional machinery, after the model: `init="mimetic"|"structured"` initializes attention as mimetic
+init (Trockman & Kolter, arXiv 2305.09828) or Structured Initialization (Zheng et al., arXiv
+2505.19985) do (`init_attention_`); `resample_pos_embed` for other image sizes.
 
 Measured: see README.md "Results" (commands and hardware there).
 """
@@ -26,44 +33,22 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+# ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
+    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
+    `self.training and self.stochastic`, so that a model without drop path draws none."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
-def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
-    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
-    if n * n != patches.shape[1]:
-        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
-    if tuple(grid) == (n, n):
-        return pos_embed
-    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
-    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
-    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
-    return torch.cat([prefix, patches], dim=1)
-
-
-def classification_loss(logits, targets, kind="ce"):
-    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
-    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
-    if kind == "ce":
-        return F.cross_entropy(logits.float(), targets)
-    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
-    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
-
-
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
+    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
+    branch (timm's names)."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -103,7 +88,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; pre-norm as timm)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
+    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
+    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
+    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -113,8 +101,7 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
-        # The rate is a tensor and `stochastic` a model-wide flag, so blocks with different rates
-        # share one compiled graph (a float attribute would be a constant guard per block).
+        # the rate as a tensor: blocks of different rates share one compiled graph (compile_regions)
         self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
         self.stochastic = drop_path > 0 if stochastic is None else stochastic
 
@@ -124,70 +111,21 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
 
 
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
-
-
+# ----------------------------------------------------------------------------- the model
 class BViT(nn.Module):
     """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases.
 
-    Step k (0-based) of L uses block floor(k * num_blocks / L) (our rule; Raptor's phases, arXiv 2512.19941), recomputed for
-    any `depth` given at call time. num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
+    Step k (0-based) of L uses block floor(k * num_blocks / L) (our rule: equal phases, recomputed
+    for any `depth` given at call time). num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
 
     Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
     targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
@@ -247,77 +185,6 @@ class BViT(nn.Module):
         self.aux = {}
         self._init_weights(init)
 
-    def _init_weights(self, init):
-        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
-        w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # each distinct block once
-            init_attention_(blk.attn, init, pos, grid)
-
-    @staticmethod
-    def _check_stages(depth, stages, stage_weights):
-        if stages < 1 or depth % stages:
-            raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
-        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
-        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
-            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
-        return [v / sum(w) for v in w]
-
-    def phase_map(self, depth=None):
-        """Block index used by each of the `depth` steps: [floor(k * num_blocks / depth)]."""
-        depth = depth or self.depth
-        return [k * self.num_blocks // depth for k in range(depth)]
-
-    def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
-        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
-        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
-        if (H, W) != (self.img_size, self.img_size):
-            if not self.dynamic_img_size:
-                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
-                                 "model with dynamic_img_size=True to interpolate the position embedding")
-            if H % p or W % p:
-                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
-            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + pos
-
-    def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
-        z = self.norm(z)
-        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
-
-    def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each step's activations in the backward pass. Returns self."""
-        self.grad_checkpointing = enable
-        return self
-
-    def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
-        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
-
     def forward(self, x, targets=None, depth=None):
         depth = self.depth if depth is None else depth
         if depth < 1:
@@ -349,10 +216,86 @@ class BViT(nn.Module):
         loss = torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
         return logits, loss
 
+    def phase_map(self, depth=None):
+        """Block index used by each of the `depth` steps: [floor(k * num_blocks / depth)]."""
+        depth = depth or self.depth
+        return [k * self.num_blocks // depth for k in range(depth)]
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + pos
+
+    def classify(self, z):
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
+    def _init_weights(self, init):
+        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
+        w = self.patch_embed.proj.weight
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # each distinct block once
+            init_attention_(blk.attn, init, pos, grid)
+
+    @staticmethod
+    def _check_stages(depth, stages, stage_weights):
+        if stages < 1 or depth % stages:
+            raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
+        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
+        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
+            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
+        return [v / sum(w) for v in w]
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each block application's activations in the backward pass
+        (`_step`; training only). Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
     def compile_regions(self, **kwargs):
-        """Regional compilation: compile each distinct block once (fullgraph) and keep the step
-        loop eager, so compile time does not grow with depth and a new depth, step or phase map
-        needs no recompilation (test_speed.py checks it with TORCH_LOGS=recompiles). Call before
+        """Regional compilation: compile each distinct block once and keep the step loop eager, so
+        compile time does not grow with depth and a new depth, step or phase map needs no
+        recompilation (test_speed.py checks it with TORCH_LOGS=recompiles). fullgraph=True: each
+        block compiles to one graph or fails, never silently falling back to Python in between (a
+        "graph break"). Block holds its drop-path rate as a tensor because torch.compile guards a
+        float attribute's value: blocks of different rates would each compile a graph. Call before
         DDP. kwargs go to torch.compile (e.g. mode="max-autotune-no-cudagraphs"). Returns self."""
         for blk in self.blocks:
             blk.compile(fullgraph=True, **kwargs)
@@ -404,3 +347,83 @@ def vit_ti(**kw): return _sized("ti", True, **kw)
 def vit_s(**kw): return _sized("s", True, **kw)
 def vit_b(**kw): return _sized("b", True, **kw)
 def vit_l(**kw): return _sized("l", True, **kw)
+
+
+# ============================================================================= optional machinery
+# ----------------------------------------------------------------------------- attention inits
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
+# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
+# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
+# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
+# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
+    the position embedding on a grid x grid map.
+    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
+    each token attends mostly to itself and similar tokens.
+    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
+    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
+    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
+    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
+    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
+    else:
+        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
+        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
+        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
+        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
+        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
+        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
+# ----------------------------------------------------------------------------- other image sizes
+# dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)

@@ -11,6 +11,20 @@
 The data root defaults to $RVITS_DATA, else ./data. Each DDP rank sees a
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
 labels int64 (B,). A GPU-resident CIFAR loader plugs in at `build_loader`.
+
+Which path augments a training image (`build_loaders`; train.py's flags):
+- the batched path, `random_crop_flip` inside `DeviceCIFARLoader` (crop + flip only, on the whole
+  batch): CIFAR-100 at 32 px on CUDA (the c100-gpu-* presets), and on the CPU with `--workers 0`
+  (the c100-mini-* presets), unless --randaug, --three-augment, another --img-size or --cpu-loader;
+- the per-image path, `build_transform` in a DataLoader: every other CIFAR run (the c100-* presets,
+  with RandAugment; the CPU default --workers 2), ImageNet-style folders on the CPU or with
+  --cpu-loader, synthetic images (no augmentation);
+- `DeviceDecodeLoader`: image folders on CUDA, JPEGs decoded on the GPU, then `build_transform`'s
+  training transform per image there.
+So CIFAR's crop + flip exists twice: `build_transform`'s v2.RandomCrop + RandomHorizontalFlip and
+`random_crop_flip`. Both take their padding from `crop_padding` and flip with probability 1/2; an
+edit to one alone fails test_speed.py's
+test_per_image_and_batched_cifar_augmentation_draw_the_same_crops_and_flips.
 """
 import csv
 import io
@@ -137,11 +151,18 @@ def three_augment(img_size, dataset):
         v2.ColorJitter(0.3, 0.3, 0.3)]
 
 
+def crop_padding(img_size):
+    """Zero padding of CIFAR's training crop, for both augmentation paths (module docstring):
+    img_size / 8, i.e. 4 px at 32 px, the standard CIFAR random crop."""
+    return img_size // 8
+
+
 def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
 
     CIFAR (bicubically resized first when img_size is not 32) training: random crop with
-    img_size/8 padding + horizontal flip; ImageNet training:
+    crop_padding(img_size) zero padding + horizontal flip (the same draws as the batched
+    `random_crop_flip`; module docstring); ImageNet training:
     RandomResizedCrop + flip; `three_aug`: DeiT III's simple random crop + 3-Augment instead;
     evaluation: CIFAR as is, ImageNet resize to img_size/0.875 + center crop. `randaug` > 0 adds
     RandAugment(num_ops=2, magnitude=randaug).
@@ -155,7 +176,7 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
         elif dataset == "imagenet":
             ops += [v2.RandomResizedCrop(img_size, antialias=True), v2.RandomHorizontalFlip()]
         else:
-            ops += [v2.RandomCrop(img_size, padding=img_size // 8), v2.RandomHorizontalFlip()]
+            ops += [v2.RandomCrop(img_size, padding=crop_padding(img_size)), v2.RandomHorizontalFlip()]
         if randaug:
             ops.append(v2.RandAugment(num_ops=2, magnitude=randaug))
     elif dataset == "imagenet":
@@ -531,7 +552,7 @@ def random_crop_flip(x, pad, h):
 
 class DeviceCIFARLoader:
     """GPU-resident CIFAR loader: the whole uint8 dataset lives on `device` (150 MB for CIFAR-100
-    train) and each batch is gathered, randomly cropped (4 px padding) and flipped on the device,
+    train) and each batch is gathered, randomly cropped (crop_padding: 4 px) and flipped on the device,
     so data loading never waits on CPU workers.
 
     Same order and shards as `build_loader` (a ResumableSampler: `loader.sampler.set_epoch(e)`,
@@ -568,7 +589,8 @@ class DeviceCIFARLoader:
         order = torch.tensor([i for i, _ in self.sampler], device=self.device)
         for j in range(len(self)):
             idx = order[j * self.batch_size:(j + 1) * self.batch_size]
-            x = random_crop_flip(self.images[idx], 4, image_hash(idx, self.seed, self.sampler.epoch))
+            x = random_crop_flip(self.images[idx], crop_padding(self.images.shape[-1]),
+                                 image_hash(idx, self.seed, self.sampler.epoch))
             yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 

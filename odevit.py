@@ -15,6 +15,9 @@ Equations (our reading of the abstract; the block F as in bvit.py):
     dz/dt = F(z) - z   (field="subtracted")   or   dz/dt = F(z)   (field="blackbox")
     h = T / steps;  euler with h = 1 and steps = depth: z_{k+1} = F(z_k), bViT bit for bit
     logits = head(norm(z(T))[:, 0])     stage s of S reads out at t = s T / S (deep supervision)
+Block F, LayerScale (ls1, ls2) and the readout (class token, or GAP through `fc_norm`) as in
+bvit.py. Optional machinery, after the model: the attention inits (`init=`, as in bvit.py) and
+`resample_pos_embed`.
 
 Measured (2026-11-30, commit 5634327, a 2-core AMD EPYC CPU shared with other jobs, one thread;
 `STEPS=800 OUT=runs/crossroads_800 bash scripts/crossroads_study.sh`): CIFAR-100, D=64, 2 heads,
@@ -88,16 +91,21 @@ def odeint(f: Callable, z0: torch.Tensor, t0, t1, steps: int, method: str = "eul
 
 # ----------------------------------------------------------------------------- the block F
 # Copied from bvit.py on purpose (one readable file per model; same names, so weights copy 1:1).
-def drop_path(x, p: float, training: bool):
-    """Stochastic depth: zero the residual branch of whole samples with probability p. x: (B, ...)."""
-    if p == 0.0 or not training:
+def drop_path(x, p, training: bool):
+    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
+    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
+    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
+    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    if not training:
         return x
-    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
-    return x * keep / (1.0 - p)
+    keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
+    return x * keep.to(x.dtype) / (1.0 - p)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
+    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
+    branch (timm's names)."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -137,9 +145,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv 2010.11929; pre-norm as timm)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
+    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
+    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
+    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
 
-    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = Attention(dim, num_heads)
@@ -147,89 +158,14 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
-        self.drop_path = drop_path
+        # the rate as a tensor: blocks of different rates share one compiled graph (compile_regions)
+        self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
+        self.stochastic = drop_path > 0 if stochastic is None else stochastic
 
     def forward(self, x):
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
-        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_path, self.training)
-
-
-# ----------------------------------------------------------------------------- the model
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
-
-
-def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
-    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
-    if n * n != patches.shape[1]:
-        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
-    if tuple(grid) == (n, n):
-        return pos_embed
-    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
-    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
-    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
-    return torch.cat([prefix, patches], dim=1)
+        dp = self.training and self.stochastic
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -241,6 +177,7 @@ def classification_loss(logits, targets, kind="ce"):
     return F.binary_cross_entropy_with_logits(logits.float(), t.float())
 
 
+# ----------------------------------------------------------------------------- the model
 class ODEViT(nn.Module):
     """ViT whose single shared block F defines an ODE integrated by a fixed-step solver.
 
@@ -318,70 +255,6 @@ class ODEViT(nn.Module):
         self.aux, self.nfe = {}, 0
         self._init_weights(init)
 
-    def _init_weights(self, init):
-        # timm/DeiT, as in bvit.py: trunc-normal(0.02) Linear weights and position embedding.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # the shared block, once
-            init_attention_(blk.attn, init, pos, grid)
-
-    def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
-        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
-        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
-        if (H, W) != (self.img_size, self.img_size):
-            if not self.dynamic_img_size:
-                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
-                                 "model with dynamic_img_size=True to interpolate the position embedding")
-            if H % p or W % p:
-                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
-            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + pos
-
-    def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
-        z = self.norm(z)
-        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
-
-    def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block evaluation in the backward pass. Returns self."""
-        self.grad_checkpointing = enable
-        return self
-
-    def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
-        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
-
-    def time_grid(self, depth=None, extend=None):
-        """(horizon T', step size h) for `depth` steps under `extend` (see the class docstring)."""
-        depth = self.steps if depth is None else depth
-        h = self.horizon / self.steps
-        if (extend or self.extend) == "refine":
-            return self.horizon, self.horizon / depth
-        return depth * h, h
-
     def forward(self, x, targets=None, depth=None, extend=None):
         depth = self.steps if depth is None else depth
         if depth < 1:
@@ -417,11 +290,77 @@ class ODEViT(nn.Module):
         # weights as Python floats: no host-to-device copy per forward; same products, same sum
         return logits, torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
 
+    def time_grid(self, depth=None, extend=None):
+        """(horizon T', step size h) for `depth` steps under `extend` (see the class docstring)."""
+        depth = self.steps if depth is None else depth
+        h = self.horizon / self.steps
+        if (extend or self.extend) == "refine":
+            return self.horizon, self.horizon / depth
+        return depth * h, h
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + pos
+
+    def classify(self, z):
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
+    def _init_weights(self, init):
+        # timm/DeiT, as in bvit.py: trunc-normal(0.02) Linear weights and position embedding.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        w = self.patch_embed.proj.weight
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # the shared block, once
+            init_attention_(blk.attn, init, pos, grid)
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each block application's activations in the backward pass
+        (`_step`; training only). Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
     def compile_regions(self, **kwargs):
         """Regional compilation: the block F is compiled once (fullgraph) and serves every field
         evaluation of every solver step; the solver loop and the float32 time grid stay eager, so
-        neither the solver, the number of steps nor the horizon causes a recompile. Call before
-        DDP. Returns self."""
+        neither the solver, the number of steps nor the horizon causes a recompile (fullgraph: see
+        bvit.BViT.compile_regions). Call before DDP. Returns self."""
         self.blocks[0].compile(fullgraph=True, **kwargs)
         return self
 
@@ -467,3 +406,83 @@ def odevit_ti(**kw): return _sized("ti", **kw)
 def odevit_s(**kw): return _sized("s", **kw)
 def odevit_b(**kw): return _sized("b", **kw)
 def odevit_l(**kw): return _sized("l", **kw)
+
+
+# ============================================================================= optional machinery
+# ----------------------------------------------------------------------------- attention inits
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
+# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
+# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
+# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
+# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
+    the position embedding on a grid x grid map.
+    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
+    each token attends mostly to itself and similar tokens.
+    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
+    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
+    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
+    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
+    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
+    else:
+        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
+        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
+        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
+        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
+        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
+        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
+# ----------------------------------------------------------------------------- other image sizes
+# dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)

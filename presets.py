@@ -1,10 +1,11 @@
-"""Reproduction presets: name -> (what it is and the number it aims at, train.py flags by argparse
-name). Data only: `python train.py --preset NAME` makes these flags the parser's defaults, so flags
-given on the command line still win; `--list-presets` names them, `--print-config` shows one resolved.
+"""Reproduction presets: name -> (what it is, train.py flags by argparse name); PAPER: the paper's
+number each aims at; TIMES: what each costs, measured or estimated. Data only: `python train.py
+--preset NAME` makes these flags the parser's defaults, so flags given on the command line still
+win; `--list-presets` prints one line per preset, `--print-config` shows one resolved.
 
 Three families:
-- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh), one
-  arm in under 20 minutes on 2 CPU cores, every paper claim as a pair of arms;
+- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh),
+  sized for 2 CPU cores (each arm's measured time in TIMES), every paper claim as a pair of arms;
 - `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
   every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
   per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
@@ -137,15 +138,40 @@ AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  #
         "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
         "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
 E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT: top-1 points from E=1 to E=8, no absolute numbers
+# The paper's number each preset aims at (train.py prints it with the preset and in --list-presets).
+PAPER = {name: "none (an arm of a claim, README \"Results\")" for name in PRESETS}
 for size in "sbl":
     arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
     arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
     arms += [("srvit", "SR-ViT", {"recursions": r}) for r in (1, 2, 3, 4)] if size == "s" else []
     for model, title, extra in arms:
         name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2
-        aim = f"aims at top-1 {AIMS[name]}" if name in AIMS else "no paper number"
+        aim = f"ImageNet-1k top-1 {AIMS[name]}" if name in AIMS else "no paper number"
         if model == "revit" and extra["experts"] in (1, 8):
             aim += f" (reViT: E=8 is {E8_GAIN[size]} points above E=1)"
         what = f"{title}-{size.upper()}/16" + "".join(f" {k[0].upper()}={v}" for k, v in extra.items())
-        PRESETS[name] = (f"{what}, DeiT III recipe, 300 epochs; {aim}",
+        PRESETS[name] = (f"{what}, DeiT III recipe, 300 epochs",
                          dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
+        PAPER[name] = aim
+
+# What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (README
+# "Results"). Measured figures are README's, as written there: the c100-mini-* wall minutes of the
+# mini table (CPU-2 AMD EPYC, 2026-11-30, two runs side by side with one thread each, so slower than
+# one run alone: c100-mini-srvit-r1 took about 8 min alone on the Intel Xeon, NOTES.md 2026-12-01);
+# reViT's comparison arms have only training minutes ("train"; a third run shared the cores for part
+# of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": README's ImageNet
+# GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
+TIMES = {name: ("?", "?") for name in PRESETS}
+MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
+                 "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 45.5,
+                 "revit-e4": 28.6, "srvit-r1": 13.4, "srvit-r2": 23.6}
+MINI_TRAIN_MIN = {"revit-smear": 47.1, "revit-lory": 34.4, "revit-token": 18.4, "revit-mixture": 50.7,
+                  "revit-lora": 35.1}
+TIMES.update({f"c100-mini-{arm}": (f"{m} min", "?") for arm, m in MINI_WALL_MIN.items()})
+TIMES.update({f"c100-mini-{arm}": (f"{m} min train", "?") for arm, m in MINI_TRAIN_MIN.items()})
+TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
+IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # README "Presets": est. H200 hours of 300 epochs
+for name, (what, flags) in PRESETS.items():
+    if name.startswith("in1k-"):
+        hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1
+        TIMES[name] = ("?", f"est. {hours} h")

@@ -15,6 +15,12 @@ Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t =
 Elastic depth (3.2, A.2): in training each step is dropped per image with probability
 `depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
 coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
+The paper trains with depth_dropout = 0.3 (train.py's --depth-dropout default and the presets);
+the class default 0.0 is the plain model, which runs every step in training too.
+ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
+`layer_scale` is given); without a class token the readout is global average pooling (GAP: the
+mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
+model: the attention inits (`init=`, as in bvit.py) and `resample_pos_embed`.
 
 Measured: README.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
 `python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in "Results".
@@ -28,44 +34,21 @@ from torch.utils.checkpoint import checkpoint
 
 
 # ----------------------------------------------------------------------------- building blocks
-def drop_path(x, p: float, training: bool):
+def drop_path(x, p, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p and rescale the survivors by 1/(1-p). x: (B, ...)."""
-    if p == 0.0 or not training:
+    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
+    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
+    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    if not training:
         return x
-    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - p)
-    return x * keep / (1.0 - p)
-
-
-def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
-    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
-    if n * n != patches.shape[1]:
-        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
-    if tuple(grid) == (n, n):
-        return pos_embed
-    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
-    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
-    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
-    return torch.cat([prefix, patches], dim=1)
-
-
-def classification_loss(logits, targets, kind="ce"):
-    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
-    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
-    if kind == "ce":
-        return F.cross_entropy(logits.float(), targets)
-    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
-    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+    keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
+    return x * keep.to(x.dtype) / (1.0 - p)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
+    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
+    branch (timm's names)."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -119,10 +102,20 @@ def ffn(x, w1, b1, w2, b2):
     return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
 
+def to_device(t, device):
+    """Device plumbing: a host tensor (the rows, coordinates and groups of an elastic step) on
+    `device` without making the host wait for the GPU: an asynchronous copy from pinned memory (a
+    pageable one may wait)."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 class Block(nn.Module):
     """Pre-norm block with shared attention whose FFN weights are arguments, so one (compiled) step
     function serves every step: `block(z, w1, b1, w2, b2)` with w1 (H, D), b1 (H,), w2 (D, H), b2 (D,).
-    `block.grouped(z, w1, b1, w2, b2, groups)`: weights (U, H, D), ..., image b uses FFN groups[b]."""
+    `block.grouped(z, w1, b1, w2, b2, groups)`: weights (U, H, D), ..., image b uses FFN groups[b].
+    ls1, ls2 (LayerScale), drop_prob and stochastic as in bvit.py's Block."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, experts=1, layer_scale=None, drop_path=0.0):
         super().__init__()
@@ -132,24 +125,350 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = ExpertMlp(dim, int(dim * mlp_ratio), experts)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
-        self.drop_path = drop_path
+        self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
+        self.stochastic = drop_path > 0
 
     def forward(self, x, w1, b1, w2, b2):
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
-        return x + drop_path(self.ls2(ffn(self.norm2(x), w1, b1, w2, b2)), self.drop_path, self.training)
+        dp = self.training and self.stochastic
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + drop_path(self.ls2(ffn(self.norm2(x), w1, b1, w2, b2)), self.drop_prob, dp)
 
     def grouped(self, x, w1, b1, w2, b2, groups):
         """Per-image FFNs: sort the images by group, one dense FFN per group, unsort (eager: the
         group sizes are data). groups (B,) long on the CPU, so that the sizes need no device sync."""
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_path, self.training)
+        dp = self.training and self.stochastic
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
         order = groups.argsort()
         sizes = torch.bincount(groups, minlength=w1.shape[0]).tolist()
         order = to_device(order, x.device)
         chunks = self.norm2(x)[order].split(sizes)
         y = torch.cat([ffn(c, w1[u], b1[u], w2[u], b2[u]) for u, c in enumerate(chunks)])  # group u: FFN u
-        return x + drop_path(self.ls2(y[order.argsort()]), self.drop_path, self.training)
+        return x + drop_path(self.ls2(y[order.argsort()]), self.drop_prob, dp)
 
 
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+
+
+# ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
+def sample_keep(batch: int, depth: int, p: float, device=None):
+    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
+    An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
+    ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
+    keep = torch.rand(batch, depth, device=device) >= p
+    empty = ~keep.any(1)  # (B,)
+    pick = torch.randint(depth, (batch,), device=device)  # (B,) the step an empty image keeps
+    return keep | (empty[:, None] & (torch.arange(depth, device=device) == pick[:, None]))
+
+
+def step_coords(keep):
+    """Coordinates of the retained steps: the j-th of an image's n retained steps gets j / (n - 1)
+    (0 when n = 1), i.e. the grid of a depth-n model. keep (B, L) bool -> (B, L) float, 0 if dropped."""
+    rank = keep.cumsum(1) - 1  # (B, L) index among the retained steps
+    n = keep.sum(1, keepdim=True)  # (B, 1)
+    return torch.where(keep, rank.float() / (n - 1).clamp(min=1).float(), 0.0)
+
+
+# ----------------------------------------------------------------------------- the model
+class ReViT(nn.Module):
+    """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
+
+    Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
+    targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
+    with `depth_dropout > 0` (the paper's 0.3; the default 0.0 runs every step) a keep mask
+    (B, depth) is sampled per call; `keep` may also be given (tests, analysis). loss =
+    cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy) + (E > 1 only, A.2) the
+    regularizers, evaluated on the grid of the call's depth (our choice: deterministic,
+    independent of the drop mask):
+        L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
+        L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
+        L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
+                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition)
+    weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
+    experts=1 is the tied bViT block (no router, no regularizers).
+    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
+    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
+    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
+    merging included) in the backward pass (training only).
+    """
+
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
+                 depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
+                 dynamic_img_size=False):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if depth < 1 or experts < 1:
+            raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
+        if not 0.0 <= depth_dropout < 1.0:
+            raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
+        if init not in INITS:
+            raise ValueError(f"init={init!r} is not one of {INITS}")
+        if loss not in ("ce", "bce"):
+            raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
+        # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
+        self.config = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                           embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                           experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
+                           lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
+                           drop_path_rate=drop_path_rate, init=init, loss=loss, dynamic_img_size=dynamic_img_size)
+        self.depth, self.experts, self.num_classes = depth, experts, num_classes
+        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
+        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.depth_dropout, self.lambdas, self.loss = depth_dropout, (lambda_bal, lambda_z, lambda_div), loss
+        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
+
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
+                                           drop_path_rate)])
+        # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
+        self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
+            if experts > 1 else None  # E = 1: the gate is always 1
+        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
+        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self.aux = {}
+        self._init_weights(init)
+
+    def forward(self, x, targets=None, depth=None, keep=None):
+        depth = self.depth if depth is None else depth
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        z, blk = self.embed(x), self.blocks[0]
+        if keep is None and self.training and self.depth_dropout > 0:
+            keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
+        if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
+            w1, b1, w2, b2 = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
+            for k in range(depth):
+                z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
+        else:  # elastic depth: each image runs its kept steps only
+            if tuple(keep.shape) != (z.shape[0], depth):
+                raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool, got shape {tuple(keep.shape)}")
+            z = self.elastic(z, keep)
+        logits = self.classify(z)
+        if targets is None:
+            return logits, None
+        loss = classification_loss(logits, targets, self.loss)
+        # Read before the next training step (CUDA graphs would overwrite it; train.py reads after each epoch).
+        self.aux = {f"{self.loss}_loss": loss.detach()}
+        if self.experts > 1:
+            reg = self.regularizers(depth)
+            loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
+            self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
+        return logits, loss
+
+    def elastic(self, z, keep):
+        """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
+        runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
+        depth-n model. For each step k:
+          1. rows: the images that keep step k, (B_k,);
+          2. t: each such image's own coordinate at step k, (B_k,);
+          3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
+          4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
+        The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
+        known without waiting for the GPU."""
+        keep = keep.cpu()  # a mask given on the GPU: one copy
+        if not keep.any(1).all():
+            raise ValueError("keep must keep at least one step of every image")
+        coords = step_coords(keep)  # (B, L)
+        for k in range(keep.shape[1]):
+            rows = keep[:, k].nonzero().squeeze(1)  # 1. (B_k,)
+            if len(rows):
+                z = self._step(self._elastic_step, z, to_device(rows, z.device), coords[rows, k])  # 2. (B_k,)
+        return z
+
+    def _elastic_step(self, z, rows, t):
+        """Steps 3-4 of `elastic` for one step (inside the checkpointed region, so that the merging
+        is recomputed in backward): rows (B_k,) on z's device, t (B_k,) on the CPU."""
+        uniq, groups = t.unique(return_inverse=True)  # 3. (U,), (B_k,): one merged FFN per coordinate
+        weights = self.ffn_weights(to_device(uniq, z.device))  # (U, H, D), (U, H), (U, D, H), (U, D)
+        return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))  # 4.
+
+    def grid(self, depth=None):
+        """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
+        depth = depth or self.depth
+        return torch.arange(depth, device=self.pos_embed.device, dtype=torch.float32) / max(depth - 1, 1)
+
+    def route(self, t):
+        """Router logits (U, E) at coordinates t (U,); zeros (gate 1) for a single expert."""
+        if self.router is None:
+            return t.new_zeros(len(t), 1)
+        return self.router(t[:, None].to(self.router[0].weight.dtype))  # (U, 1) -> (U, E)
+
+    @torch.no_grad()
+    def gates(self, depth=None):
+        """Expert weights g(t_k) of the grid of `depth` steps: (L, E), rows sum to 1."""
+        return self.route(self.grid(depth)).float().softmax(-1)
+
+    def ffn_weights(self, t):
+        """Merged FFN weights at coordinates t (U,): w1 (U, H, D), b1 (U, H), w2 (U, D, H), b2 (U, D)."""
+        return self.blocks[0].mlp.merge(self.route(t).float().softmax(-1))
+
+    def regularizers(self, depth=None):
+        """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
+        logits = self.route(self.grid(depth)).float()  # (L, E)
+        g, E = logits.softmax(-1), logits.shape[1]
+        theta = torch.cat([p.flatten(1) for p in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
+        with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
+            theta = F.normalize(theta.float(), dim=1)
+            cos = theta @ theta.T  # (E, E)
+        return {"bal": E * g.mean(0).pow(2).sum(), "z": torch.logsumexp(logits, -1).pow(2).mean(),
+                "div": (cos.sum() - cos.diagonal().sum()) / (E * (E - 1))}
+
+    @torch.no_grad()
+    def materialize(self, depth=None):
+        """A plain model for fixed-depth deployment (paper 3.1): L dense FFNs merged once, no router."""
+        return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + pos
+
+    def classify(self, z):
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
+    def _init_weights(self, init):
+        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # A.1: experts initialized independently with the dense FFN init, no variance correction.
+        for p in self.blocks[0].mlp.tensors():
+            nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
+        if self.router is not None:
+            # Our choice: PyTorch's default U(-1, 1) for Linear(1, 16), so the 16 hidden units are
+            # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
+            self.router[0].reset_parameters()
+            # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
+            nn.init.zeros_(self.router[2].weight)
+            nn.init.zeros_(self.router[2].bias)
+        w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
+        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
+            self.pos_embed.data.mul_(18.0)
+        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
+        for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
+            init_attention_(blk.attn, init, pos, grid)
+
+    def set_grad_checkpointing(self, enable=True):
+        """timm's name: recompute each block application's activations in the backward pass
+        (`_step`; training only). Returns self."""
+        self.grad_checkpointing = enable
+        return self
+
+    def _step(self, fn, *args):
+        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
+        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
+        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
+        # so drop_path draws the same masks again.
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+    def compile_regions(self, **kwargs):
+        """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
+        no depth dropout) is compiled once with fullgraph and reused for every step and depth; the
+        merging and the elastic grouped steps stay eager (fullgraph: see bvit.BViT.compile_regions).
+        Call before DDP. Returns self."""
+        self.blocks[0].compile(fullgraph=True, **kwargs)
+        return self
+
+    def trains_as_one_graph(self):
+        """Whether a training forward has the same operations and shapes every step, so that train.py
+        may compile it whole (kernels.compile_for_training): not with elastic depth, whose steps run
+        a sampled, data-dependent subset of the images."""
+        return self.depth_dropout == 0
+
+    def num_params(self, exclude_embeddings=False):
+        """Number of distinct parameters (the shared block counts once, each expert once)."""
+        return sum(p.numel() for p in self.parameters()) - exclude_embeddings * self.pos_embed.numel()
+
+    def flops_per_image(self, depth=None):
+        """Forward FLOPs per image of the materialized graph, counted as BViT counts them (one dense
+        FFN per step). Run-time merging adds 2E(2DH + H + D) per step per *batch*, not counted."""
+        depth = depth or self.depth
+        D, p = self.embed_dim, self.patch_size
+        N = (self.img_size // p) ** 2
+        T = N + int(self.cls_token is not None)
+        hidden = int(D * self.mlp_ratio)
+        per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
+        return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
+
+    def log_extras(self):
+        """For log.jsonl: the gate table (depth, E) at the training depth."""
+        return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
+
+
+class DenseReViT(ReViT):
+    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
+    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
+    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
+
+    def __init__(self, src: ReViT, depth: int):
+        super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
+        H = int(src.embed_dim * src.mlp_ratio)
+        self.blocks[0].mlp = ExpertMlp(src.embed_dim, H, depth)
+        state = {k: v for k, v in src.state_dict().items() if not k.startswith(("router.", "blocks.0.mlp."))}
+        for name, w in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"),
+                           src.ffn_weights(src.grid(depth))):
+            state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
+        self.load_state_dict(state, strict=True)
+
+    def forward(self, x, targets=None, depth=None):
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        z, blk = self.embed(x), self.blocks[0]
+        w1, b1, w2, b2 = blk.mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D): slot k = step k's FFN
+        for k in range(self.depth):
+            z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
+        logits = self.classify(z)
+        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
+
+
+# Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).
+def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 12, **kw})
+def revit_s(**kw): return ReViT(**{"embed_dim": 384, "num_heads": 6, "depth": 12, **kw})
+def revit_b(**kw): return ReViT(**{"embed_dim": 768, "num_heads": 12, "depth": 12, **kw})
+def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 24, **kw})
+
+
+# ============================================================================= optional machinery
 # ----------------------------------------------------------------------------- attention inits
 # Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
 # of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
@@ -209,320 +528,21 @@ def init_attention_(attn, init, pos, grid):
     attn.proj.weight.copy_(r.T)
 
 
-# ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
-def sample_keep(batch: int, depth: int, p: float, device=None):
-    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
-    An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
-    ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
-    keep = torch.rand(batch, depth, device=device) >= p
-    empty = ~keep.any(1)  # (B,)
-    pick = torch.randint(depth, (batch,), device=device)  # (B,) the step an empty image keeps
-    return keep | (empty[:, None] & (torch.arange(depth, device=device) == pick[:, None]))
-
-
-def step_coords(keep):
-    """Coordinates of the retained steps: the j-th of an image's n retained steps gets j / (n - 1)
-    (0 when n = 1), i.e. the grid of a depth-n model. keep (B, L) bool -> (B, L) float, 0 if dropped."""
-    rank = keep.cumsum(1) - 1  # (B, L) index among the retained steps
-    n = keep.sum(1, keepdim=True)  # (B, 1)
-    return torch.where(keep, rank.float() / (n - 1).clamp(min=1).float(), 0.0)
-
-
-# ----------------------------------------------------------------------------- the model
-class ReViT(nn.Module):
-    """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
-
-    Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
-    targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
-    with `depth_dropout > 0` a keep mask (B, depth) is sampled per call; `keep` may also be given
-    (tests, analysis). loss = cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy)
-    + (E > 1 only, A.2) the regularizers, evaluated on the grid of the call's depth (our choice:
-    deterministic, independent of the drop mask):
-        L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
-        L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
-        L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
-                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition)
-    weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
-    experts=1 is the tied bViT block (no router, no regularizers).
-    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
-    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
-    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
-    merging included) in the backward pass (training only).
-    """
-
-    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
-                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
-                 depth_dropout=0.3, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
-                 dynamic_img_size=False):
-        super().__init__()
-        if img_size % patch_size:
-            raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
-        if embed_dim % num_heads:
-            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
-        if depth < 1 or experts < 1:
-            raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
-        if not 0.0 <= depth_dropout < 1.0:
-            raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
-        if init not in INITS:
-            raise ValueError(f"init={init!r} is not one of {INITS}")
-        if loss not in ("ce", "bce"):
-            raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
-        # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
-        self.config = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-                           embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                           experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
-                           lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
-                           drop_path_rate=drop_path_rate, init=init, loss=loss, dynamic_img_size=dynamic_img_size)
-        self.depth, self.experts, self.num_classes = depth, experts, num_classes
-        self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
-        self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
-        self.depth_dropout, self.lambdas, self.loss = depth_dropout, (lambda_bal, lambda_z, lambda_div), loss
-        self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
-
-        self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
-        self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
-                                           drop_path_rate)])
-        # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
-        self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
-            if experts > 1 else None  # E = 1: the gate is always 1
-        # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
-        self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
-        self.head = nn.Linear(embed_dim, num_classes)
-        self.aux = {}
-        self._init_weights(init)
-
-    def _init_weights(self, init):
-        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        # A.1: experts initialized independently with the dense FFN init, no variance correction.
-        for p in self.blocks[0].mlp.tensors():
-            nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
-        if self.router is not None:
-            # Our choice: PyTorch's default U(-1, 1) for Linear(1, 16), so the 16 hidden units are
-            # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
-            self.router[0].reset_parameters()
-            # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
-            nn.init.zeros_(self.router[2].weight)
-            nn.init.zeros_(self.router[2].bias)
-        w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
-            init_attention_(blk.attn, init, pos, grid)
-
-    def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
-        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
-        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
-        if (H, W) != (self.img_size, self.img_size):
-            if not self.dynamic_img_size:
-                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
-                                 "model with dynamic_img_size=True to interpolate the position embedding")
-            if H % p or W % p:
-                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
-            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + pos
-
-    def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N, D) -> (B, classes)."""
-        z = self.norm(z)
-        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
-
-    def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each step's activations in the backward pass. Returns self."""
-        self.grad_checkpointing = enable
-        return self
-
-    def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward (for an
-        # elastic step, its FFN merging too).
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
-        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
-
-    def grid(self, depth=None):
-        """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
-        depth = depth or self.depth
-        return torch.arange(depth, device=self.pos_embed.device, dtype=torch.float32) / max(depth - 1, 1)
-
-    def route(self, t):
-        """Router logits (U, E) at coordinates t (U,); zeros (gate 1) for a single expert."""
-        if self.router is None:
-            return t.new_zeros(len(t), 1)
-        return self.router(t[:, None].to(self.router[0].weight.dtype))  # (U, 1) -> (U, E)
-
-    @torch.no_grad()
-    def gates(self, depth=None):
-        """Expert weights g(t_k) of the grid of `depth` steps: (L, E), rows sum to 1."""
-        return self.route(self.grid(depth)).float().softmax(-1)
-
-    def ffn_weights(self, t):
-        """Merged FFN weights at coordinates t (U,): w1 (U, H, D), b1 (U, H), w2 (U, D, H), b2 (U, D)."""
-        return self.blocks[0].mlp.merge(self.route(t).float().softmax(-1))
-
-    def regularizers(self, depth=None):
-        """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
-        logits = self.route(self.grid(depth)).float()  # (L, E)
-        g, E = logits.softmax(-1), logits.shape[1]
-        theta = torch.cat([p.flatten(1) for p in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
-        with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
-            theta = F.normalize(theta.float(), dim=1)
-            cos = theta @ theta.T  # (E, E)
-        return {"bal": E * g.mean(0).pow(2).sum(), "z": torch.logsumexp(logits, -1).pow(2).mean(),
-                "div": (cos.sum() - cos.diagonal().sum()) / (E * (E - 1))}
-
-    def forward(self, x, targets=None, depth=None, keep=None):
-        depth = self.depth if depth is None else depth
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, got {depth}")
-        z, blk = self.embed(x), self.blocks[0]
-        if keep is None and self.training and self.depth_dropout > 0:
-            keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
-        if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
-            w1, b1, w2, b2 = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
-            for k in range(depth):
-                z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
-        else:  # elastic depth: each image runs its kept steps only
-            if tuple(keep.shape) != (z.shape[0], depth):
-                raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool, got shape {tuple(keep.shape)}")
-            z = self.elastic(z, keep)
-        logits = self.classify(z)
-        if targets is None:
-            return logits, None
-        loss = classification_loss(logits, targets, self.loss)
-        # Read before the next training step (CUDA graphs would overwrite it; train.py reads after each epoch).
-        self.aux = {f"{self.loss}_loss": loss.detach()}
-        if self.experts > 1:
-            reg = self.regularizers(depth)
-            loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
-            self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
-        return logits, loss
-
-    def elastic(self, z, keep):
-        """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
-        runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
-        depth-n model. For each step k:
-          1. rows: the images that keep step k, (B_k,);
-          2. t: each such image's own coordinate at step k, (B_k,);
-          3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
-          4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
-        The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
-        known without waiting for the GPU."""
-        keep = keep.cpu()  # a mask given on the GPU: one copy
-        if not keep.any(1).all():
-            raise ValueError("keep must keep at least one step of every image")
-        coords = step_coords(keep)  # (B, L)
-        for k in range(keep.shape[1]):
-            rows = keep[:, k].nonzero().squeeze(1)  # 1. (B_k,)
-            if len(rows):
-                z = self._step(self._elastic_step, z, to_device(rows, z.device), coords[rows, k])  # 2. (B_k,)
-        return z
-
-    def _elastic_step(self, z, rows, t):
-        """Steps 3-4 of `elastic` for one step (inside the checkpointed region, so that the merging
-        is recomputed in backward): rows (B_k,) on z's device, t (B_k,) on the CPU."""
-        uniq, groups = t.unique(return_inverse=True)  # 3. (U,), (B_k,): one merged FFN per coordinate
-        weights = self.ffn_weights(to_device(uniq, z.device))  # (U, H, D), (U, H), (U, D, H), (U, D)
-        return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))  # 4.
-
-    def compile_regions(self, **kwargs):
-        """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
-        no depth dropout) is compiled once with fullgraph and reused for every step and depth; the
-        merging and the elastic grouped steps stay eager. Call before DDP. Returns self."""
-        self.blocks[0].compile(fullgraph=True, **kwargs)
-        return self
-
-    def trains_as_one_graph(self):
-        """Whether a training forward has the same operations and shapes every step, so that train.py
-        may compile it whole (kernels.compile_for_training): not with elastic depth, whose steps run
-        a sampled, data-dependent subset of the images."""
-        return self.depth_dropout == 0
-
-    @torch.no_grad()
-    def materialize(self, depth=None):
-        """A plain model for fixed-depth deployment (paper 3.1): L dense FFNs merged once, no router."""
-        return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
-
-    def num_params(self, exclude_embeddings=False):
-        """Number of distinct parameters (the shared block counts once, each expert once)."""
-        return sum(p.numel() for p in self.parameters()) - exclude_embeddings * self.pos_embed.numel()
-
-    def flops_per_image(self, depth=None):
-        """Forward FLOPs per image of the materialized graph, counted as BViT counts them (one dense
-        FFN per step). Run-time merging adds 2E(2DH + H + D) per step per *batch*, not counted."""
-        depth = depth or self.depth
-        D, p = self.embed_dim, self.patch_size
-        N = (self.img_size // p) ** 2
-        T = N + int(self.cls_token is not None)
-        hidden = int(D * self.mlp_ratio)
-        per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
-        return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
-
-    def log_extras(self):
-        """For log.jsonl: the gate table (depth, E) at the training depth."""
-        return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
-
-
-class DenseReViT(ReViT):
-    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
-    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
-    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
-
-    def __init__(self, src: ReViT, depth: int):
-        super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
-        H = int(src.embed_dim * src.mlp_ratio)
-        self.blocks[0].mlp = ExpertMlp(src.embed_dim, H, depth)
-        state = {k: v for k, v in src.state_dict().items() if not k.startswith(("router.", "blocks.0.mlp."))}
-        for name, w in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"),
-                           src.ffn_weights(src.grid(depth))):
-            state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
-        self.load_state_dict(state, strict=True)
-
-    def forward(self, x, targets=None, depth=None):
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        z, blk = self.embed(x), self.blocks[0]
-        w1, b1, w2, b2 = blk.mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D): slot k = step k's FFN
-        for k in range(self.depth):
-            z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
-        logits = self.classify(z)
-        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
-
-
-# Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).
-def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 12, **kw})
-def revit_s(**kw): return ReViT(**{"embed_dim": 384, "num_heads": 6, "depth": 12, **kw})
-def revit_b(**kw): return ReViT(**{"embed_dim": 768, "num_heads": 12, "depth": 12, **kw})
-def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 24, **kw})
-
-
-# ----------------------------------------------------------------------------- device plumbing
-def to_device(t, device):
-    """A host tensor (the rows, coordinates and groups of an elastic step) on `device` without making
-    the host wait for the GPU: an asynchronous copy from pinned memory (a pageable one may wait)."""
-    if device.type == "cuda":
-        t = t.pin_memory()
-    return t.to(device, non_blocking=True)
+# ----------------------------------------------------------------------------- other image sizes
+# dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)

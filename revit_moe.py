@@ -158,8 +158,8 @@ class ReViTMoE(revit.ReViT):
         blk, routing = self.blocks[0], self.routing
         lora = None if adapters is None else {  # each image's (A, B) of its step: (B, r, in), (B, out, r)
             n: (blk.lora[n + "_A"][adapters], blk.lora[n + "_B"][adapters]) for n in ("qkv", "proj", "fc1", "fc2")}
-        a = blk.norm1(z)
-        x = z + drop_path(blk.ls1(self._attend(a, lora)), blk.drop_path, self.training)
+        a, dp = blk.norm1(z), self.training and blk.stochastic
+        x = z + drop_path(blk.ls1(self._attend(a, lora)), blk.drop_prob, dp)
         h, logits = blk.norm2(x), None
         if routing == "smear":  # B: SMEAR routes on the mean of its own input, recomputed every step
             logits = self._route(h.mean(1))  # (B, E)
@@ -177,7 +177,7 @@ class ReViTMoE(revit.ReViT):
         else:  # "depth" with LoRA (E = 1): the tied FFN with step k's adapters on fc1 and fc2 (B.1)
             w1, b1, w2, b2 = (w[0] for w in blk.mlp.tensors())
             y = lora_linear(F.gelu(lora_linear(h, w1, b1, lora["fc1"])), w2, b2, lora["fc2"])
-        return x + drop_path(blk.ls2(y), blk.drop_path, self.training), logits
+        return x + drop_path(blk.ls2(y), blk.drop_prob, dp), logits
 
     def forward(self, x, targets=None, depth=None, keep=None):
         if self.default:

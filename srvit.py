@@ -12,9 +12,13 @@ Equations. The abstract gives none: the lines marked OUR READING are our formula
     h_r = f(h_{r-1}),  f = blocks[depth-1] o ... o blocks[0],  r = 1..R   (weights shared over r)
     s_{r,i} = w_r . LN_r(h_{r,i})                              one score per token   [OUR READING]
     a_{i,r} = softmax_r(s_{i,r}),  o_i = sum_r a_{i,r} h_{r,i}                       [OUR READING]
-    logits = head(norm(o)[:, 0])  with a class token;  logits = head(fc_norm(mean(o)))  without (timm GAP)
+    logits = head(norm(o)[:, 0])  with a class token;  logits = head(fc_norm(mean(o)))  without
 w_r = 0 at init, so the mixture starts uniform. The sum over r is accumulated online (running max
 and running sums, as in a streaming softmax): without autograd, memory does not grow with R.
+Block as in bvit.py: ls1, ls2 are LayerScale (a learned per-channel scale of each residual branch,
+the identity unless `layer_scale` is given); without a class token the readout is global average
+pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery,
+after the model: the attention inits (`init=`, as in bvit.py) and `resample_pos_embed`.
 
 Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with +1.7M parameters. Our router
 adds 3*D*R parameters (4.6K for S at R=4), so the paper's router is larger; its form is unknown.
@@ -32,42 +36,19 @@ from torch.utils.checkpoint import checkpoint
 # Copied from bvit.py on purpose (each model file stands alone): a diff shows only SoftMoR.
 def drop_path(x, p, training: bool):
     """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...)."""
+    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
+    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
+    `self.training and self.stochastic`, so that a model without drop path draws none."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
-def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
-    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
-    if n * n != patches.shape[1]:
-        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
-    if tuple(grid) == (n, n):
-        return pos_embed
-    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
-    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
-    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
-    return torch.cat([prefix, patches], dim=1)
-
-
-def classification_loss(logits, targets, kind="ce"):
-    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
-    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
-    if kind == "ce":
-        return F.cross_entropy(logits.float(), targets)
-    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
-    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
-
-
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x` (DeiT III / CaiT), gamma initialized to `init`."""
+    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
+    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
+    branch (timm's names)."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -107,7 +88,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; pre-norm as timm)."""
+    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
+    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
+    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
+    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -117,8 +101,7 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
-        # The rate is a tensor and `stochastic` a model-wide flag, so blocks with different rates
-        # share one compiled graph (a float attribute would be a constant guard per block).
+        # the rate as a tensor: blocks of different rates share one compiled graph (compile_regions)
         self.register_buffer("drop_prob", torch.tensor(float(drop_path)), persistent=False)
         self.stochastic = drop_path > 0 if stochastic is None else stochastic
 
@@ -128,63 +111,13 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
 
 
 # ----------------------------------------------------------------------------- the soft mixture
@@ -271,7 +204,7 @@ class SRViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
         # Stochastic depth as in DeiT over the body's layers, the same at every recursion (our choice).
-        rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
@@ -282,6 +215,46 @@ class SRViT(nn.Module):
         self.mix_weights = None
         self._init_weights(init)
 
+    def forward(self, x, targets=None, depth=None):
+        recursions = self.recursions if depth is None else depth
+        if recursions < 1:
+            raise ValueError(f"depth (the number of recursions) must be >= 1, got {depth}")
+        h, mix = self.embed(x), StreamingMixture()
+        for r in range(recursions):
+            for blk in self.blocks:  # the recursion body f: the untied stack
+                h = self._step(blk, h)
+            s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
+            mix.add(h, s)  # only the running sums are kept, not h_1..h_R
+        # Read before the next call: compiled whole with CUDA graphs (kernels.py), this lives in the
+        # graph's memory and the next replay overwrites it (train.py reads it after each epoch's last step).
+        self.mix_weights = mix.weights()
+        logits = self.classify(mix.result())
+        if targets is None:
+            return logits, None
+        return logits, classification_loss(logits, targets, self.loss)
+
+    def embed(self, x):
+        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
+        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
+        if (H, W) != (self.img_size, self.img_size):
+            if not self.dynamic_img_size:
+                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
+                                 "model with dynamic_img_size=True to interpolate the position embedding")
+            if H % p or W % p:
+                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
+            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
+        return x + pos
+
+    def classify(self, z):
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
+        z = self.norm(z)
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
     def _init_weights(self, init):
         # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
@@ -306,29 +279,9 @@ class SRViT(nn.Module):
         for blk in self.blocks if init != "default" else []:  # each untied layer of the body
             init_attention_(blk.attn, init, pos, grid)
 
-    def embed(self, x):
-        """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
-        H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
-        (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
-        if (H, W) != (self.img_size, self.img_size):
-            if not self.dynamic_img_size:
-                raise ValueError(f"expected {self.img_size}x{self.img_size} images, got {(H, W)}; build the "
-                                 "model with dynamic_img_size=True to interpolate the position embedding")
-            if H % p or W % p:
-                raise ValueError(f"image size {H}x{W} is not divisible by patch_size {p}")
-            pos = resample_pos_embed(pos, (H // p, W // p), int(self.cls_token is not None))
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
-        return x + pos
-
-    def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, T, D) -> (B, classes)."""
-        z = self.norm(z)
-        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
-
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each layer application in the backward pass. Returns self."""
+        """timm's name: recompute each block application's activations in the backward pass
+        (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
@@ -341,28 +294,11 @@ class SRViT(nn.Module):
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
-    def forward(self, x, targets=None, depth=None):
-        recursions = self.recursions if depth is None else depth
-        if recursions < 1:
-            raise ValueError(f"depth (the number of recursions) must be >= 1, got {depth}")
-        h, mix = self.embed(x), StreamingMixture()
-        for r in range(recursions):
-            for blk in self.blocks:  # the recursion body f: the untied stack
-                h = self._step(blk, h)
-            s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
-            mix.add(h, s)  # only the running sums are kept, not h_1..h_R
-        # Read before the next call: compiled whole with CUDA graphs (kernels.py), this lives in the
-        # graph's memory and the next replay overwrites it (train.py reads it after each epoch's last step).
-        self.mix_weights = mix.weights()
-        logits = self.classify(mix.result())
-        if targets is None:
-            return logits, None
-        return logits, classification_loss(logits, targets, self.loss)
-
     def compile_regions(self, **kwargs):
         """Regional compilation: each layer of the body is compiled once (fullgraph) and reused by
         every recursion; the router and the streaming mixture (a few elementwise ops) stay eager,
-        so neither R nor the recursion index causes a recompile. Call before DDP. Returns self."""
+        so neither R nor the recursion index causes a recompile. fullgraph and the drop-path rate as
+        a tensor: see bvit.BViT.compile_regions. Call before DDP. Returns self."""
         for blk in self.blocks:
             blk.compile(fullgraph=True, **kwargs)
         return self
@@ -409,3 +345,83 @@ def srvit_ti(**kw): return _sized("ti", **kw)
 def srvit_s(**kw): return _sized("s", **kw)
 def srvit_b(**kw): return _sized("b", **kw)
 def srvit_l(**kw): return _sized("l", **kw)
+
+
+# ============================================================================= optional machinery
+# ----------------------------------------------------------------------------- attention inits
+# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
+# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
+# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
+# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
+# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
+INITS = ("default", "mimetic", "structured")
+OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def _factor(a):
+    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
+    u, s, vh = torch.linalg.svd(a)
+    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
+
+
+def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
+    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
+
+
+@torch.no_grad()
+def init_attention_(attn, init, pos, grid):
+    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
+    the position embedding on a grid x grid map.
+    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
+    each token attends mostly to itself and similar tokens.
+    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
+    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
+    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
+    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
+    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
+    h, d = attn.num_heads, attn.proj.weight.shape[0]
+    hd = d // h
+    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
+    if init == "mimetic":
+        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
+    else:
+        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
+        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
+        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
+        for head in range(h):
+            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
+            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
+            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
+        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
+        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
+        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
+        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
+        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
+        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
+        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
+        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
+    wq.copy_(q[..., :hd].mT)
+    wk.copy_(k[:, :hd])
+    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
+    wv.copy_(l.T.reshape(h, hd, d))
+    attn.proj.weight.copy_(r.T)
+
+
+# ----------------------------------------------------------------------------- other image sizes
+# dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
+def resample_pos_embed(pos_embed, grid, num_prefix):
+    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
+    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
+    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
+    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
+    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
+    if n * n != patches.shape[1]:
+        raise ValueError(f"the {patches.shape[1]} patch rows of pos_embed are not a square grid")
+    if tuple(grid) == (n, n):
+        return pos_embed
+    patches = patches.float().reshape(1, n, n, D).permute(0, 3, 1, 2)  # (1, D, n, n)
+    patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
+    return torch.cat([prefix, patches], dim=1)

@@ -4,6 +4,7 @@ CPU only, tiny configurations. Tests that need the real datasets look in $RVITS_
 ../shared/data beside the repository) and skip with the reason when they are absent.
 Run: RVITS_DATA=../shared/data python -m pytest -q
 """
+import ast
 import contextlib
 import json
 import math
@@ -192,6 +193,63 @@ def build(name, **kw):
     torch.manual_seed(0)
     mod, base = ZOO[name]
     return CLASSES[mod](**{**TINY, **base, **kw})
+
+
+# Each model file stands alone, so its small primitives are copies; a copy that drifts (one file's
+# drop_path drawing masks another way) silently changes one model. Copies must stay textually equal.
+MODEL_FILES = {"bvit.py": "BViT", "revit.py": "ReViT", "srvit.py": "SRViT", "odevit.py": "ODEViT",
+               "revit_moe.py": "ReViTMoE"}
+DIFFER_BY_DESIGN = {("revit.py", "Block"): "its FFN weights are arguments (the merged experts)",
+                    **{(f, "_sized"): "each file's own named sizes" for f in ("bvit.py", "srvit.py", "odevit.py")}}
+SHARED_METHODS = ("embed", "classify", "set_grad_checkpointing", "_step")  # of each model class
+
+
+def definitions(path):
+    """A model file's top-level functions, classes and assignments, and its model class's methods
+    as "Class.name": name -> (first line, source text with decorators and comments)."""
+    src = open(os.path.join(ROOT, path)).read()
+    lines = src.splitlines()
+
+    def text(node):
+        first = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+        return first, "\n".join(lines[first - 1:node.end_lineno])
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out[node.name] = text(node)
+        elif isinstance(node, ast.Assign):
+            out.update({t.id: text(node) for t in node.targets if isinstance(t, ast.Name)})
+        if isinstance(node, ast.ClassDef) and node.name == MODEL_FILES[path]:
+            out.update({f"Model.{m.name}": text(m) for m in node.body if isinstance(m, ast.FunctionDef)})
+    return out
+
+
+def test_repeated_primitives_are_identical_in_every_model_file():
+    defs = {f: definitions(f) for f in MODEL_FILES}
+    copies = {}  # name -> {file: text}
+    for f, d in defs.items():
+        for name, (_, src) in d.items():
+            if (f, name) not in DIFFER_BY_DESIGN and (not name.startswith("Model.") or name[6:] in SHARED_METHODS):
+                copies.setdefault(name, {})[f] = src
+    for name, by_file in copies.items():
+        variants = {}
+        for f, src in by_file.items():
+            variants.setdefault(src, []).append(f)
+        assert len(variants) == 1, f"{name} differs between the model files: {sorted(variants.values())}"
+    repeated = {name for name, by_file in copies.items() if len(by_file) >= 3}
+    assert {"drop_path", "LayerScale", "Attention", "Mlp", "Block", "classification_loss", "resample_pos_embed",
+            "init_attention_", *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
+
+
+def test_each_model_file_reaches_its_forward_before_its_optional_machinery():
+    for f in MODEL_FILES:
+        d = definitions(f)
+        forward = d["Model.forward"][0]
+        later = [n for n in ("init_attention_", "resample_pos_embed", "Model._init_weights", "Model.compile_regions",
+                             "Model.flops_per_image") if n in d]
+        assert len(later) >= 2 and all(d[n][0] > forward for n in later), (f, {n: d[n][0] for n in later}, forward)
+    revit_defs = definitions("revit.py")
+    assert revit_defs["to_device"][0] < revit_defs["Block"][0]  # defined before the block that calls it
 
 
 @pytest.mark.parametrize("mod", [bvit, revit, srvit, odevit], ids=lambda m: m.__name__)

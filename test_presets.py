@@ -5,6 +5,7 @@ import json
 import math
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 import bvit
 import data
 import odevit
+import presets
 import revit
 import srvit
 import train
@@ -31,12 +33,31 @@ def config(capsys, *argv):
     return json.loads(capsys.readouterr().out)
 
 
-def test_list_presets_prints_one_name_per_line(capsys):
+def test_list_presets_describes_each_preset_on_one_line(capsys):
     capsys.readouterr()
     assert train.cli(["--list-presets"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == list(train.PRESETS) and len(lines) == len(set(lines)) >= 30
-    assert all(n and n == n.strip() and " " not in n for n in lines)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
+    assert [ln.split("  ")[0] for ln in lines] == list(train.PRESETS) and len(lines) >= 30
+    for line, (name, (what, flags)) in zip(lines, train.PRESETS.items()):  # name, what, model, paper, times
+        assert line.startswith(f"{name}  {what} | {flags['model']} D=") and " M params | paper: " in line, line
+        assert line.endswith(f"| CPU-2 {presets.TIMES[name][0]}, H200 {presets.TIMES[name][1]}"), line
+    by_name = dict(zip(train.PRESETS, lines))
+    # figures as README measured them (mini table's wall min; the first H200 run) or estimated them
+    assert "0.142 M params" in by_name["c100-mini-bvit"] and "CPU-2 25.7 min," in by_name["c100-mini-bvit"]
+    assert "H200 3.3 min train" in by_name["c100-gpu-bvit-ti"] and "H200 est. 32 h" in by_name["in1k-revit-b16-e4"]
+    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in by_name["in1k-revit-b16-e4"]
+    assert all(presets.TIMES[n][0] != "?" for n in train.PRESETS if n.startswith("c100-mini-"))
+
+
+def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itself(capsys):
+    assert "c100-mini-*" in " ".join(train.get_parser().format_help().split())
+    pace, steps = [(1, 0.0), (11, 100.0)], 100_000  # 10 s per step: days on a CPU
+    for preset, model in [(None, "revit"), ("c100-gpu-revit-e4", "revit"), ("c100-mini-revit-e4", "revit"),
+                          ("c100-mini-revit-smear", "revit"), (None, "bvit")]:
+        line = train.estimate_line(SimpleNamespace(preset=preset, model=model), torch.device("cpu"), pace, steps)
+        cpu = train.CPU_PRESETS[model]
+        says = f"--preset {cpu} is this model's CPU-sized protocol ({presets.TIMES[cpu][0]} on 2 cores as measured"
+        assert (says in line) == (preset is None or not preset.startswith("c100-mini-")), (preset, line)
 
 
 def test_every_preset_resolves_to_its_own_flags(capsys):
@@ -61,8 +82,8 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     aims = {"in1k-revit-b16-e4": "83.0", "in1k-revit-s16-e4": "78.2", "in1k-vit-b16": "82.8",
             "in1k-srvit-s16-r1": "79.83", "in1k-srvit-s16-r4": "82.48"}
     for name, number in aims.items():
-        assert number in train.PRESETS[name][0], name
-    assert "no paper number" in train.PRESETS["in1k-bvit-b16"][0]
+        assert number in presets.PAPER[name], name
+    assert "no paper number" in presets.PAPER["in1k-bvit-b16"]
     for s in "sbl":
         assert [train.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
     assert [train.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]

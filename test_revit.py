@@ -174,6 +174,21 @@ def test_training_samples_a_drop_mask_per_image_and_evaluation_runs_the_full_gri
     assert torch.allclose(m(x)[0], m(x, keep=torch.ones(8, 6, dtype=torch.bool))[0], atol=1e-5)
 
 
+def test_plain_revit_runs_every_step_in_training_and_train_py_chooses_the_papers_depth_dropout():
+    import train
+    m = tiny(depth=4)  # library default: the plain model, no elastic depth
+    x = images()
+    assert m.depth_dropout == 0.0 and m.trains_as_one_graph()
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    trained = m.train()(x)[0]
+    assert torch.equal(torch.rand(1), before)  # no step was sampled
+    assert torch.allclose(trained, m.eval()(x)[0], atol=1e-6)
+    common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
+    assert train.MODELS["revit"](train.get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.3
+
+
 def test_every_parameter_gets_a_gradient_in_a_training_step():
     m = tiny(programmed=False, depth=4, layer_scale=0.1, depth_dropout=0.3).train()
     x, y = images(b=8), torch.randint(10, (8,))

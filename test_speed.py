@@ -38,6 +38,36 @@ def test_random_crop_flip_gives_a_padded_window_possibly_mirrored():
     assert torch.bincount(h % 9, minlength=9).min() > 20000 / 9 * 0.9 and 0.45 < ((h // 81) % 2).float().mean() < 0.55
 
 
+def test_per_image_and_batched_cifar_augmentation_draw_the_same_crops_and_flips():
+    """data.py's two CIFAR training paths (its module docstring): the per-image build_transform and
+    the batched random_crop_flip of DeviceCIFARLoader (the c100-mini-* presets, CUDA runs). Each
+    gives only crops of the zero-padded image, as is or mirrored, with every row offset, every
+    column offset and about half of them mirrored: an augmentation changed in one path alone
+    (another padding, fill or flip rate, an added op) fails here."""
+    n_img, pad = 400, data.crop_padding(32)
+    w = 2 * pad + 1  # offsets per axis; random_crop_flip maps h to (h % w, h // w % w, h // w^2 % 2)
+    img = torch.randint(1, 256, (3, 32, 32), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    every = data.random_crop_flip(img.expand(2 * w * w, -1, -1, -1), pad, torch.arange(2 * w * w))
+    outcome = {x.numpy().tobytes(): k for k, x in enumerate(every)}  # crop + flip -> h
+    assert len(outcome) == 2 * w * w
+    mean, std = torch.tensor(data.CIFAR_MEAN).view(3, 1, 1), torch.tensor(data.CIFAR_STD).view(3, 1, 1)
+
+    def which(y):  # a normalized float image (3, 32, 32) -> its h, or None if it is no crop + flip
+        return outcome.get(((y * std + mean) * 255).round().to(torch.uint8).numpy().tobytes())
+    per_image = data.build_transform(True, 32, data.CIFAR_MEAN, data.CIFAR_STD, "cifar100")
+    cpu = []
+    with torch.random.fork_rng(devices=[]):
+        for seed in range(n_img):
+            torch.manual_seed(seed)  # as data.Seeded draws each image's augmentation
+            cpu.append(which(per_image(img)))
+    images = data.TensorImages(img.expand(n_img, -1, -1, -1).contiguous(), torch.arange(n_img), per_image)
+    batched = [which(y) for x, _ in data.DeviceCIFARLoader(images, 200, True, seed=1, device="cpu") for y in x]
+    for path, got in (("build_transform", cpu), ("random_crop_flip", batched)):
+        assert len(got) == n_img and None not in got, f"{path} gives an image that is no crop + flip"
+        assert {k % w for k in got} == {k // w % w for k in got} == set(range(w)), f"{path}: offsets"
+        assert 0.4 < sum(k >= w * w for k in got) / n_img < 0.6, f"{path}: flip rate"
+
+
 def test_device_loader_crops_do_not_depend_on_the_batch_split():
     ds = indexed_images(48)
     crops = {}

@@ -32,7 +32,7 @@ from optim import EMA, Lamb, lr_lambda, param_groups
 from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkpoint_args, checkpoint_file,
                          finetune_weights, load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
                          save_atomic, set_rng_state)
-from presets import PRESETS
+from presets import PAPER, PRESETS, TIMES
 
 # ----------------------------------------------------------------------------- arguments
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
@@ -178,9 +178,11 @@ def get_parser():
     p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter,
                usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
     a = p.add_argument_group('reproduction', 'presets.py; README "Presets"').add_argument
-    a("--preset", help="fill every flag of a paper's protocol (--list-presets names them); flags "
-      "given on the command line still win")
-    a("--list-presets", action="store_true", help="print the preset names, one per line, and exit")
+    a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
+      "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
+      "in1k-*: GPU-sized (--list-presets describes each, with its time)")
+    a("--list-presets", action="store_true", help="print one line per preset (what it reproduces, the model, "
+      "the paper's number, its time on 2 CPU cores and on one H200) and exit")
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
     a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
     a = p.add_argument_group('model').add_argument
@@ -368,10 +370,10 @@ def resolve(args, p, img_size):
 
 def parse_args(p, argv=None):
     """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
-    flags given on the command line override them. --list-presets prints the names and exits."""
+    flags given on the command line override them. --list-presets describes them and exits."""
     args = p.parse_args(argv)
     if args.list_presets:
-        print("\n".join(PRESETS))
+        list_presets()
         sys.exit(0)
     if args.preset is not None:
         if args.preset not in PRESETS:
@@ -379,6 +381,25 @@ def parse_args(p, argv=None):
         p.set_defaults(**PRESETS[args.preset][1])
         args = p.parse_args(argv)
     return args
+
+
+def list_presets():
+    """--list-presets: one line per preset: its name, what it reproduces, the model (built on the meta
+    device: shapes only, no memory, no init), the paper's number (presets.PAPER) and the time a run
+    takes (presets.TIMES, which says where each figure comes from)."""
+    print("# NAME  what it reproduces | model | the paper's number | time on CPU-2 (2 cores), on one H200: "
+          "measured, est. = estimated, ? = not measured (presets.TIMES)")
+    for name, (what, flags) in PRESETS.items():
+        p = get_parser()
+        args = parse_args(p, ["--preset", name])
+        img_size = args.img_size or (224 if args.data == "imagenet" else 32)
+        args = resolve(args, p, img_size)
+        with torch.device("meta"):
+            model = build_model(argparse.Namespace(**{**vars(args), "init": "default"}), img_size,
+                                1000 if args.data == "imagenet" else 100)
+        cpu, gpu = TIMES[name]
+        print(f"{name}  {what} | {args.model} D={args.embed_dim} patch {args.patch_size} depth {args.depth}, "
+              f"{model.num_params() / 1e6:.3g} M params | paper: {PAPER[name]} | CPU-2 {cpu}, H200 {gpu}")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -433,8 +454,8 @@ class Preempted(Exception):
 PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
 
 
-# The CPU-sized preset of each model (the mini study: 10-30 minutes on 2 cores), named when a GPU-sized
-# run starts on a CPU.
+# The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
+# GPU-sized run starts on a CPU.
 CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
                "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler"}
 
@@ -458,9 +479,10 @@ def estimate_line(args, device, pace, total_steps):
     took = (f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s")
     line = (f"estimated time: {took} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
             "evaluations not included)")
-    if device.type == "cpu" and left > 3 * 3600:
-        line += (f"; a GPU-sized run on a CPU: --preset {CPU_PRESETS[args.model]} is this model's CPU-sized "
-                 "protocol (10-30 minutes on 2 cores; README \"Results\")")
+    if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
+        cpu = CPU_PRESETS[args.model]
+        line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
+                 f"({TIMES[cpu][0]} on 2 cores as measured; --list-presets)")
     return line
 
 
@@ -585,7 +607,7 @@ def announce(args, model, world, device, compiled, total_steps, steps_per_epoch,
     compilation and schedule, where a resumed run continues, the run folder; writes OUT/args.json
     (not for --eval-only, which leaves the training run's files alone)."""
     if args.preset:
-        print(f"preset {args.preset}: {PRESETS[args.preset][0]}")
+        print(f"preset {args.preset}: {PRESETS[args.preset][0]}; paper: {PAPER[args.preset]}")
     flops = model.flops_per_image()
     print(f"{args.model}: {model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
           f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
