@@ -464,3 +464,42 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
         err = capsys.readouterr().err
         assert e.value.code == 2 and what in err and len(err.strip().splitlines()) == 1  # one line, no usage
 
+
+def heading_anchors(text):
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens, '-1', '-2' ... for repeats. Lines in code blocks are not headings."""
+    anchors, seen, fenced = set(), {}, False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_readme_and_docs_links_reach_files_and_headings_that_exist():
+    """Every relative link and image of README.md and docs/*.md names a file of the repository and,
+    after '#', a heading of that file; README keeps CI's test command and stays a front page."""
+    pages = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                             if f.endswith(".md")]
+    assert len(pages) > 5
+    broken = []
+    for page in pages:
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), file)) if file else os.path.join(ROOT, page)
+            if not os.path.exists(path):
+                broken.append(f"{page}: {target} (no file)")
+            elif anchor and anchor not in heading_anchors(open(path, encoding="utf-8").read()):
+                broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "```bash\npip install -r requirements-dev.txt" in readme
+    assert "\nRVITS_DATA=../shared/data python -m pytest -q\n```" in readme  # .ci/run runs this command
+    assert readme.count("\n") <= 300  # a front page; the manuals are in docs/
