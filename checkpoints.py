@@ -37,10 +37,21 @@ def set_rng_state(s):
 
 
 def save_atomic(obj, path):
-    """Write to a temporary file, then rename: a crash mid-write keeps the previous file."""
+    """Write to a temporary file, flushed to the disk, then rename: a crash mid-write keeps the
+    previous file. torch.save writes through a Python file object, so a full disk raises OSError
+    (ENOSPC), not the zip writer's RuntimeError ('unexpected pos'); on any error or interruption
+    the partial temporary file is removed and the error raised again."""
     tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 # Globals a checkpoint written by other training code may hold besides tensors and plain values:
@@ -122,15 +133,39 @@ def load_checkpoint(path, args):
 # on; schedule flags rebuild the learning-rate curve at the current step.
 EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "cpu_loader", "val_labels",
                "val_subset"}
-NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "eval_only", "eval_depths"}
+# --size is not compared itself: it is a name for --embed-dim, --num-heads and --depth, which are.
+NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "model_classes", "eval_only",
+                "eval_depths", "size"}
+# What a changed flag means beyond its new value, said in its resume line.
+CHANGE_NOTES = {"opt": "the new optimizer starts from fresh state (no moments or step counts), the "
+                       "learning-rate schedule goes on"}
 
 
-def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None):
+def effective(k, v, run):
+    """The value flag `k` given as `v` stands for in a run of flags `run` (a dict): a default left
+    out (None) is resolved as train.py resolves it, so that a command spelling out the default
+    (--img-size 32 on CIFAR, --num-blocks 1 for bvit) equals the one that leaves it out."""
+    model = run.get("model")
+    if k == "horizon" and model == "odevit":
+        return float(v if v is not None else run.get("depth"))  # T = the number of steps (odevit.py)
+    if v is not None:
+        return v
+    if k == "img_size":
+        return 224 if run.get("data") == "imagenet" else 32
+    if k == "num_blocks" and model in ("vit", "bvit"):
+        return run.get("depth") if model == "vit" else 1
+    if k == "ode_steps" and model == "odevit":
+        return run.get("depth")
+    return v
+
+
+def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None):
     """Load the training state of checkpoint `ck` (load_checkpoint; read from `path`) into a run's
     objects, for train.py --resume: weights, optimizer moments, schedule position, GradScaler, EMA
     and the distillation projection. This command's --lr (the schedule's peak) and weight decays
-    apply from the next step on (resume_changes reports them). Raises Fail when the weights do not
-    fit the model."""
+    apply from the next step on (resume_changes reports them); so does its optimizer `opt`
+    (--opt): another than the checkpoint's starts from fresh state. Raises Fail when the weights do
+    not fit the model."""
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:
@@ -141,7 +176,8 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
         raise Fail(f"--resume {path}: this run's distillation differs from the checkpoint's (--teacher "
                    f"{ck['args'].get('teacher')}) in its trained feature projection; give the original --teacher "
                    f"and --distill, or start a new run from these weights with --finetune {path}")
-    optimizer.load_state_dict(ck["optimizer"])
+    if opt is None or ck["args"].get("opt", "adamw") == opt:  # (AdamW's and LAMB's states differ)
+        optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
     for g, wd in zip(optimizer.param_groups, decays):
         g["weight_decay"] = wd
@@ -176,7 +212,7 @@ def resume_changes(ck, args, world, path):
     from the checkpoint's run; raises Fail for a difference the policy above refuses."""
     saved, lines = ck["args"], []
     changes = [(k, saved[k], v) for k, v in vars(args).items()
-               if k in saved and k not in NOT_COMPARED and saved[k] != v]
+               if k in saved and k not in NOT_COMPARED and effective(k, saved[k], saved) != effective(k, v, vars(args))]
     if len(ck["rng"]) != world:
         changes.append(("processes", len(ck["rng"]), world))
     for k, old, new in changes:
@@ -188,7 +224,7 @@ def resume_changes(ck, args, world, path):
             raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "
                        f"{ck['batch']} of epoch {ck['epoch']}), where this changes which images the remaining "
                        "steps see; give the original value, or resume from an end-of-epoch checkpoint")
-        lines.append(f"resume: {flag} {old} -> {new}")
+        lines.append(f"resume: {flag} {old} -> {new}" + (f": {CHANGE_NOTES[k]}" if k in CHANGE_NOTES else ""))
     return lines
 
 
@@ -201,7 +237,9 @@ def finetune_weights(path, model):
     (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
     `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
     classes differs, and `pos_embed` (1, prefix + n*n, D) is resized bicubically to this model's
-    patch grid (prefix rows as they are; bvit.resample_pos_embed). Anything else that does not fit
+    patch grid (prefix rows as they are; bvit.resample_pos_embed); a `pos_embed` without the class
+    token's row (timm's no_embed_class, DeiT III) gets a zero row, which adds nothing to the class
+    token, as no_embed_class does. Anything else that does not fit
     raises Fail naming the first mismatching key and both shapes. Returns a one-line report."""
     from bvit import resample_pos_embed
     ck = read_weights(path, "--finetune")
@@ -219,9 +257,15 @@ def finetune_weights(path, model):
     if classes != own["head.weight"].shape[0]:
         done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
         sd.update({k: own[k] for k in ("head.weight", "head.bias")})
+    prefix = int(getattr(model, "cls_token", None) is not None)
+    rows = sd["pos_embed"].shape[1] if "pos_embed" in sd and sd["pos_embed"].ndim == 3 else 0
+    if prefix and "cls_token" in sd and rows > 1 and math.isqrt(rows) ** 2 == rows:
+        # timm's no_embed_class=True (DeiT III, deit3_*): the class token gets no position embedding
+        src = sd["pos_embed"]
+        sd["pos_embed"] = torch.cat([src.new_zeros(1, 1, src.shape[2]), src], dim=1)  # the same function
+        done.append("pos_embed given a zero class-token row (timm no_embed_class, DeiT III)")
     if "pos_embed" in sd and "pos_embed" in own and sd["pos_embed"].shape != own["pos_embed"].shape:
         src, dst = sd["pos_embed"], own["pos_embed"]
-        prefix = int(getattr(model, "cls_token", None) is not None)
         n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
         if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
             raise Fail(f"--finetune {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
@@ -294,7 +338,8 @@ def checkpoint_args(p, args, argv, path, keep, flag, preset=()):
     and so do the flags LINKED to them. --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
     architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
-    another --img-size is built at it with dynamic_img_size=True)."""
+    another --img-size is built at it with dynamic_img_size=True), and for --eval-only
+    args.model_classes its class names (None for CIFAR, synthetic data and older checkpoints)."""
     unset = object()
     given = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
@@ -310,4 +355,6 @@ def checkpoint_args(p, args, argv, path, keep, flag, preset=()):
         if hasattr(args, k) and k not in named and k not in through and keep(k):
             setattr(args, k, v)
     args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
+    if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
+        args.model_classes = ck.get("classes")
     return args

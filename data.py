@@ -26,20 +26,26 @@ So CIFAR's crop + flip exists twice: `build_transform`'s v2.RandomCrop + RandomH
 edit to one alone fails test_speed.py's
 test_per_image_and_batched_cifar_augmentation_draw_the_same_crops_and_flips.
 """
+import atexit
 import csv
+import ctypes
 import io
 import math
+import multiprocessing.util  # noqa: F401  (its exit handler first, end_workers' after)
 import os
 import pickle
+import shutil
 import signal
 import sys
+import unicodedata
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
-from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.io import ImageReadMode, decode_jpeg, read_file
 from torchvision.transforms import v2
 from tqdm import tqdm
@@ -190,9 +196,10 @@ LAYOUT = ("expected train/<class>/<image> and val/<class>/<image>, or a flat val
           "FILE, or Tiny-ImageNet's val/images/ + val/val_annotations.txt")
 
 
-def _hidden(path, root):
-    """True when a part of `path` below `root` starts with a dot (.ipynb_checkpoints/, macOS ._x)."""
-    return any(part.startswith(".") for part in os.path.relpath(path, root).split(os.sep))
+def _nfc(name):
+    """A file or class name in Unicode's NFC form: names copied from macOS (NFD, "e" + combining
+    accent) equal the same names typed elsewhere ("\u00e9")."""
+    return unicodedata.normalize("NFC", name)
 
 
 def _images(folder):
@@ -201,13 +208,58 @@ def _images(folder):
                   and e.name.lower().endswith(IMG_EXTENSIONS))
 
 
+def _walk(top):
+    """(folder, its real path, [(file name, is a link)]) for `top` and every visible folder below it
+    (names starting with a dot are hidden), with its visible image files; symbolic links are
+    followed, but a folder whose real path was visited already is not entered again (a link cycle,
+    or two links to one folder)."""
+    todo, visited = [top], {os.path.realpath(top)}
+    while todo:
+        root = todo.pop()
+        files, below = [], []
+        for e in sorted(os.scandir(root), key=lambda e: e.name):
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():  # (follows a link)
+                real = os.path.realpath(e.path)
+                if real not in visited:
+                    visited.add(real)
+                    below.append(e.path)
+            elif e.name.lower().endswith(IMG_EXTENSIONS):  # (a broken link too: it is skipped as undecodable)
+                files.append((e.name, e.is_symlink()))
+        todo += reversed(below)
+        yield root, os.path.realpath(root), files
+
+
 def _class_samples(folder, class_to_idx):
-    """[(path, class index)] of every visible image below folder/<class>/ (torchvision's make_dataset)."""
-    try:
-        return make_dataset(folder, class_to_idx, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS)
-                            and not _hidden(p, folder))
-    except FileNotFoundError as e:  # a class folder without one image
-        raise DataError(f"{folder}: {str(e).split('. ')[0]}; {LAYOUT}: add images or remove the empty folders")
+    """[(path, class index)] of every visible image below folder/<class>/, in torchvision's
+    make_dataset order (classes by name, folders by path, files by name). Symbolic links are
+    followed, as ImageFolder does, but an image counts once: a folder is entered once (_walk), and
+    a file reached by several paths is kept under the class whose folder holds the image itself,
+    else the link to it (not through a linked folder), else under the first (one note on stderr
+    says how many were dropped). Raises DataError for a class folder without an image."""
+    found, empty = [], []  # found: (path, class index, real path, rank: 0 the image is here, 1 its link, 2 neither)
+    for c in sorted(class_to_idx):
+        home, n = os.path.realpath(os.path.join(folder, c)) + os.sep, len(found)
+        for root, real_root, files in sorted(_walk(os.path.join(folder, c))):
+            for name, link in files:
+                real = os.path.realpath(os.path.join(root, name)) if link else os.path.join(real_root, name)
+                rank = 0 if real.startswith(home) else 1 if (real_root + os.sep).startswith(home) else 2
+                found.append((os.path.join(root, name), class_to_idx[c], real, rank))
+        if len(found) == n:
+            empty.append(c)
+    if empty:
+        raise DataError(f"{folder}: Found no valid file for the classes {', '.join(empty)}; {LAYOUT}: add images "
+                        "or remove the empty folders")
+    keep = {}  # real path -> the entry that counts
+    for k, (_, _, real, rank) in enumerate(found):
+        if real not in keep or rank < found[keep[real]][3]:
+            keep[real] = k
+    if len(keep) < len(found):
+        print(f"note: {folder}: {len(found) - len(keep)} of {len(found)} image paths lead to an image already "
+              "counted (symbolic links); each image counts once", file=sys.stderr)
+    chosen = set(keep.values())
+    return [(path, label) for k, (path, label, _, _) in enumerate(found) if k in chosen]
 
 
 def label_lines(path):
@@ -230,14 +282,14 @@ def label_lines(path):
 def label_rows(lines):
     """The fields of a labels file's lines: CSV with the separator that splits the most lines in
     two or more (comma, semicolon or tab; CSV quoting, so a quoted file name may hold spaces or
-    separators), else whitespace. The class field is the first word of the second field (ImageNet's
-    LOC_val_solution.csv: '<id>,<class> <box> ...'); further fields are kept as they are."""
+    separators), else whitespace. Each row is [file name, class text, further CSV fields]; the
+    class text is the second field (whitespace: the rest of the line), which read_labels reads."""
     def split(sep):
         return [next(csv.reader([ln], delimiter=sep, skipinitialspace=True), []) for ln in lines]
     best = max((split(sep) for sep in (",", ";", "\t")), key=lambda rows: sum(len(r) > 1 for r in rows))
     if not any(len(r) > 1 for r in best):
-        return [ln.split() for ln in lines]
-    return [[r[0].strip(), *r[1].split(), *r[2:]] if len(r) > 1 else [f.strip() for f in r if f.strip()]
+        return [[f.strip() for f in ln.split(None, 1)] for ln in lines]
+    return [[r[0].strip(), r[1].strip(), *r[2:]] if len(r) > 1 else [f.strip() for f in r if f.strip()]
             for r in best]
 
 
@@ -245,37 +297,48 @@ HEADER_NAMES = ("imageid", "image_id", "image", "img", "file", "filename", "file
 
 
 def read_labels(path, class_to_idx):
-    """A labels file: lines `<file name> <class>` (label_lines, label_rows; further fields, e.g.
-    Tiny-ImageNet's boxes, ignored; blank lines, `#` comments and a header whose class is no class
-    are skipped). Returns {file name: class index}; a name without its extension also matches.
-    Raises DataError naming the line that could not be read or whose class is not in train/."""
+    """A labels file: lines `<file name> <class>` (label_lines, label_rows). The class is the whole
+    class text ('golden retriever', as Stanford Dogs writes it), else its first word (ImageNet's
+    LOC_val_solution.csv '<class> <box> ...', Tiny-ImageNet's boxes); names match in Unicode NFC.
+    Blank lines, `#` comments and a header whose class is no class are skipped. Returns {file name
+    (NFC): class index}; a name without its extension also matches. Raises DataError naming the
+    line that could not be read or whose class is not in train/."""
+    names = {_nfc(c): i for c, i in class_to_idx.items()}
     out, lines = {}, label_lines(path)
     for n, (line, fields) in enumerate(zip(lines, label_rows(lines)), 1):
-        if not fields or fields[0].startswith("#") or (n == 1 and len(fields) > 1 and fields[1] not in class_to_idx
-                                                        and fields[0].lower() in HEADER_NAMES):
+        text = _nfc(fields[1]) if len(fields) > 1 else ""
+        label = names.get(text, names.get((text.split() or [""])[0]))
+        if not fields or fields[0].startswith("#") or (n == 1 and label is None and fields[0].lower() in HEADER_NAMES):
             continue
-        if len(fields) < 2 or fields[1] not in class_to_idx:
+        if label is None:
             raise DataError(f"{path} line {n}: {line.strip()[:80]!r}: expected '<file name> <class>' with the "
                             f"class a train/ folder name ({len(class_to_idx)} classes, e.g. {next(iter(class_to_idx))})")
-        out[fields[0]] = class_to_idx[fields[1]]
+        out[_nfc(fields[0])] = label
     return out
 
 
-def image_folder(root, val_labels=None):
+def image_folder(root, val_labels=None, classes=None, train=True):
     """Class names and (path, class index) samples of an image folder, in one of the layouts:
     val/<class>/ (a subset of the train classes is fine), a flat val/ labelled by `val_labels`, or
-    Tiny-ImageNet's val/images/ + val/val_annotations.txt. Class indices always come from train/
-    (sorted folder names); val classes are mapped to them by name. Hidden files and folders are
-    ignored. Raises DataError, one line saying which layout was expected and how to fix it."""
+    Tiny-ImageNet's val/images/ + val/val_annotations.txt. Class indices come from train/ (sorted
+    folder names), or from `classes` when given (a checkpoint's: then train/ need not exist);
+    val classes are mapped to them by name, in Unicode NFC (a folder copied from macOS matches).
+    train=False: no training samples (--eval-only). Hidden files and folders are ignored. Raises
+    DataError, one line saying which layout was expected and how to fix it."""
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
-    for d in (train_dir, val_dir):
+    for d in (val_dir,) if classes else (train_dir, val_dir):
         if not os.path.isdir(d):
             raise DataError(f"no {os.path.basename(d)}/ folder in {root}; {LAYOUT}; pass --data-dir DIR")
-    classes = sorted(e.name for e in os.scandir(train_dir) if e.is_dir() and not e.name.startswith("."))
+    classes = classes or sorted(e.name for e in os.scandir(train_dir) if e.is_dir() and not e.name.startswith("."))
     if not classes:
         raise DataError(f"{train_dir} has no class folder; {LAYOUT}")
     class_to_idx = {c: i for i, c in enumerate(classes)}
-    train = _class_samples(train_dir, class_to_idx)
+    by_name = {_nfc(c): i for i, c in enumerate(classes)}
+    if len(by_name) < len(classes):
+        twice = next(c for c in classes if sum(_nfc(d) == _nfc(c) for d in classes) > 1)
+        raise DataError(f"{train_dir}: two class folders are named {_nfc(twice)}, in different Unicode "
+                        "normalizations (one copied from macOS?); merge them")
+    samples = _class_samples(train_dir, class_to_idx) if train else []
     annotations = os.path.join(val_dir, "val_annotations.txt")
     folders = [e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith(".")]
     if val_labels and folders and not _images(val_dir):
@@ -285,19 +348,20 @@ def image_folder(root, val_labels=None):
         labels = read_labels(val_labels or annotations, class_to_idx)
         flat = val_dir if val_labels else os.path.join(val_dir, "images")
         files = _images(flat) if os.path.isdir(flat) else []
-        unlabeled = [f for f in files if f not in labels and os.path.splitext(f)[0] not in labels]
+        label = {f: labels.get(_nfc(f), labels.get(os.path.splitext(_nfc(f))[0])) for f in files}
+        unlabeled = [f for f in files if label[f] is None]
         if not files or unlabeled:
             raise DataError(f"{flat}: " + (f"{unlabeled[0]} has no line in {val_labels or annotations}"
                                            if files else "no image files") + f"; {LAYOUT}")
-        val = [(os.path.join(flat, f), labels.get(f, labels.get(os.path.splitext(f)[0]))) for f in files]
+        val = [(os.path.join(flat, f), label[f]) for f in files]
     else:
         found = sorted(e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith("."))
-        unknown = [c for c in found if c not in class_to_idx]
+        unknown = [c for c in found if _nfc(c) not in by_name]
         if unknown or not found:
             raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not in train/" if unknown else
                             "no class folder (a flat folder of images needs --val-labels FILE)") + f"; {LAYOUT}")
-        val = _class_samples(val_dir, {c: class_to_idx[c] for c in found})
-    return classes, train, val
+        val = _class_samples(val_dir, {c: by_name[_nfc(c)] for c in found})
+    return classes, samples, val
 
 
 class ImageFiles(Dataset):
@@ -407,7 +471,7 @@ class DeviceDecodeLoader:
         self.sampler = ResumableSampler(files, world_size, rank, seed)
         self.loader = DataLoader(FileBytes(files), batch_size, sampler=self.sampler, num_workers=workers,
                                  drop_last=True, persistent_workers=workers > 0, collate_fn=list,
-                                 generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
+                                 generator=torch.Generator(), worker_init_fn=partial(worker_signals, os.getpid()))
 
     def __len__(self):
         return len(self.loader)
@@ -446,27 +510,29 @@ class DeviceDecodeLoader:
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
-                   val_labels=None):
+                   val_labels=None, train=True, classes=None):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
-    imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder).
-    Raises DataError for a missing/corrupt dataset and ValueError for an unknown name.
+    imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder; `classes`,
+    a checkpoint's class names, stand in for train/'s). train=False: no training set is read
+    (train_set None), for --eval-only. Raises DataError for a missing/corrupt dataset and
+    ValueError for an unknown name.
     """
     root = data_dir or default_root()
     if name == "cifar100":
         img_size = img_size or 32
         t_train = build_transform(True, img_size, CIFAR_MEAN, CIFAR_STD, name, randaug, augment, three_aug)
         t_val = build_transform(False, img_size, CIFAR_MEAN, CIFAR_STD, name)
-        train = TensorImages(*load_cifar100(root, True, download), t_train)
+        train_set = TensorImages(*load_cifar100(root, True, download), t_train) if train else None
         val = TensorImages(*load_cifar100(root, False, download), t_val)
-        return train, val, 100, img_size
+        return train_set, val, 100, img_size
     if name == "imagenet":
         img_size = img_size or 224
         t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment, three_aug)
         t_val = build_transform(False, img_size, IMAGENET_MEAN, IMAGENET_STD, name)
-        classes, train_samples, val_samples = image_folder(root, val_labels)
-        return (ImageFiles(train_samples, classes, t_train, img_size),
+        classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
+        return (ImageFiles(train_samples, classes, t_train, img_size) if train else None,
                 ImageFiles(val_samples, classes, t_val, img_size), len(classes), img_size)
     if name == "synthetic":
         img_size = img_size or 32
@@ -475,7 +541,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         t_train = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
         t_val = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
         n_train, n_val = synthetic_size
-        return (SyntheticImages(n_train, img_size, num_classes, t_train, seed),
+        return (SyntheticImages(n_train, img_size, num_classes, t_train, seed) if train else None,
                 SyntheticImages(n_val, img_size, num_classes, t_val, seed + 1), num_classes, img_size)
     raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
 
@@ -594,13 +660,55 @@ class DeviceCIFARLoader:
             yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 
-def ignore_stop_signals(worker_id=None):
-    """DataLoader worker_init_fn: SIGTERM and SIGUSR1 are ignored in loader worker processes. A
-    cluster signals the whole process group (scancel, preemption, torchrun's forwarding); a worker
-    that died of it would end the run before train.py, which gets the same signal, finishes its
-    step and writes the stop checkpoint. Workers still end with the loader."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+def worker_signals(parent, worker_id=None):
+    """DataLoader worker_init_fn (`parent`: the training process's pid): a worker leaves stopping to
+    the training process and never outlives it. The signals a terminal or a cluster sends to the
+    whole process group (SIGINT on Ctrl-C, SIGTERM from scancel or a preemption, SIGUSR1 from
+    SLURM; torchrun relays them) are ignored here: the training process gets them too, finishes its
+    step and writes the stop checkpoint, which a worker that died of them would prevent. On Linux
+    the kernel SIGKILLs the worker when the training process ends, however it ends (prctl
+    PR_SET_PDEATHSIG; one already gone: the worker exits now); at its normal exit the training
+    process ends its workers itself (end_workers)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent ended before the line above
+        os._exit(0)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@atexit.register  # (after multiprocessing's own exit handler, so it runs before it: atexit is LIFO)
+def end_workers(timeout=10.0):
+    """SIGKILL this process's loader workers (multiprocessing's daemonic children) at its exit and
+    wait up to `timeout` seconds for them. multiprocessing's own exit handler would send them
+    SIGTERM, which they ignore (worker_signals), and wait for them forever: an error that ends the
+    training process with its loaders still open then never exited. torch's SIGCHLD check, which
+    raises when a worker dies of a signal, is switched off first (the run is over)."""
+    children = [p for p in multiprocessing.active_children() if p.daemon]
+    if not children:
+        return
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for p in children:
+        p.kill()
+    for p in children:
+        p.join(timeout)
+
+
+def out_of_shared_memory(error):
+    """The line for an exception of the loader whose worker processes ran out of shared memory
+    (/dev/shm, where they hand batches over; Docker's default is 64 MB), or None for any other."""
+    text = str(error)
+    if not ("shared memory" in text or "(shm)" in text or "unable to write to file </torch_" in text):
+        return None
+    try:
+        size = f"{shutil.disk_usage('/dev/shm').total / 2 ** 20:.0f} MB"
+    except OSError:
+        size = "its size unknown"
+    return (f"the data loader's worker processes ran out of shared memory (/dev/shm, {size}); raise it "
+            "(docker run --shm-size 8g, or mount -o remount,size=8g /dev/shm) or use --workers 0")
 
 
 def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
@@ -618,10 +726,10 @@ def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, worke
         # own generator: starting an iterator must not draw from the global RNG (exact resume)
         return DataLoader(Seeded(dataset), batch_size, sampler=sampler, num_workers=workers,
                           drop_last=True, persistent_workers=workers > 0, pin_memory=pin,
-                          generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
+                          generator=torch.Generator(), worker_init_fn=partial(worker_signals, os.getpid()))
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     return DataLoader(shard, batch_size, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
-                      pin_memory=pin, generator=torch.Generator(), worker_init_fn=ignore_stop_signals)
+                      pin_memory=pin, generator=torch.Generator(), worker_init_fn=partial(worker_signals, os.getpid()))
 
 
 def batched_eval_loader(args, device):
@@ -647,8 +755,11 @@ def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device
     where `batched_loader` says so; ImageNet-style folders on CUDA: DeviceDecodeLoader (workers read
     bytes, JPEGs decoded on the GPU) unless --cpu-loader; else the per-image DataLoader. Evaluation:
     DeviceCIFARLoader where `batched_eval_loader` says so, else the DataLoader. batch_size: the
-    training micro-batch per process; the evaluation batch is --eval-batch-size."""
-    if batched_loader(args, device):
+    training micro-batch per process; the evaluation batch is --eval-batch-size. No training set
+    (--eval-only): no training loader (None)."""
+    if train_set is None:
+        train = None
+    elif batched_loader(args, device):
         train = DeviceCIFARLoader(train_set, batch_size, True, rank, world_size, args.seed, device)
     elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:
         train = DeviceDecodeLoader(train_set, batch_size, rank, world_size, args.seed, args.workers, device)

@@ -1,14 +1,18 @@
 """Runs that survive a shared cluster (issue 17): SIGTERM -> checkpoint -> `--resume auto`, the
-resume policy, gradient accumulation, EMA evaluation, two nodes on localhost, the --out-dir lock.
+resume policy, gradient accumulation, EMA evaluation, two nodes on localhost, the --out-dir lock;
+and how runs end (issue 30): Ctrl-C, a stop in every phase, errors while loader workers run.
 
 CPU only; tiny models on a fake CIFAR folder or synthetic data.
 """
 import json
 import os
+import select
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -87,6 +91,27 @@ def test_a_new_batch_size_is_allowed_at_an_epoch_boundary(tmp_path, capsys):
     said = capsys.readouterr().out
     assert rc == 0 and "resume: --batch-size 8 -> 16" in said and "resume: --epochs 1 -> 3" in said
     assert load(os.path.join(out, "ckpt.pt"))["step"] == 8 + 4
+
+
+def test_a_requeue_that_spells_out_defaults_resumes_and_another_optimizer_starts_fresh(tmp_path, capsys):
+    """--img-size 32 on CIFAR, --size ti beside explicit widths, --num-blocks 1 for bvit describe the
+    checkpoint's model: no refusal, no resume line. --opt lamb on an AdamW checkpoint: said, and
+    LAMB starts from fresh state while the schedule goes on."""
+    cifar = fake_cifar(tmp_path / "data")
+    job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--epochs", "2", "--save-every", "2"]
+    out = str(tmp_path / "o")
+    assert train.cli(job + ["--max-steps", "3", "--out-dir", out]) == 0  # stopped inside epoch 0
+    capsys.readouterr()
+    again = job + ["--out-dir", out, "--resume", "auto", "--img-size", "32", "--size", "ti", "--num-blocks", "1"]
+    assert train.cli(again + ["--max-steps", "4"]) == 0, capsys.readouterr().err
+    assert [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("resume:")] == [
+        "resume: --max-steps 3 -> 4"]
+    assert train.cli(again + ["--max-steps", "6", "--opt", "lamb"]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    assert "resume: --opt adamw -> lamb: the new optimizer starts from fresh state" in said
+    ck = load(os.path.join(out, "ckpt.pt"))
+    assert ck["step"] == 6 and all(g["always_adapt"] is False for g in ck["optimizer"]["param_groups"])
+    assert ck["scheduler"]["last_epoch"] == 6
 
 
 def test_grad_accum_equals_the_single_big_batch(tmp_path):
@@ -196,8 +221,8 @@ def signal_the_group(job, out, sig, launcher=()):
                          text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
     try:
         for line in p.stdout:
-            if line.startswith("saved checkpoint at step 3"):
-                os.killpg(p.pid, sig)  # scancel / preemption: every process of the job
+            if line.strip() == "saved checkpoint at step 3":
+                os.killpg(p.pid, sig)  # scancel / preemption / Ctrl-C: every process of the job
                 break
         p.stdout.read()
         err = p.stderr.read()
@@ -208,12 +233,13 @@ def signal_the_group(job, out, sig, launcher=()):
 
 
 @pytest.mark.parametrize("case", ["cifar, 2 loader workers, SIGTERM", "image folder, 1 loader worker, SIGUSR1",
-                                  "torchrun, 2 processes, 1 loader worker each, SIGTERM"])
+                                  "torchrun, 2 processes, 1 loader worker each, Ctrl-C (SIGINT)"])
 def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_requeue_finishes(tmp_path, case):
-    """A cluster signals every process of a job. Loader workers leave the decision to the training
-    process (data.ignore_stop_signals): same one line, same stop checkpoint as a signal to the
-    training process alone, and the same command with --resume auto finishes the run."""
-    sig = signal.SIGUSR1 if "SIGUSR1" in case else signal.SIGTERM
+    """A cluster signals every process of a job, and so does a terminal's Ctrl-C (which torchrun
+    relays to its processes too). Loader workers leave the decision to the training process
+    (data.worker_signals): same one line, same stop checkpoint as a signal to the training process
+    alone, and the same command with --resume auto finishes the run."""
+    sig = {"SIGUSR1": signal.SIGUSR1, "SIGINT": signal.SIGINT}.get(case.split()[-1].strip("()"), signal.SIGTERM)
     workers = "2" if "2 loader" in case else "1"
     if "folder" in case:
         if not os.path.isdir(SAMPLE):
@@ -251,3 +277,244 @@ def test_a_checkpoint_of_the_earlier_non_fused_adamw_resumes(tmp_path):
     torch.save(ck, out / "ckpt.pt")
     assert train.cli(job + ["--max-steps", "4", "--resume", "auto"]) == 0
     assert load(out / "ckpt.pt")["step"] == 4
+
+
+# ----------------------------------------------------------------------------- how runs end (issue 30)
+FORK_SERVER = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import train
+for line in sys.stdin:
+    cmd, arg = line.split(" ", 1)
+    if cmd == "wait":
+        print(f"@@exit {os.waitstatus_to_exitcode(os.waitpid(int(arg), 0)[1])}", flush=True)
+        continue
+    job = json.loads(arg)
+    pid = os.fork()
+    if pid:
+        print(f"@@pid {pid}", flush=True)
+        continue
+    os.setsid()  # a process group of its own, as a job's or a terminal command's
+    os.dup2(os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+    if job["quiet"]:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.environ.update(job["env"])
+    if job["fail_at"]:  # a bug that raises in the middle of an epoch, at this optimizer step
+        step, calls = train.optimizer_step, []
+        def failing(*a):
+            calls.append(1)
+            if len(calls) == job["fail_at"]:
+                raise RuntimeError("a bug in the middle of an epoch")
+            return step(*a)
+        train.optimizer_step = failing
+    sys.exit(train.cli(job["argv"]))
+"""
+
+
+class Forks:
+    """One process that has imported train.py and forks a process per run: a run starts in a fraction
+    of a second instead of the ~7 s that importing torch takes on 2 cores, and it ends as `python
+    train.py` does (cli's status through sys.exit, then the interpreter's exit handlers). Rank 0's
+    (or the only run's) stdout lines come through this process's stdout, each child's stderr goes
+    to a file."""
+
+    def __init__(self):
+        self.p = subprocess.Popen([sys.executable, "-c", FORK_SERVER, ROOT], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, bufsize=0, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def start(self, argv, stderr, env=None, fail_at=0, quiet=False):
+        job = dict(argv=argv, stderr=str(stderr), env=env or {}, fail_at=fail_at, quiet=quiet)
+        self.p.stdin.write(f"run {json.dumps(job)}\n".encode())
+        return int(self.until(lambda ln: ln.startswith("@@pid "), 120).split()[1])
+
+    def until(self, want, timeout):
+        """The first line of the output that `want` accepts, within `timeout` seconds."""
+        deadline, fd = time.monotonic() + timeout, self.p.stdout.fileno()
+        while True:
+            line = b""
+            while not line.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise TimeoutError(f"no such line within {timeout} s")
+                line += os.read(fd, 1) or pytest.fail("the fork server ended")
+            if want(line.decode().strip()):
+                return line.decode().strip()
+
+    def wait(self, pid, timeout):
+        """The run's exit status, within `timeout` seconds; else its process group is killed and the
+        test fails."""
+        self.p.stdin.write(f"wait {pid}\n".encode())
+        try:
+            return int(self.until(lambda ln: ln.startswith("@@exit "), timeout).split()[1])
+        except TimeoutError:
+            os.killpg(pid, signal.SIGKILL)
+            self.until(lambda ln: ln.startswith("@@exit "), 30)
+            pytest.fail(f"the run had not ended {timeout} s later")
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def forks():
+    f = Forks()
+    yield f
+    f.close()
+
+
+def children(pid):
+    """The pids of a process's children (its loader workers), from /proc (Linux)."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    return [int(c) for t in tasks for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+
+
+def alive(pids):
+    """The processes of `pids` that still exist (zombies excluded)."""
+    def state(p):
+        try:
+            return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+    return [p for p in pids if state(p) not in ("gone", "Z")]
+
+
+def status(argv):
+    """train.cli's exit status, or "KeyboardInterrupt" when that escapes it (no handler for SIGINT)."""
+    try:
+        return train.cli(argv)
+    except KeyboardInterrupt:
+        return "KeyboardInterrupt"
+
+
+def ours(path):
+    """train.py's own lines in a stderr file (a progress bar's \\r-separated updates apart)."""
+    return [ln for ln in open(path).read().replace("\r", "\n").splitlines() if ln.startswith("train.py:")]
+
+
+def test_ctrl_c_to_the_training_process_or_to_its_group_stops_at_a_checkpoint_and_the_run_resumes_exactly(
+        tmp_path, forks):
+    """Ctrl-C in a terminal signals the whole process group (training process and loader workers), `kill
+    -INT PID` only the training process: either way the step in flight finishes, a checkpoint is written,
+    one line says how to continue, the process and its workers end and the lock is free; the printed
+    command then continues, and the run ends with the weights of an uninterrupted run."""
+    cifar = fake_cifar(tmp_path / "data")
+    job = TINY[:6] + ["--device", "cpu", "--workers", "2", "--val-subset", "16", "--eval-batch-size", "16",
+                      "--batch-size", "4", "--data", "cifar100", "--data-dir", cifar, "--cpu-loader", "--randaug", "5",
+                      "--max-steps", "12", "--save-every", "3"]
+    out, argv = str(tmp_path / "run"), job + ["--out-dir", str(tmp_path / "run")]
+    for n, (at, kill) in enumerate([(3, os.kill), (9, os.killpg)]):  # the training process alone, then its group
+        pid = forks.start(argv, tmp_path / f"err{n}")
+        forks.until(lambda ln: ln == f"saved checkpoint at step {at}", 120)
+        workers = children(pid)
+        kill(pid, signal.SIGINT)
+        assert forks.wait(pid, 60) == train.PREEMPTED, open(tmp_path / f"err{n}").read()[-2000:]
+        said = ours(tmp_path / f"err{n}")
+        assert len(said) == 1 and "stopped by SIGINT (Ctrl-C) after step" in said[0], said
+        assert len(workers) == 2 and not alive(workers)
+        assert at <= load(os.path.join(out, "ckpt.pt"))["step"] < 12  # (the step in flight, if any), then the stop
+        if n == 0:
+            assert "continue with: python train.py " in said[0]
+            argv = shlex.split(said[0].split("continue with: python train.py ", 1)[1])
+        else:
+            assert "continue with the same command" in said[0]
+    assert train.cli(argv) == 0
+    assert train.cli(job[:job.index("--workers") + 1] + ["0"] + job[job.index("--workers") + 2:]
+                     + ["--out-dir", str(tmp_path / "full")]) == 0  # (workers do not change the data)
+    a, b = load(tmp_path / "full" / "ckpt.pt"), load(os.path.join(out, "ckpt.pt"))
+    assert a["step"] == b["step"] == 12 and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_a_second_ctrl_c_stops_at_once_and_torchruns_relayed_copy_of_the_first_does_not(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """Two SIGINTs within Stop.AGAIN_S (a terminal's Ctrl-C and torchrun relaying it) are one stop
+    request; a second Ctrl-C after that stops at once, in the middle of a step, with one line naming
+    the last checkpoint."""
+    step, calls = train.optimizer_step, []
+
+    def ctrl_c_twice(*a):  # in the 4th step: Ctrl-C, and Ctrl-C again
+        calls.append(1)
+        if len(calls) == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return step(*a)
+    monkeypatch.setattr(train, "optimizer_step", ctrl_c_twice)
+    job = SYNTH + ["--batch-size", "8", "--max-steps", "8", "--save-every", "2"]
+    assert status(job + ["--out-dir", str(tmp_path / "relayed")]) == train.PREEMPTED
+    assert "stopped by SIGINT (Ctrl-C) after step 4 of 8" in capsys.readouterr().err
+    calls.clear()
+    monkeypatch.setattr(train.Stop, "AGAIN_S", 0.0)  # every second SIGINT counts as a second Ctrl-C
+    assert status(job + ["--out-dir", str(tmp_path / "twice")]) == 130
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py:")]
+    assert len(err) == 1 and "stopped at once by a second Ctrl-C" in err[0], err
+    assert f"checkpoint {tmp_path / 'twice' / 'ckpt.pt'} (step 2)" in err[0]
+    assert load(tmp_path / "twice" / "ckpt.pt")["step"] == 2 and not os.path.exists(tmp_path / "twice" / "ckpt.pt.tmp")
+
+
+def test_an_error_in_the_middle_of_an_epoch_ends_the_processes_and_their_loader_workers_within_seconds(
+        tmp_path, forks):
+    """An exception that escapes as a traceback while loader workers run, in one process and in one of
+    two DDP processes (started as torchrun starts them): every process exits within seconds and no
+    worker outlives it (before, Python's exit waited forever for workers that ignore SIGTERM)."""
+    cifar = fake_cifar(tmp_path / "data")
+    job = TINY[:6] + ["--device", "cpu", "--val-subset", "16", "--eval-batch-size", "16", "--batch-size", "4",
+                      "--data", "cifar100", "--data-dir", cifar, "--cpu-loader", "--randaug", "5", "--max-steps", "12"]
+    job += ["--save-every", "1"]  # (its first line says that the loader's workers have started)
+    pid = forks.start(job + ["--workers", "2", "--out-dir", str(tmp_path / "one")], tmp_path / "err", fail_at=3)
+    forks.until(lambda ln: ln == "saved checkpoint at step 1", 120)
+    workers = children(pid)
+    assert forks.wait(pid, 30) == 1 and len(workers) == 2 and not alive(workers)
+    assert "RuntimeError: a bug in the middle of an epoch" in open(tmp_path / "err").read()
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    ranks = [forks.start(job + ["--workers", "1", "--dist-timeout", "60", "--out-dir", str(tmp_path / "ddp")],
+                         tmp_path / f"err{r}", env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, fail_at=3 * r,
+                         quiet=r == 1) for r in (0, 1)]
+    forks.until(lambda ln: ln == "saved checkpoint at step 1", 120)
+    workers = children(ranks[0]) + children(ranks[1])
+    assert [forks.wait(pid, 30) for pid in ranks] == [1, 1] and len(workers) == 2 and not alive(workers)
+    assert "a peer failed" in ours(tmp_path / "err0")[0]
+    assert "RuntimeError: a bug in the middle of an epoch" in ours(tmp_path / "err1")[0]
+
+
+def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatch):
+    """A stop request outside a training step: during the set-up (before the first step), while a
+    checkpoint is written (the file is finished, then the run stops, without another step), during
+    an epoch's evaluation (it finishes, the epoch is saved), during the --eval-depths evaluations
+    after training and during --eval-only (after the batch in flight): exit 75 and one line each;
+    the same command then finishes what was left."""
+    def signal_when(mp, module, name, sig, when):  # send `sig` to this process when `when` holds for a call
+        real = getattr(module, name)
+
+        def wrapper(*a, **kw):
+            if when(*a, **kw):
+                os.kill(os.getpid(), sig)
+            return real(*a, **kw)
+        mp.setattr(module, name, wrapper)
+    out = tmp_path / "o"
+    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2", "--save-every",
+                  "2", "--eval-depths", "1,2,4", "--out-dir", str(out), "--resume", "auto"]  # 8 steps an epoch
+    phases = [  # (function, signal, when, what the line says, the checkpoint's step)
+        (train, "build_model", signal.SIGINT, lambda *a, **kw: True, "stopped by SIGINT (Ctrl-C) before the first step",
+         None),
+        (train, "save_atomic", signal.SIGTERM, lambda obj, path: obj["step"] == 2, "after step 2 of 16", 2),
+        (train, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth is None,
+         "stopped by SIGINT (Ctrl-C) after step 8 of 16, the end of epoch 0", 8),
+        (train, "evaluate", signal.SIGTERM, lambda *a, depth=None, **kw: depth == 2,
+         "in the evaluation at depth 2 (1 of 3 depths done, after training to step 16)", 16)]
+    for module, name, sig, when, says, step in phases:
+        with monkeypatch.context() as mp:
+            signal_when(mp, module, name, sig, when)
+            assert status(job) == train.PREEMPTED
+        assert says in capsys.readouterr().err
+        assert load(out / "ckpt.pt")["step"] == step if step else not (out / "ckpt.pt").exists()
+    log = [json.loads(ln) for ln in open(out / "log.jsonl")]
+    assert [r.get("epoch", r.get("depth")) for r in log] == [0, 1, 1]  # epochs 0 and 1, depth 1
+    ev = ["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1,2", "--out-dir", str(tmp_path / "ev")]
+    with monkeypatch.context() as mp:
+        signal_when(mp, train, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
+        assert status(ev) == train.PREEMPTED
+    assert "stopped by SIGINT (Ctrl-C) in the evaluation at depth 2 (1 of 2 depths done); nothing was written" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "ev" / "depth_eval.json").exists()
+    assert status(job) == 0, capsys.readouterr().err  # the requeue: nothing left to train, the evaluations again
+    assert [r["depth"] for r in map(json.loads, open(out / "log.jsonl")) if "depth" in r] == [1, 1, 2, 4]

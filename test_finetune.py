@@ -48,6 +48,26 @@ def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp
     assert len(loaded) > 20 and all(torch.equal(own[k], ref[k]) for k in loaded)
 
 
+def test_a_deit3_state_dict_without_a_class_token_position_row_is_the_same_function(tmp_path):
+    """timm's DeiT III models (deit3_*) use no_embed_class=True: pos_embed holds the patch rows only
+    and the class token gets no position embedding. With a zero row for it, our ViT with LayerScale
+    computes timm's logits; at another grid the zero row stays and the patch rows are resized."""
+    path, ref = timm_file(tmp_path, no_embed_class=True, init_values=0.1, num_classes=10)
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(1)
+    deit3 = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, no_embed_class=True,
+                                                             init_values=0.1, num_classes=10, **VIT).eval()
+    assert all(torch.equal(v, ref[k]) for k, v in deit3.state_dict().items()) and ref["pos_embed"].shape[1] == 16
+    m = bvit.BViT(img_size=32, patch_size=8, num_classes=10, num_blocks=2, layer_scale=0.1, **VIT).eval()
+    report = checkpoints.finetune_weights(path, m)
+    assert "zero class-token row" in report and "resized" not in report, report
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.allclose(m(x)[0], deit3(x), atol=1e-5)
+    big = bvit.BViT(img_size=64, patch_size=8, num_classes=10, num_blocks=2, layer_scale=0.1, **VIT)
+    assert "4x4 -> 8x8" in checkpoints.finetune_weights(path, big)
+    assert not big.pos_embed[0, 0].any()
+
+
 def test_an_mae_pretraining_checkpoint_loads_its_encoder(tmp_path):
     path, ref = timm_file(tmp_path)
     mae = {**ref, "mask_token": torch.zeros(1, 1, 32), "decoder_embed.weight": torch.zeros(16, 32),

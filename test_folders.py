@@ -293,3 +293,64 @@ def test_a_validation_set_without_a_usable_image_is_one_line_after_the_epoch_is_
     assert rc == 2 and len(err) == 1 and "no validation image could be used" in err[0], err
     ck = torch.load(out / "ckpt.pt", weights_only=True)
     assert ck["step"] == 3 and ck["epoch"] == 1  # the epoch's training is kept
+
+
+# ----------------------------------------------------------------------------- valid input once refused (issue 30)
+def images(root, tree):
+    """Small distinct PNGs at root/<path> for each path of `tree`; returns root."""
+    for k, path in enumerate(tree):
+        os.makedirs(os.path.dirname(root / path), exist_ok=True)
+        Image.fromarray(np.full((8, 8, 3), 10 * k, np.uint8)).save(root / path)
+    return root
+
+
+def test_class_names_with_spaces_or_quotes_in_a_labels_file_are_whole_names(tmp_path):
+    """Stanford Dogs and Fruits-360 name classes with spaces; a CSV field (quoted or not) and the rest of
+    a whitespace-separated line are the class; Tiny-ImageNet's box fields still follow a one-word class."""
+    classes = {"golden retriever": 0, "pug": 1, "n01": 2}
+    csv_file = write(tmp_path / "dogs.csv",
+                     'file,label\nv1.jpg,golden retriever\n"v2.jpg","golden retriever"\nv3.jpg,pug\n')
+    assert data.read_labels(csv_file, classes) == {"v1.jpg": 0, "v2.jpg": 0, "v3.jpg": 1}
+    plain = write(tmp_path / "dogs.txt", "v1.jpg golden retriever\nv3.jpg pug\nv4.jpg n01 0 0 63 63\n")
+    assert data.read_labels(plain, classes) == {"v1.jpg": 0, "v3.jpg": 1, "v4.jpg": 2}
+
+
+def test_class_folders_differing_only_in_unicode_normalization_match(tmp_path):
+    """val/ copied from macOS (NFD: 'e' + a combining accent) beside train/ in NFC: the same class, for
+    class folders and for a labels file."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    root = images(tmp_path / "d", [f"train/{nfc}/a.png", "train/tea/b.png", f"val/{nfd}/c.png", "val/tea/d.png"])
+    classes, _, va = data.image_folder(str(root))
+    assert classes == [nfc, "tea"] and sorted(y for _, y in va) == [0, 1]
+    flat = images(tmp_path / "flat", [f"train/{nfc}/a.png", "train/tea/b.png", "val/c.png"])
+    labels = write(tmp_path / "labels.csv", f"c.png,{nfd}\n")
+    assert data.image_folder(str(flat), labels)[2] == [(str(flat / "val" / "c.png"), 0)]
+
+
+def test_symbolic_links_are_followed_but_no_image_counts_twice_or_under_another_class(tmp_path):
+    """A file link into another class counts in the class where the image lives; a folder linked twice
+    and a link cycle (a folder linking to its parent) add nothing; a link to an image outside counts."""
+    root = images(tmp_path / "d", ["train/a/1.png", "train/a/2.png", "train/b/3.png", "outside/4.png",
+                                   "val/a/5.png", "val/b/6.png"])
+    os.symlink("../a/1.png", root / "train" / "b" / "1-again.png")  # a's image, linked from b
+    os.symlink("..", root / "train" / "a" / "up")  # a cycle: train/a/up/a/up/...
+    os.symlink("../b", root / "train" / "a" / "b-again")  # b's folder inside a
+    os.symlink("../../outside/4.png", root / "train" / "b" / "4.png")  # a link farm's usual link
+    classes, tr, va = data.image_folder(str(root))
+    got = sorted((os.path.basename(p), classes[y]) for p, y in tr)
+    assert got == [("1.png", "a"), ("2.png", "a"), ("3.png", "b"), ("4.png", "b")] and len(va) == 2
+
+
+def test_eval_only_needs_the_class_names_only(tmp_path, capsys):
+    """--eval-only of an image-folder checkpoint reads val/ alone: train/ may be gone, and the
+    training set need not hold one training batch; the class names come from the checkpoint."""
+    tree = [f"{s}/{c}/{k}.png" for s in ("train", "val") for c in ("ant", "bee") for k in range(4)]
+    root = images(tmp_path / "d", tree)
+    flags = TINY + ["--data", "imagenet", "--data-dir", str(root), "--img-size", "16", "--patch-size", "8"]
+    assert train.cli(flags + ["--max-steps", "1", "--out-dir", str(tmp_path / "o")]) == 0
+    shutil.rmtree(root / "train")
+    shutil.rmtree(root / "val" / "ant")  # (a subset of the classes, mapped by the checkpoint's names)
+    assert train.cli(["--eval-only", "--resume", str(tmp_path / "o"), "--eval-depths", "2", "--out-dir",
+                      str(tmp_path / "ev")]) == 0, capsys.readouterr().err
+    res = json.load(open(tmp_path / "ev" / "depth_eval.json"))["results"]
+    assert [r["depth"] for r in res] == [2]

@@ -3,6 +3,7 @@ clear line for every kind of bad input, non-finite losses, and a dying DDP peer.
 
 CPU only; every run is a tiny model on a tiny fake CIFAR-100 folder written by the test.
 """
+import errno
 import os
 import re
 import pickle
@@ -11,12 +12,14 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 
 import checkpoints
+import data
 import train
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -185,6 +188,8 @@ def bad_cases(tmp_path, cifar):
         "out-dir not writable": (d + ["--out-dir", os.path.join(a_file, "sub")], "--out-dir"),
         "batch not divisible by processes": (d + ["--batch-size", "9"], "processes",
                                              {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}),
+        "RANK and WORLD_SIZE left without torchrun": (d, "MASTER_ADDR and MASTER_PORT not: start the processes with "
+                                                      "torchrun, or unset RANK", {"RANK": "0", "WORLD_SIZE": "2"}),
         "fp16 on cpu": (d + ["--amp", "fp16"], "fp16"),
         "ema decay 1.5": (d + ["--ema", "1.5"], "--ema"),
         "negative workers": (d + ["--workers", "-1"], "--workers"),
@@ -241,6 +246,48 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, cifa
     ck = load(os.path.join(out, "ckpt.pt"))
     assert 1 <= ck["step"] < 8
     assert all(torch.isfinite(v).all() for v in ck["model"].values())
+
+
+def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_naming_the_last_good_checkpoint(tmp_path, cifar,
+                                                                                               capsys, monkeypatch):
+    """The disk fills up while the step-4 checkpoint is written: one line, exit 2, the partial file
+    removed, the step-2 checkpoint intact and named."""
+    real = torch.save
+
+    def save(obj, f, *a, **kw):  # a writer that runs out of space after some bytes at step 4
+        if obj.get("step") != 4:
+            return real(obj, f, *a, **kw)
+        with open(f, "wb") if isinstance(f, str) else nullcontext(f) as out:
+            out.write(b"PK\x03\x04 part of a checkpoint")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(torch, "save", save)
+    out = tmp_path / "o"
+    rc = train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--save-every", "2", "--out-dir", str(out)])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py:")]
+    assert rc == 2 and len(err) == 1, err
+    assert "at step 4 failed (No space left on device)" in err[0] and f"checkpoint {out / 'ckpt.pt'} (step 2)" in err[0]
+    assert not (out / "ckpt.pt.tmp").exists() and load(out / "ckpt.pt")["step"] == 2
+
+
+def test_loader_workers_out_of_shared_memory_is_one_line_saying_how_to_raise_it(tmp_path, cifar, capsys,
+                                                                                monkeypatch):
+    """A worker cannot hand its batch over through /dev/shm (Docker's 64 MB): the DataLoader's error
+    becomes one line naming /dev/shm, how to raise it and --workers 0, and the last checkpoint."""
+    real, calls = data.Seeded.__getitem__, []
+
+    def item(self, i):  # (runs in the worker process: from its 9th image on, as torch's shm allocation fails)
+        calls.append(i)
+        if len(calls) > 8:
+            raise RuntimeError("unable to write to file </torch_4242_1234567890_0>: No space left on device (28)")
+        return real(self, i)
+    monkeypatch.setattr(data.Seeded, "__getitem__", item)
+    out = tmp_path / "o"
+    rc = train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--cpu-loader", "--workers", "1",
+                           "--batch-size", "4", "--save-every", "1", "--out-dir", str(out)])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py:")]
+    assert rc == 2 and len(err) == 1, err
+    assert "ran out of shared memory (/dev/shm" in err[0] and "--shm-size" in err[0] and "--workers 0" in err[0]
+    assert f"checkpoint {out / 'ckpt.pt'} (step 2)" in err[0]
 
 
 def free_port():

@@ -15,6 +15,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -404,12 +405,16 @@ def list_presets():
 
 # ----------------------------------------------------------------------------- helpers
 @torch.no_grad()
-def evaluate(model, loader, device, amp_ctx, depth=None):
+def evaluate(model, loader, device, amp_ctx, depth=None, stop=None):
     """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks. Raises
-    EmptyEvaluation when no rank had a usable image."""
+    EmptyEvaluation when no rank had a usable image. Returns None, after the batch in flight, once
+    `stop` (a Stop; one process only) holds a stop request."""
     model.eval()
     sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
     for x, y in loader:
+        if stop:
+            model.train()
+            return None
         if isinstance(loader, torch.utils.data.DataLoader):  # image folders only; warns once per file
             x, y, _ = data.drop_undecodable(x, y, loader.dataset)
             if not len(y):
@@ -447,11 +452,71 @@ def model_log(model):
 
 
 class Preempted(Exception):
-    """SIGTERM / SIGUSR1 arrived: the current step finished and a checkpoint was written; printed
-    as one line, exit status PREEMPTED."""
+    """A stop request (Stop) was honoured: the step in flight finished and a checkpoint was written,
+    or an evaluation was cut short; printed as one line, exit status PREEMPTED."""
 
 
 PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
+INTERRUPTED = 130  # 128 + SIGINT, the shell's status of a process ended by Ctrl-C
+
+
+class Stop:
+    """The run's stop requests and what a stopped run keeps (README "Resuming and failures").
+
+    As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
+    --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
+    the run honours it at its next safe point: after the optimizer step in flight (with a
+    checkpoint), after a checkpoint being written, after the evaluation batch in flight (one
+    process; under DDP the processes agree between depths). A second Ctrl-C stops at once
+    (KeyboardInterrupt), when it comes AGAIN_S or more after the first: torchrun relays the
+    terminal's Ctrl-C to processes that the terminal has signalled already. `checkpoint`, `step`
+    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    AGAIN_S = 1.0
+
+    def __init__(self):
+        self.got, self.first_int = [], None
+        self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
+
+    def __call__(self, signum, frame):
+        now = time.monotonic()
+        if signum == signal.SIGINT:
+            if self.first_int is not None and now - self.first_int >= self.AGAIN_S:
+                raise KeyboardInterrupt
+            self.first_int = self.first_int or now
+        self.got.append(signum)
+
+    def __bool__(self):
+        return bool(self.got)
+
+    def line(self, when):
+        """The one line of a run stopped `when` (e.g. "after step 40"): the signal, what is kept."""
+        name = signal.Signals(self.got[0]).name if self.got else "a stop signal to another process"
+        name += " (Ctrl-C)" if name == "SIGINT" else ""
+        return f"stopped by {name} {when}; {self.kept()}"
+
+    def kept(self):
+        """The last checkpoint and how to continue from it, in words."""
+        if self.eval_only:
+            return "nothing was written; run the same command again"
+        if self.checkpoint is None:
+            return "no checkpoint was written; run the command again"
+        return f"checkpoint {self.checkpoint} (step {self.step}); {self.hint}"
+
+
+def continue_hint(p, argv, ddp, ckpt_path):
+    """How to continue this run from `ckpt_path` once stopped: the same command when it resumes
+    that checkpoint by itself (--resume auto, or --resume of that file), else the command with
+    --resume CKPT added (argparse takes the last value of a flag)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    given = p.parse_args(argv).resume
+    if given == "auto":
+        return "continue with the same command (its --resume auto continues the checkpoint)"
+    if given and os.path.abspath(checkpoint_file(given, "--resume")) == os.path.abspath(ckpt_path):
+        return "continue with the same command"
+    if ddp:
+        return f"continue with the same torchrun command and --resume {ckpt_path}"
+    return "continue with: python train.py " + shlex.join(argv + ["--resume", ckpt_path])
 
 
 # The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
@@ -540,8 +605,12 @@ def runtime(args, p):
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, world, local_rank = 0, 1, 0
     if ddp:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        try:
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        except ValueError:
+            p.error(f"RANK={os.environ['RANK']!r}, WORLD_SIZE={os.environ['WORLD_SIZE']!r} in the environment: "
+                    "expected integers (torchrun sets them); unset them to run one process")
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device not in ("cpu", "cuda"):
@@ -622,11 +691,15 @@ def announce(args, model, world, device, compiled, total_steps, steps_per_epoch,
             json.dump(vars(args), f, indent=1)
 
 
-def main(argv=None):
+def main(argv=None, stop=None):
+    """The run of the flags `argv` (None: sys.argv), in the order of events. `stop`: the run's Stop,
+    the handler of its stop signals (cli installs it)."""
+    stop = stop if stop is not None else Stop()
     p = get_parser()
     args = configure(p, argv)
     if args is None:  # --print-config
         return
+    stop.eval_only = args.eval_only
 
     # --- set-up: distributed, device, precision ---
     ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
@@ -636,7 +709,7 @@ def main(argv=None):
     master = rank == 0
     start_processes(args, ddp, device, master)
     train_loader, val_loader = data.build_loaders(args, train_set, val_set, micro, rank, world, device)
-    if len(train_loader) < args.grad_accum:
+    if train_loader is not None and len(train_loader) < args.grad_accum:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
 
     # --- model, optimizer, schedule ---
@@ -676,7 +749,7 @@ def main(argv=None):
         optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
     if distiller is not None and list(distiller.parameters()):  # the feature projection trains too
         optimizer.add_param_group({"params": list(distiller.parameters()), "weight_decay": args.weight_decay})
-    steps_per_epoch = len(train_loader) // args.grad_accum
+    steps_per_epoch = len(train_loader) // args.grad_accum if train_loader is not None else 0  # (--eval-only)
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -692,24 +765,34 @@ def main(argv=None):
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
     start_epoch, start_batch, step, progress = resume_or_start(
         args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller)
+    if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
+        stop.checkpoint, stop.step = args.resume, step
+    stop.hint = continue_hint(p, argv, ddp, ckpt_path)
 
     raw_distiller = distiller  # (DDP wraps `distiller` below; the checkpoint holds the plain one)
 
     def save(epoch, batch, progress, step):
-        """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it)."""
+        """Atomic checkpoint of everything a bit-exact resume needs (rank 0 writes it), and the class
+        names (image folders), which are all that --eval-only needs of the training set. Raises Fail
+        when the file cannot be written (a full disk): the previous checkpoint is kept."""
         rngs = [None] * world
         if ddp:
             dist.all_gather_object(rngs, rng_state())
         else:
             rngs = [rng_state()]
         if master:
-            save_atomic({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                         "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
-                         "distill": raw_distiller.state_dict() if distiller is not None else None,
-                         "batch": batch, "step": step, "progress": progress, "rng": rngs,
-                         "args": vars(args)}, ckpt_path)
+            try:
+                save_atomic({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                             "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
+                             "distill": raw_distiller.state_dict() if distiller is not None else None,
+                             "batch": batch, "step": step, "progress": progress, "rng": rngs,
+                             "args": vars(args), "classes": getattr(train_set, "classes", None)}, ckpt_path)
+            except OSError as e:
+                raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
+                           f"{ckpt_path}.tmp was removed; free space in {args.out_dir}; {stop.kept()}")
             print(f"saved checkpoint at step {step}", flush=True)
+        stop.checkpoint, stop.step = ckpt_path, step
 
     compiled = ""
     if args.compile:  # before DDP: the blocks (regional), and the training forward whole where it can be
@@ -735,10 +818,11 @@ def main(argv=None):
             distiller=distiller, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema, mix=mix,
             amp_ctx=amp_ctx, num_classes=num_classes, train_set=train_set, train_loader=train_loader,
             val_loader=val_loader, save=save, ckpt_path=ckpt_path, log_path=log_path, steps_per_epoch=steps_per_epoch,
-            total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress)
+            total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress,
+            stop=stop)
 
     # --- evaluation at other depths ("beyond the training horizon") ---
-    evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step)
+    evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
     if master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
@@ -750,11 +834,13 @@ def main(argv=None):
 
 def load_data(args, p):
     """The datasets of the flags, --val-subset applied, and the flags resolved against the data's
-    image size: (args, train_set, val_set, num_classes, img_size). Raises Fail for bad data."""
-    try:
+    image size: (args, train_set (None for --eval-only), val_set, num_classes, img_size). Raises
+    Fail for bad data."""
+    try:  # --eval-only reads no training set: an image folder's class names come from the checkpoint
         train_set, val_set, num_classes, img_size = data.build_datasets(
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
-            three_aug=args.three_augment, val_labels=args.val_labels)
+            three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
+            classes=getattr(args, "model_classes", None) if args.eval_only else None)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = resolve(args, p, img_size)
@@ -770,6 +856,11 @@ def start_processes(args, ddp, device, master):
     after --dist-timeout instead of a hang), and name the run folder when --out-dir is not given:
     rank 0 picks runs/MODEL-time and broadcasts it, so every process writes to the same one."""
     if ddp:
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:  # (left in the shell by an earlier job, with plain python)
+            raise Fail(f"RANK={os.environ['RANK']} and WORLD_SIZE={os.environ['WORLD_SIZE']} are set in the "
+                       f"environment, {' and '.join(missing)} not: start the processes with torchrun, or unset RANK "
+                       "and WORLD_SIZE to run one process")
         if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
@@ -800,7 +891,7 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
         if rank == 0:
             print(line)
-    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller)
+    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt)
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
@@ -808,20 +899,27 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
 
 
-def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step):
+def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop):
     """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
     model's unit), "beyond the training horizon" (Training Crossroads): one log.jsonl line each
     (training runs), then depth_report's table, depth_eval.json and figure. Raises Fail for a depth
-    the model cannot run."""
+    the model cannot run, Preempted for a stop request (`stop`): after the batch in flight (one
+    process), or before the next depth (DDP: the processes agree there)."""
     depths, rows = args.eval_depths or [], []
     weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
         depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
+    ddp = dist.is_initialized()
     for depth in depths:
         try:
-            r = evaluate(eval_model, val_loader, device, amp_ctx, depth=depth)
+            r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx, depth=depth,
+                                                                   stop=None if ddp else stop)
         except ValueError as e:
             raise Fail(f"--eval-depths {depth}: {e}")
+        if r is None:
+            done = "" if args.eval_only else f", after training to step {step}"
+            raise Preempted(stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths "
+                                      f"done{done})"))
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
         # block evaluations per image: counted by the model if it can (odevit), else the depth
         rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
@@ -835,14 +933,13 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
 
 def train(*, args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
           mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
-          steps_per_epoch, total_steps, start_epoch, start_batch, step, progress):
+          steps_per_epoch, total_steps, start_epoch, start_batch, step, progress, stop):
     """The training loop (README "Train"): epochs of optimizer steps from `step` on, each epoch
-    evaluated, logged and checkpointed, with the stop checks of a cluster job. Takes what main()
-    built, by name; returns the optimizer step reached."""
-    stop = []  # the signal that asked this process to stop (SIGTERM: schedulers; SIGUSR1: SLURM)
-    if not args.eval_only:
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, lambda signum, frame: stop.append(signum))
+    evaluated, logged and checkpointed, with the stop checks of a cluster job and a terminal
+    (`stop`, a Stop: after a step, after a checkpoint; an epoch's evaluation finishes first). Takes
+    what main() built, by name; returns the optimizer step reached."""
+    if stopping(stop, ddp, device):  # a stop request during the set-up
+        raise Preempted(stop.line(f"before the first step (at step {step})"))
     bad_total = 0  # undecodable images skipped in this run (image folders)
     bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
     check_every = CHECK_EVERY if device.type == "cuda" else 1
@@ -936,14 +1033,12 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
                            "lower --lr or use --amp bf16/none")
             if master:
                 bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-            if stopping(stop, ddp, device):  # preempted: keep this step, exactly where it is
+            stopped = stopping(stop, ddp, device)  # preempted: keep this step, exactly where it is
+            if stopped or (saving and nonfinite == 0):
                 save(epoch, first + i + 1, sums(), step)
-                bar.close()
-                raise Preempted(f"stopped by {signal.Signals(stop[0] if stop else signal.SIGTERM).name} after "
-                                f"step {step}; checkpoint {ckpt_path}; continue with the same command and "
-                                f"--resume auto (or --resume {ckpt_path})")
-            if saving and nonfinite == 0:
-                save(epoch, first + i + 1, sums(), step)
+                if stopped or stopping(stop, ddp, device):  # (or the request came while the file was written)
+                    bar.close()
+                    raise Preempted(stop.line(f"after step {step} of {total_steps}"))
         bar.close()
         epoch_time = t_spent + time.time() - t0
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
@@ -977,6 +1072,8 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         if inside:
             break
         epoch += 1
+        if step < total_steps and epoch < args.epochs and stopping(stop, ddp, device):  # during the evaluation or save
+            raise Preempted(stop.line(f"after step {step} of {total_steps}, the end of epoch {epoch - 1}"))
 
     return step
 
@@ -1055,8 +1152,9 @@ def optimizer_step(model, optimizer, scaler, clip_grad):
 
 
 def stopping(stop, ddp, device):
-    """True once any process got SIGTERM/SIGUSR1 (the flag is all-reduced, so every rank stops after
-    the same step and takes part in the checkpoint; train.py asks every CHECK_EVERY steps on a GPU)."""
+    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1). The flag
+    is all-reduced, so every rank stops after the same step and takes part in the checkpoint; the
+    training loop asks every CHECK_EVERY steps on a GPU."""
     if not ddp:
         return bool(stop)
     flag = torch.tensor(float(bool(stop)), device=device)
@@ -1064,29 +1162,44 @@ def stopping(stop, ddp, device):
     return flag.item() > 0
 
 
+def say(line):
+    """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
+    tqdm.write(line, file=sys.stderr)
+
+
 def cli(argv=None):
-    """Run main(argv) and turn user-fixable problems into one line on stderr: returns the exit
-    status (0 ok, 2 bad input or non-finite training, 1 a failed or timed-out DDP peer, 75 stopped
-    by SIGTERM/SIGUSR1 after writing a checkpoint)."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    """Run main(argv) with the run's Stop as the handler of its stop signals, and turn user-fixable
+    problems into one line on stderr: returns the exit status (0 ok, 2 bad input, non-finite
+    training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
+    SIGTERM or SIGUSR1 at a safe point, 130 stopped at once by a second Ctrl-C). The loader workers
+    end with the process (data.worker_signals, data.end_workers)."""
+    stop = Stop()
+    handlers = {s: signal.signal(s, stop) for s in Stop.SIGNALS}
     try:
-        main(argv)
+        main(argv, stop)
     except SystemExit as e:  # argparse errors (status 2) and --help (status 0)
         return e.code
     except Fail as e:
-        sys.stderr.write(f"train.py: error: {e}\n")
+        say(f"train.py: error: {e}")
         return 2
     except Preempted as e:
-        sys.stderr.write(f"train.py: {e}\n")
+        say(f"train.py: {e}")
         return PREEMPTED
+    except KeyboardInterrupt:
+        say(f"train.py: stopped at once by a second Ctrl-C; {stop.kept()}")
+        return INTERRUPTED
     except Exception as e:
+        shm = data.out_of_shared_memory(e)
+        if shm:
+            say(f"train.py: error: {shm}; {stop.kept()}")
+            return 2
         if not (dist.is_available() and dist.is_initialized()):
             raise
-        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        sys.stderr.write(f"train.py: error: rank {dist.get_rank()}: a peer process failed or timed out "
-                         f"({msg[:200]}); resume from the last checkpoint with --resume\n")
+        msg = (str(e).strip().splitlines() or [""])[0]  # (gloo and NCCL raise a plain RuntimeError too)
+        say(f"train.py: error: rank {dist.get_rank()}: this process or a peer failed or timed out "
+            f"({type(e).__name__}: {msg[:200]}); resume from the last checkpoint with --resume")
         return 1
-    finally:  # main's preemption handlers end with the run (cli may be called again in-process)
+    finally:  # the run's signal handlers end with it (cli may be called again in-process)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         kernels.release_compile_workers()  # a compiled run exits now, not never (kernels.py)
