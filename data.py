@@ -432,6 +432,27 @@ def drop_undecodable(x, y, dataset):
 WARNED = set()  # files drop_undecodable has warned about (one line per file and process)
 
 
+class TooManyUndecodable(DataError):
+    """More undecodable images in a run than its limit (--max-bad-images)."""
+
+
+class UsableImages:
+    """The training batches of an image folder without their undecodable images (drop_undecodable),
+    counted over the run: `usable(x, y)` -> (x, y, images dropped). Raises TooManyUndecodable once
+    more than `limit` were dropped in all, naming the last."""
+
+    def __init__(self, dataset, limit):
+        self.dataset, self.limit, self.total = dataset, limit, 0
+
+    def __call__(self, x, y):
+        x, y, bad = drop_undecodable(x, y, self.dataset)
+        self.total += len(bad)
+        if self.total > self.limit:
+            raise TooManyUndecodable(f"{self.total} undecodable images (more than --max-bad-images {self.limit}), "
+                                     f"the last {bad[-1]}")
+        return x, y, len(bad)
+
+
 class FileBytes(Dataset):
     """The raw bytes of ImageFiles' files, for DeviceDecodeLoader: item (i, seed) -> (bytes uint8
     (n,), label, seed, i); workers only read files. Unreadable: empty bytes (then undecodable)."""

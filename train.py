@@ -934,56 +934,34 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
 def train(*, args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
           mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
           steps_per_epoch, total_steps, start_epoch, start_batch, step, progress, stop):
-    """The training loop (README "Train"): epochs of optimizer steps from `step` on, each epoch
-    evaluated, logged and checkpointed, with the stop checks of a cluster job and a terminal
-    (`stop`, a Stop: after a step, after a checkpoint; an epoch's evaluation finishes first). Takes
-    what main() built, by name; returns the optimizer step reached."""
+    """The training loop (docs/training.md): epochs of optimizer steps from `step` on, each epoch
+    evaluated, logged and checkpointed. What happens around a step has its own helper: the loader's
+    undecodable images (data.UsableImages), the epoch's running sums (EpochSums), and the progress
+    bar, the estimated time, the device reads, the stop requests and mid-epoch checkpoints
+    (Monitor: `stop`, a Stop, honoured after a step and after a checkpoint; an epoch's evaluation
+    finishes first). Takes what main() built, by name; returns the optimizer step reached."""
     if stopping(stop, ddp, device):  # a stop request during the set-up
         raise Preempted(stop.line(f"before the first step (at step {step})"))
-    bad_total = 0  # undecodable images skipped in this run (image folders)
-    bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
-    check_every = CHECK_EVERY if device.type == "cuda" else 1
-    waited, probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
-    pace = []  # (step, time) at the first two checks 10+ steps or 30+ s apart: the run's estimated time
+    usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
+    monitor = Monitor(args, device, ddp, master, stop, save, scheduler, step, total_steps, steps_per_epoch, ckpt_path)
     epoch = start_epoch
     while step < total_steps and epoch < args.epochs:
         first = start_batch if epoch == start_epoch else 0  # optimizer steps of this epoch already done
         train_loader.sampler.set_epoch(epoch)
         train_loader.sampler.set_start(first * (args.batch_size // world))
-        # running sums of this epoch (restored when resuming mid-epoch); the loss sum and the count of
-        # good (finite) steps live on the device and are read at the checks only
-        t_spent, n_img = progress.get("time", 0.0), progress.get("imgs", 0)
-        skipped = progress.get("skipped", 0)  # undecodable images (image folders)
-        loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
-        n_steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
-        progress, t0 = {}, time.time()
-        sums = lambda: {"time": t_spent + time.time() - t0, "imgs": n_img, "steps": int(n_steps.item()),  # noqa: E731
-                        "loss_sum": loss_sum.item(), "skipped": skipped}
+        sums, progress = EpochSums(progress, device), {}
         left = min(steps_per_epoch - first, total_steps - step)
-        bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not master, dynamic_ncols=True)
-        batches = iter(train_loader)
+        batches = monitor.epoch(epoch, first, left, train_loader)
         for i in range(left):
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
-            for j in range(args.grad_accum):  # micro-batches of one optimizer step
-                t_wait = time.perf_counter()
+            for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
                 x, y = next(batches)
-                waited += time.perf_counter() - t_wait
-                if args.data == "imagenet":  # an undecodable file comes as a label < 0 (data.ImageFiles)
-                    x, y, bad = data.drop_undecodable(x, y, train_set)
-                    skipped, bad_total = skipped + len(bad), bad_total + len(bad)
-                    if bad_total > args.max_bad_images:
-                        again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
-                        raise Fail(f"{bad_total} undecodable images (more than --max-bad-images "
-                                   f"{args.max_bad_images}), the last {bad[-1]}; fix or remove them, then {again}")
-                empty = not len(y)  # every image of the micro-batch was undecodable
+                x, y, empty = usable_batch(x, y, usable, sums, ddp, ckpt_path)
                 if empty and not ddp:
                     continue  # nothing to learn from: no forward, no backward, no step below if all are
-                if empty:  # DDP: a zero-weighted stand-in image keeps this rank in the gradient all-reduce
-                    x, y = torch.zeros((1, *x.shape[1:])), torch.zeros(1, dtype=torch.long)
                 x, y = mix_and_smooth(x.to(device, non_blocking=True), y.to(device, non_blocking=True), mix, args,
                                       num_classes)
-                # DDP all-reduces the gradients in the last micro-batch's backward only
-                accumulating = ddp and j < args.grad_accum - 1
+                accumulating = ddp and j < args.grad_accum - 1  # DDP all-reduces in the last backward only
                 with no_sync(model, accumulating), no_sync(distiller, accumulating):
                     with amp_ctx:
                         logits, loss = model(x, y)
@@ -993,65 +971,26 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
                             loss = loss + args.distill_weight * term
                     scaler.scale(loss * (0.0 if empty else 1.0 / args.grad_accum)).backward()  # the batch mean
                 if not empty:
-                    step_loss += loss.detach() / args.grad_accum
-                    n_img += x.shape[0] * world
-                    seen += 1
+                    step_loss, seen = step_loss + loss.detach() / args.grad_accum, seen + 1
+                    sums.images += x.shape[0] * world
+            bad = None  # (0-d, device) 1 when the step was skipped as non-finite (optimizer_step)
             if seen or ddp:  # gradients are all-reduced, so every rank skips the same steps
                 bad = optimizer_step(raw_model, optimizer, scaler, args.clip_grad)
-                loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
-                n_steps += 1 - bad
-                bad_run = (bad_run + 1) * bad
+                sums.add(step_loss, bad)
             else:  # one process, no usable image in the whole step: no optimizer step, nothing logged
                 optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             if ema is not None:
                 ema.update(raw_model)
             step += 1
-            bar.update()
-            if master and step == probe[0] + 50 and waited > 0.2 * (time.perf_counter() - probe[1]):
-                print(f"note: the data loader is the bottleneck: {waited / (time.perf_counter() - probe[1]):.0%} of "
-                      f"the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
-                      "leave out per-image augmentations (CIFAR then uses the batched loader)", flush=True)
-            # The host reads the device (one sync) only at the checks: every CHECK_EVERY steps on a GPU
-            # (every step on the CPU, where a read costs nothing), at the end of the epoch and before a
-            # mid-epoch checkpoint; so the host queues steps ahead of the GPU.
-            saving = args.save_every and step % args.save_every == 0 and first + i + 1 < steps_per_epoch \
-                and step < total_steps
-            if not (i % check_every == 0 or i == left - 1 or saving or (stop and not ddp)):
-                continue  # (one process reads its signal flag every step: a host list, no sync)
-            last_loss, nonfinite = torch.stack([loss.detach().float(), bad_run]).tolist()
-            now = time.perf_counter()  # (the device has caught up: a synced time)
-            if master and pace_point(pace, step, now):
-                pace.append((step, now))
-                if len(pace) == 2:
-                    bar.write(estimate_line(args, device, pace, total_steps))
-            if nonfinite >= args.max_nonfinite:
-                bar.close()
-                kept = (f"the last good checkpoint is {ckpt_path}" if os.path.exists(ckpt_path)
-                        else "no checkpoint was written before them")
-                raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); {kept}; "
-                           "lower --lr or use --amp bf16/none")
-            if master:
-                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-            stopped = stopping(stop, ddp, device)  # preempted: keep this step, exactly where it is
-            if stopped or (saving and nonfinite == 0):
-                save(epoch, first + i + 1, sums(), step)
-                if stopped or stopping(stop, ddp, device):  # (or the request came while the file was written)
-                    bar.close()
-                    raise Preempted(stop.line(f"after step {step} of {total_steps}"))
-        bar.close()
-        epoch_time = t_spent + time.time() - t0
+            monitor.after_step(step, epoch, first + i + 1, loss, bad, sums)
+        monitor.end_epoch(step, len(val_loader.dataset))
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
         # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
         extras = model_log(raw_model)
-        skipped = torch.tensor(float(skipped), device=device, dtype=torch.float64)
-        if ddp:
-            dist.all_reduce(loss_sum)
-            dist.all_reduce(skipped)
         inside = first + left < steps_per_epoch  # stopped inside the epoch by --max-steps: resumable there
-        position = (epoch, first + left, sums()) if inside else (epoch + 1, 0, {})  # where the run continues
-        rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0],
-               "train_loss": loss_sum.item() / max(1, n_steps.item() * world)}
+        position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
+        rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp)}
         try:
             rec.update(evaluate(raw_model, val_loader, device, amp_ctx))
             if ema is not None:
@@ -1059,9 +998,9 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         except EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
-        rec.update({"img_per_s": n_img / epoch_time, "epoch_time_s": epoch_time, **extras})
+        rec.update({"img_per_s": sums.images / sums.seconds(), "epoch_time_s": sums.seconds(), **extras})
         if args.data == "imagenet":
-            rec["skipped_images"] = int(skipped.item())
+            rec["skipped_images"] = sums.total_skipped(ddp)
         if master:
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -1074,8 +1013,164 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         epoch += 1
         if step < total_steps and epoch < args.epochs and stopping(stop, ddp, device):  # during the evaluation or save
             raise Preempted(stop.line(f"after step {step} of {total_steps}, the end of epoch {epoch - 1}"))
-
     return step
+
+
+def usable_batch(x, y, usable, sums, ddp, ckpt_path):
+    """A micro-batch without its undecodable images (image folders: `usable`, a data.UsableImages;
+    counted in `sums`): (x, y, empty). Under DDP an empty micro-batch becomes a zero-weighted stand-in
+    image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images."""
+    if usable is None:
+        return x, y, False
+    try:
+        x, y, skipped = usable(x, y)
+    except data.TooManyUndecodable as e:
+        again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
+        raise Fail(f"{e}; fix or remove them, then {again}")
+    sums.skipped += skipped
+    empty = not len(y)
+    if empty and ddp:
+        x, y = torch.zeros((1, *x.shape[1:])), torch.zeros(1, dtype=torch.long)
+    return x, y, empty
+
+
+class EpochSums:
+    """The running sums of one epoch, restored from a checkpoint's `progress` when a run resumes
+    mid-epoch: seconds and images so far, undecodable images skipped, and, on the device (read at the
+    epoch's end only), the loss sum of the good (finite) steps and their count."""
+
+    def __init__(self, progress, device):
+        self.t_spent, self.images = progress.get("time", 0.0), progress.get("imgs", 0)
+        self.skipped = progress.get("skipped", 0)
+        self.loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
+        self.steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
+        self.device, self.t0 = device, time.time()
+
+    def add(self, step_loss, bad):
+        """One optimizer step's loss; `bad` (0-d, device): 1 when it was skipped as non-finite."""
+        self.loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
+        self.steps += 1 - bad
+
+    def seconds(self):
+        return self.t_spent + time.time() - self.t0
+
+    def state(self):
+        """What a mid-epoch checkpoint keeps of the epoch (its `progress`)."""
+        return {"time": self.seconds(), "imgs": self.images, "steps": int(self.steps.item()),
+                "loss_sum": self.loss_sum.item(), "skipped": self.skipped}
+
+    def mean_loss(self, world, ddp):
+        """The epoch's mean training loss over the good steps of every rank."""
+        total = self.loss_sum.clone()
+        if ddp:
+            dist.all_reduce(total)
+        return total.item() / max(1, self.steps.item() * world)
+
+    def total_skipped(self, ddp):
+        """Undecodable images skipped in the epoch, summed over the ranks."""
+        n = torch.tensor(float(self.skipped), device=self.device, dtype=torch.float64)
+        if ddp:
+            dist.all_reduce(n)
+        return int(n.item())
+
+
+class Monitor:
+    """Everything the loop does between optimizer steps that is not training: the progress bar (on a
+    terminal; written to a file, a line every tenth of the epoch instead), the loader-bottleneck note,
+    the host's reads of the device (the loss and the count of consecutive non-finite steps: every
+    CHECK_EVERY steps on a GPU, every step on the CPU where a read costs nothing, at the end of an
+    epoch and before a checkpoint, so that the host queues steps ahead of the GPU), the estimated
+    time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
+    stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
+
+    def __init__(self, args, device, ddp, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
+                 ckpt_path):
+        self.args, self.device, self.ddp, self.master, self.stop, self.save = args, device, ddp, master, stop, save
+        self.scheduler, self.total_steps, self.steps_per_epoch, self.ckpt_path = (scheduler, total_steps,
+                                                                                  steps_per_epoch, ckpt_path)
+        self.check_every = CHECK_EVERY if device.type == "cuda" else 1
+        self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
+        self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
+        self.pace = []  # (step, time) at the first two checks 10+ steps or 30+ s apart: the estimated time
+        self.tty = sys.stderr.isatty()
+
+    def epoch(self, epoch, first, left, loader):
+        """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
+        timing the waits for them."""
+        self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
+                        dynamic_ncols=True)
+        return self._timed(iter(loader))
+
+    def _timed(self, batches):
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            self.waited += time.perf_counter() - t
+            yield batch
+
+    def note(self, line):
+        """A line below the bar (or alone, without a terminal), rank 0 only."""
+        if not self.master:
+            return
+        if self.bar.disable:
+            print(line, flush=True)
+        else:
+            self.bar.write(line)
+
+    def after_step(self, step, epoch, done, loss, bad, sums):
+        """After optimizer step `step` (the `done`-th of this epoch; `bad`: optimizer_step's non-finite
+        flag, None when no step was taken; `loss`: the last micro-batch's): the checks of the class
+        docstring."""
+        args, probe = self.args, self.probe
+        i = done - 1 - self.first  # this epoch's steps since the start (or the resume)
+        if bad is not None:
+            self.bad_run = (self.bad_run + 1) * bad
+        self.bar.update()
+        if self.master and step == probe[0] + 50 and self.waited > 0.2 * (time.perf_counter() - probe[1]):
+            self.note(f"note: the data loader is the bottleneck: {self.waited / (time.perf_counter() - probe[1]):.0%} "
+                      f"of the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
+                      "leave out per-image augmentations (CIFAR then uses the batched loader)")
+        saving = args.save_every and step % args.save_every == 0 and done < self.steps_per_epoch \
+            and step < self.total_steps
+        if not (i % self.check_every == 0 or i == self.left - 1 or saving or (self.stop and not self.ddp)):
+            return  # (one process reads its signal flag every step: a host list, no sync)
+        last_loss, nonfinite = torch.stack([loss.detach().float(), self.bad_run]).tolist()
+        now = time.perf_counter()  # (the device has caught up: a synced time)
+        if self.master and pace_point(self.pace, step, now):
+            self.pace.append((step, now))
+            if len(self.pace) == 2:
+                self.note(estimate_line(args, self.device, self.pace, self.total_steps))
+        if nonfinite >= args.max_nonfinite:
+            self.bar.close()
+            kept = (f"the last good checkpoint is {self.ckpt_path}" if os.path.exists(self.ckpt_path)
+                    else "no checkpoint was written before them")
+            raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); {kept}; "
+                       "lower --lr or use --amp bf16/none")
+        if self.master:
+            self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
+            if not self.tty and (i + 1) % max(1, self.left // 10) == 0:  # a log file: a line per tenth
+                print(f"epoch {epoch}: step {done} of {self.steps_per_epoch}, loss {last_loss:.3f}", flush=True)
+        stopped = stopping(self.stop, self.ddp, self.device)  # preempted: keep this step, exactly where it is
+        if stopped or (saving and nonfinite == 0):
+            self.save(epoch, done, sums.state(), step)
+            if stopped or stopping(self.stop, self.ddp, self.device):  # (or the request came during the save)
+                self.bar.close()
+                raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
+
+    def end_epoch(self, step, val_images):
+        """Close the epoch's bar; with steps left, the estimated time again at this epoch's pace (so the
+        figure sharpens as the run goes, not only from its first steps); then say that the evaluation
+        of `val_images` images runs (it has no bar)."""
+        self.bar.close()
+        if self.master and self.left and step < self.total_steps and len(self.pace) == 2:
+            per_step = (time.perf_counter() - self.t_epoch) / self.left
+            line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
+            self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
+        self.note(f"epoch {self.epoch_no}: evaluating on {val_images} validation images")
 
 
 def no_sync(module, accumulating):
