@@ -117,6 +117,50 @@ def attention_distance(attn, grid, prefix):
     return (a * torch.cdist(pos, pos)).sum(-1).mean(-1)
 
 
+# ----------------------------------------------------------------------------- LoopVAE's loops (sec. 4.4)
+@torch.no_grad()
+def loop_interventions(model, images, batch_size=128):
+    """The loop interventions of LoopVAE (arXiv 2609.11516, sec. 4.4) on `images` (N, 3, H, W) in
+    [-1, 1], in eval mode (posterior mode), for every stage with more than one pass. Returns a dict:
+      full: mean psnr (dB), ssim and out_of_range (fraction of pixels) of the full schedule;
+      prefix: {stage: [mean PSNR with the first k passes, k = 1..L_s]} (the rest of the model in full;
+        k = L_s is the full schedule), monotone: {stage: fraction of images whose PSNR never drops as k
+        grows} (the paper: 1.0, "completing the schedule"), prefix_out_of_range: {stage: [mean
+        out-of-range fraction after k passes]} (truncation is not early exit);
+      bypass: {stage: [PSNR lost when pass t's output is replaced by its input, t = 0..L_s-1]},
+        most_sensitive: {stage: the pass t losing most}, update: {stage: [mean relative update
+        RMS(h_{t+1} - h_t) / RMS(h_t) of pass t]} (eq. 12; small updates that matter)."""
+    model.eval()
+    multi = {name: n for name, n in model.schedule().items() if n > 1}
+
+    def run(**kw):  # per-image metrics over all images, and the traces of the full schedule
+        out, trace = {}, {} if not kw else None
+        for i in range(0, len(images), batch_size):
+            m = model.metrics(images[i:i + batch_size], trace=trace if trace is not None else None, **kw)
+            for k, v in m.items():
+                out.setdefault(k, []).append(v)
+            if trace is not None:
+                for name, r in trace.items():
+                    out.setdefault("trace:" + name, []).append(r)
+                trace.clear()
+        return {k: torch.cat(v) for k, v in out.items()}
+    full = run()
+    res = {"stages": multi, "num_images": len(images),
+           "full": {k: float(full[k].mean()) for k in ("psnr", "ssim", "out_of_range")},
+           "prefix": {}, "monotone": {}, "prefix_out_of_range": {}, "bypass": {}, "most_sensitive": {}, "update": {}}
+    for name, passes in multi.items():
+        runs = [run(truncate={name: k}) for k in range(1, passes)] + [full]
+        psnrs = torch.stack([r["psnr"] for r in runs], 1)  # (N, passes)
+        res["prefix"][name] = [float(v) for v in psnrs.mean(0)]
+        res["monotone"][name] = float((psnrs.diff(dim=1) >= -1e-4).all(1).float().mean())
+        res["prefix_out_of_range"][name] = [float(r["out_of_range"].mean()) for r in runs]
+        lost = [float((full["psnr"] - run(bypass=(name, t))["psnr"]).mean()) for t in range(passes)]
+        res["bypass"][name] = lost
+        res["most_sensitive"][name] = max(range(passes), key=lost.__getitem__)
+        res["update"][name] = [float(v) for v in full["trace:" + name].mean(0)]
+    return res
+
+
 # ----------------------------------------------------------------------------- model and data
 def load(args):
     """(model on args.device in eval mode, validation set, the run's saved flags) of the

@@ -24,7 +24,7 @@ Measured (2026-11-30, commit 5634327, a 2-core AMD EPYC CPU shared with other jo
 patch 4, 800 steps of batch 64 (~1 epoch), top-1 on the first 2000 test images (s.e. ~0.7 points),
 12 block evaluations each over T = 12: Euler x 12 10.35 (bit-identical to bViT, weights included),
 Heun x 6 9.30, RK4 x 3 10.25. Euler at 24 / 48 steps: extend="time" 7.35 / 3.40, extend="refine"
-10.30 / 9.95. More in README.md.
+10.30 / 9.95. More in docs/models.md.
 """
 import math
 from typing import Callable

@@ -170,7 +170,7 @@ MINI_TRAIN_MIN = {"revit-smear": 47.1, "revit-lory": 34.4, "revit-token": 18.4, 
 TIMES.update({f"c100-mini-{arm}": (f"{m} min", "?") for arm, m in MINI_WALL_MIN.items()})
 TIMES.update({f"c100-mini-{arm}": (f"{m} min train", "?") for arm, m in MINI_TRAIN_MIN.items()})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
-IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # README "Presets": est. H200 hours of 300 epochs
+IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():
     if name.startswith("in1k-"):
         hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1

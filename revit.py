@@ -22,8 +22,8 @@ ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the i
 mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
 model: the attention inits (`init=`, as in bvit.py) and `resample_pos_embed`.
 
-Measured: README.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
-`python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in "Results".
+Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
+`python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
 """
 import math
 

@@ -28,7 +28,7 @@ Under recurrence "the state entering step k" IS "the state leaving step k-1", so
 FFN's own input (after this step's attention, as SMEAR routes on its layer's input) and Lory on the
 step's input: the one difference is whether the step's attention is seen by the router.
 
-Measured: on CIFAR-100 at CPU scale only (README.md, "The paper's comparisons"); no ImageNet run yet.
+Measured: on CIFAR-100 at CPU scale only (docs/models.md, "The paper's comparisons"); no ImageNet run yet.
 The paper's U = 1 ImageNet-1k S/16 numbers (Table 3 and Table 10): reViT 78.2, Lory 77.9, SMEAR 77.7,
 layer-wise LoRA 77.6.
 """

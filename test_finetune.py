@@ -233,7 +233,7 @@ def test_a_run_folder_means_its_checkpoint_for_every_flag_that_reads_one(tmp_pat
 
 # ----------------------------------------------------------------------------- which flag wins (issue 24)
 # Every model's architecture and depth flags: a value the checkpoint's run did not use, given on the
-# command line with --finetune, must be the value the run takes (README "Resuming and failures").
+# command line with --finetune, must be the value the run takes (docs/cluster.md "Resuming and failures").
 SAVED = dict(embed_dim=32, num_heads=2, depth=2, patch_size=4, mlp_ratio=4.0, gap=False, layer_scale=None,
              num_blocks=None, step_embed=False, experts=4, recursions=2, solver="euler", ode_steps=None,
              horizon=None, field="subtracted", extend="time", routing="depth", lora_rank=0, size=None)

@@ -371,11 +371,11 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     text = readme.read_text()
     table = text.split("<!-- gpu-table -->")[1].split("<!-- /gpu-table -->")[0]
     assert "| vit | 2 | 12 |  | 56.50 ± 0.50 |" in table and "| bvit | 2 | 12 | 46.50 ± 0.50 | 51.50 ± 0.50 |" in table
-    assert "| srvit-r2 | 0 |" in table and "not run yet" in table and "abc1234 H200" in table
+    assert "| srvit-r2 |" not in table and "Not run yet (16 arms): bvit-wide," in table and "abc1234 H200" in table
     verdicts = text.split("<!-- gpu-verdicts -->")[1]
     assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +5.00 | 1.00 | agree |" in verdicts
-    assert "| reViT: E=4 depth-programmed experts beat E=1 (reViT Table 2) | revit-e4 | revit-e1 | 1x | | | not run |" in verdicts
-    assert "structured attention init" in verdicts and "vit+structured" in verdicts
+    assert "revit-e1" not in verdicts and "more claim(s) wait for an arm not run yet" in verdicts
+    assert "vit+structured" not in verdicts and "12 more claim(s) wait" in verdicts  # (the init claim among them)
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps(gpu_line("vit-narrow", 0, 40.0, max_steps=2)) + "\n")
     before = readme.read_text()
@@ -422,24 +422,29 @@ def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cud
             "gpu_study.sh: error: no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU"]
 
 
-def test_check_readme_finds_each_command_and_number_in_readme():
-    """README's quick commands parse as train.py commands, and every number the check compares is a
-    number in a README table: this fails when README's tables or commands move without the check."""
+def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
+    """The quick commands (in README.md and docs/models.md) parse as train.py commands, and every
+    number the check compares is a number in a table of the file FILES names: this fails when the
+    tables or commands move without the check."""
     import train
-    lines = open(os.path.join(ROOT, "README.md")).read().split("\n")
+    docs = {name: check_readme.document(check_readme.path_of(name)) for name in check_readme.files_of(check_readme.RUNS)}
+    assert set(docs) == {"README.md", os.path.join("docs", "models.md")}
     for run in check_readme.RUNS:
-        argv = check_readme.command(lines, run, "DATA")
+        argv = check_readme.command(docs[run.file], run, "DATA")
         flags = argv[argv.index("train.py") + 1:]
         assert flags[flags.index("--data-dir") + 1] == "DATA" and "--out-dir" not in flags
         train.parse_args(train.get_parser(), flags)  # README's flags are train.py's
         assert check_readme.processes(argv) == (2 if "ddp" in run.name or "revit" in run.name else 1)
     for name, heading, row, column, _ in check_readme.CELLS:
+        lines = docs[check_readme.FILES[heading]]
         i, j = check_readme.locate(lines, heading, row, column)
         cell = check_readme.cells_of(lines[i])[j]
         assert re.fullmatch(r"[0-9]+\.[0-9]+|[0-9]+ min [0-9]+ s.*|.*CPU.*", cell), (name, row, column, cell)
+        # the run's commit and CPU, in the file of each of its numbers
+        assert any(line.startswith(f"<!-- check:{name} -->") for line in lines), (name, heading)
     assert sum(r.minutes for r in check_readme.RUNS if r.quick) <= 15  # the quick set's budget
-    for name in {c[0] for c in check_readme.CELLS}:
-        assert any(line.startswith(f"<!-- check:{name} -->") for line in lines), name  # its commit and CPU
+    with pytest.raises(check_readme.ReadmeError, match="no such file"):
+        check_readme.document(os.path.join(ROOT, "docs", "nosuch.md"))
 
 
 def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
@@ -462,13 +467,14 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     printed = capsys.readouterr().out
     old = check_readme.cells_of(lines[check_readme.locate(lines, check_readme.SHORT, "bViT D=128", "top-1")[0]])[5]
     assert code == 0 and "reused" in printed
-    assert f"top-1: README {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
+    assert f"top-1: written {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
     text = readme.read_text()
     assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
     assert "<!-- check:bvit-300 -->Measured (bvit-300): commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
            "(`python scripts/check_readme.py --only bvit-300`)." in text
     listing = (tmp_path / "work" / "check_readme.md").read_text()
-    assert "| bvit-300 | bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing and "| 8.50 |" in listing
+    assert "| bvit-300 | README.md: bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing
+    assert "| 8.50 |" in listing
     where = {"cores": 2, "processes": 2, "load": 4.1}  # other jobs on the cores: the wall time says so
     assert check_readme.hardware([], 60.0, where) == "2-core CPU, 2 processes, shared: load 4.1"
     assert check_readme.hardware([], 60.0, dict(where, load=2.0)) == "2-core CPU, 2 processes"
@@ -477,3 +483,43 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
             check_readme.main(bad)
         err = capsys.readouterr().err
         assert e.value.code == 2 and what in err and len(err.strip().splitlines()) == 1  # one line, no usage
+
+
+def heading_anchors(text):
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens, '-1', '-2' ... for repeats. Lines in code blocks are not headings."""
+    anchors, seen, fenced = set(), {}, False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_readme_and_docs_links_reach_files_and_headings_that_exist():
+    """Every relative link and image of README.md and docs/*.md names a file of the repository and,
+    after '#', a heading of that file; README keeps CI's test command and stays a front page."""
+    pages = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                             if f.endswith(".md")]
+    assert len(pages) > 5
+    broken = []
+    for page in pages:
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), file)) if file else os.path.join(ROOT, page)
+            if not os.path.exists(path):
+                broken.append(f"{page}: {target} (no file)")
+            elif anchor and anchor not in heading_anchors(open(path, encoding="utf-8").read()):
+                broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "```bash\npip install -r requirements-dev.txt" in readme
+    assert "\nRVITS_DATA=../shared/data python -m pytest -q\n```" in readme  # .ci/run runs this command
+    assert readme.count("\n") <= 300  # a front page; the manuals are in docs/

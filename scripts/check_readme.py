@@ -1,22 +1,24 @@
-"""Re-run README's quick commands and list each README number beside its re-measured value.
+"""Re-run README's quick commands and list each number beside its re-measured value.
 
     python scripts/check_readme.py                       # the quick set, about 8 minutes on 2 cores
     python scripts/check_readme.py --only bvit-300       # some runs (names: --list)
-    python scripts/check_readme.py --all                 # also the SR-ViT / init table (~7 more minutes)
-    python scripts/check_readme.py --readme README.md    # and write the new values, commit and CPU into README
+    python scripts/check_readme.py --all                 # also the SR-ViT / init table (~5 more minutes)
+    python scripts/check_readme.py --readme README.md    # and write the new values, commit and CPU back
 
-Each run's command is read from README itself (the code line after its anchor), with the data
+The numbers live in README.md ("Short CPU runs") and in docs/models.md (reViT's 300-step tables,
+the SR-ViT / init table): FILES says which section is in which file, Run.file where each command
+is. Each run's command is read from that file itself (the code line after its anchor), with the data
 folder (--data, else $RVITS_DATA, else ../shared/data) and a fresh output folder under --work put in.
 The runs go one after another (each gets both cores); a finished run is kept (WORK/NAME/check.json)
 and reused by the next call with the same command, so an interrupted check continues where it
-stopped. Prints, and writes to WORK/check_readme.md, one line per README number: where it is,
-README's value, the re-measured value and the difference, then the commit and CPU of the run.
+stopped. Prints, and writes to WORK/check_readme.md, one line per number: where it is,
+the written value, the re-measured value and the difference, then the commit and CPU of the run.
 Another CPU model, or another torch, can change the last digits and more (README, "Results": the
 same run gives 28.12 on one CPU model and 29.77 on another), so a difference is a finding to
-record, not by itself a bug. With --readme, each number's cell gets the new value and each run's
-provenance line (a `<!-- check:NAME -->` line in README) the commit, CPU model, cores, processes
-and date. Exit 2 for bad flags or a README whose tables or commands moved (the error names what it
-looked for). Standard library only.
+record, not by itself a bug. With --readme README.md, each number's cell gets the new value and
+each run's provenance lines (`<!-- check:NAME -->` lines) the commit, CPU model, cores, processes
+and date, in that README and in the docs/ files beside it. Exit 2 for bad flags or a file whose
+tables or commands moved (the error names the file and what it looked for). Standard library only.
 """
 import argparse
 import datetime
@@ -33,21 +35,25 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
 
-class Run:
-    """One README command: `anchor` is the text of the README line the command follows (a comment
-    line in a code block) or starts with (a table row naming its flags); `procs` = 2 runs it under
-    torchrun with 2 processes (when README's own line does not say so); `minutes`: alone on 2 Intel
-    Xeon cores (2026-12-01); `quick`: in the default set."""
+README, MODELS = "README.md", os.path.join("docs", "models.md")  # relative to README's folder
 
-    def __init__(self, name, anchor, minutes, procs=None, quick=True):
+
+class Run:
+    """One documented command: `anchor` is the text of the line in `file` the command follows (a
+    comment line in a code block) or starts with (a table row naming its flags); `procs` = 2 runs it
+    under torchrun with 2 processes (when the file's own line does not say so); `minutes`: alone on 2
+    Intel Xeon cores (2026-12-01); `quick`: in the default set."""
+
+    def __init__(self, name, anchor, minutes, procs=None, quick=True, file=README):
         self.name, self.anchor, self.minutes, self.procs, self.quick = name, anchor, minutes, procs, quick
+        self.file = file
 
 
 RUNS = [
     Run("bvit-300", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 3),
     Run("bvit-300-ddp", "# a bViT (one block, 6 steps) on CIFAR-100, 300 steps on a CPU", 2, procs=2),
-    Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 3),
-] + [Run(name, "| " + row, 2 if "R=4" in row else 1, quick=False) for name, row in [  # the SR-ViT/init table
+    Run("revit-300", "torchrun --nproc_per_node 2 train.py --model revit --experts 4", 3, file=MODELS),
+] + [Run(name, "| " + row, 2 if "R=4" in row else 1, quick=False, file=MODELS) for name, row in [  # SR-ViT/init
     ("srvit-r1", "SR-ViT depth 3, R=1"), ("srvit-r2", "SR-ViT depth 3, R=2"), ("srvit-r4", "SR-ViT depth 3, R=4"),
     ("init-default", "bViT 4 steps (`--model bvit --depth 4 --init default`)"),
     ("init-mimetic", "bViT 4 steps (`--model bvit --depth 4 --init mimetic`)"),
@@ -88,12 +94,14 @@ def provenance(where):
             f"{plural(where['processes'], 'process')}, {where['date']}")
 
 
-# (run, README section heading text, the row's first cell, the column's header, value: fn(log.jsonl
+# (run, section heading text, the row's first cell, the column's header, value: fn(log.jsonl
 # records, wall seconds, where it ran: {commit, cpu, cores, processes, date}) -> the cell's text).
 # A section is the text from its heading to the next heading; its table is the first one holding the row.
 SHORT = "Short CPU runs"
 BVIT_ROW = "bViT D=128 h=4 p=4, 6 steps (0.23 M params)"
 REVIT = "reViT: one block, depth-programmed FFN experts"
+SRVIT = "SR-ViT and attention inits"
+FILES = {SHORT: README, REVIT: MODELS, SRVIT: MODELS}  # the file each section is in
 CELLS = [
     ("bvit-300", SHORT, BVIT_ROW, "top-1", final("val_acc1")),
     ("bvit-300", SHORT, BVIT_ROW, "top-5", final("val_acc5")),
@@ -110,12 +118,34 @@ CELLS = [
 ] + [("revit-300", REVIT, f"top-{k} (%)", col, at_depth(d, f"val_acc{k}"))
      for k in (1, 5) for d, col in ((3, "3"), (6, "6 (trained)"), (9, "9"), (12, "12"))] + [
     ("revit-300", REVIT, str(k), f"g_{e + 1}", gate(k, e)) for k in range(6) for e in range(4)] + [
-    (r.name, "SR-ViT and attention inits", r.anchor[2:], col, fn) for r in RUNS if not r.quick
+    (r.name, SRVIT, r.anchor[2:], col, fn) for r in RUNS if not r.quick
     for col, fn in (("top-1", final("val_acc1")), ("top-5", final("val_acc5")), ("wall", wall))]
 
 
 class ReadmeError(ValueError):
     pass
+
+
+def files_of(runs):
+    """The files (relative to README's folder) that hold the commands and numbers of `runs`."""
+    names = {r.name for r in runs}
+    return sorted({r.file for r in runs} | {FILES[c[1]] for c in CELLS if c[0] in names})
+
+
+def path_of(name, readme=None):
+    """Where the file `name` (README or a docs/ file) is: README is `readme` (default: this
+    repository's), the docs/ files are beside it."""
+    readme = readme or os.path.join(ROOT, README)
+    return readme if name == README else os.path.join(os.path.dirname(os.path.abspath(readme)), name)
+
+
+def document(path):
+    """The lines of the file at `path`. Raises ReadmeError when it is missing."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().split("\n")
+    except FileNotFoundError:
+        raise ReadmeError(f"no such file ({path})") from None
 
 
 def cells_of(line):
@@ -148,16 +178,17 @@ def locate(lines, heading, row, column):
 
 
 def command(lines, run, data):
-    """The README command of `run` as an argument list, with --data-dir set to `data`."""
+    """The command of `run` (found in `lines`, those of `run.file`) as an argument list, with
+    --data-dir set to `data`."""
     at = next((i for i, line in enumerate(lines) if line.strip().startswith(run.anchor)), None)
     if at is None:
-        raise ReadmeError(f"{run.name}: no README line starting {run.anchor!r}")
+        raise ReadmeError(f"{run.name}: no line starting {run.anchor!r}")
     if lines[at].startswith("|"):  # a table row naming its flags: the section's common flags + the row's
         top = max(i for i in range(at) if re.match(r"#{1,6} ", lines[i]))  # the row's section heading
         common = re.search(r"common flags `([^`]*)`", " ".join(lines[top:at]))
         added = re.search(r"\(`([^`]*)`\)", lines[at])
         if not (common and added):
-            raise ReadmeError(f"{run.name}: README row {run.anchor!r} lost its flags")
+            raise ReadmeError(f"{run.name}: the row {run.anchor!r} lost its flags")
         text = "python train.py " + common.group(1) + " " + added.group(1)
     else:
         i = at + 1 if lines[at].lstrip().startswith("#") else at
@@ -170,7 +201,7 @@ def command(lines, run, data):
         argv[argv.index("--data-dir") + 1] = data
     else:
         argv += ["--data-dir", data]
-    if "--out-dir" in argv:  # README's placeholder folder: the run's own one is put in by main()
+    if "--out-dir" in argv:  # the documented placeholder folder: the run's own one is put in by main()
         del argv[argv.index("--out-dir"):argv.index("--out-dir") + 2]
     if argv[0] == "torchrun":
         argv = [sys.executable, "-m", "torch.distributed.run"] + argv[1:]
@@ -254,7 +285,8 @@ def main(argv=None):
     p.add_argument("--data", default=os.environ.get("RVITS_DATA", os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))),
                    help="the data root (holds cifar-100-python/)")
     p.add_argument("--work", default=os.path.join(ROOT, "runs", "check_readme"), help="run folders and the listing")
-    p.add_argument("--readme", help="README to update with the re-measured values (usually README.md)")
+    p.add_argument("--readme", help="README to update with the re-measured values (usually README.md), and "
+                                    "the docs/ files beside it")
     p.add_argument("--extra", default="", help="flags added to every command (e.g. '--max-steps 2' for a smoke "
                                                "test; then --readme is refused)")
     args = p.parse_args(argv)
@@ -266,20 +298,28 @@ def main(argv=None):
     if args.readme and args.extra:
         p.error("--readme with --extra: a shortened run's numbers never go into README")
     runs = [r for r in RUNS if r.name in wanted] if wanted else [r for r in RUNS if r.quick or args.all]
-    with open(args.readme or os.path.join(ROOT, "README.md")) as f:
-        lines = f.read().split("\n")
+    where_is = README  # the file an error is about
     try:
-        argvs = {r.name: command(lines, r, args.data) for r in runs}
+        docs = {}
+        for name in files_of(RUNS if args.list else runs):
+            where_is = name
+            docs[name] = document(path_of(name, args.readme))
+        argvs = {}
+        for r in RUNS if args.list else runs:
+            where_is = r.file
+            argvs[r.name] = command(docs[r.file], r, args.data)
         for run, heading, row, column, _ in CELLS:
             if run in argvs:
-                locate(lines, heading, row, column)
+                where_is = FILES[heading]
+                locate(docs[where_is], heading, row, column)
     except ReadmeError as e:
-        print(f"check_readme.py: error: README.md: {e}; update RUNS/CELLS in scripts/check_readme.py", file=sys.stderr)
+        print(f"check_readme.py: error: {where_is}: {e}; update RUNS/CELLS/FILES in scripts/check_readme.py",
+              file=sys.stderr)
         return 2
     if args.list:
         for r in RUNS:
             quick = "" if r.quick else ", with --all"
-            print(f"{r.name} (~{r.minutes} min{quick}): {shlex.join(command(lines, r, args.data))}")
+            print(f"{r.name} (~{r.minutes} min{quick}, {r.file}): {shlex.join(argvs[r.name])}")
         return 0
     if not os.path.isfile(os.path.join(args.data, "cifar-100-python", "train")):
         print(f"check_readme.py: error: --data {args.data}: no cifar-100-python/train there; give the data root",
@@ -302,28 +342,33 @@ def main(argv=None):
         for run, heading, row, column, fn in CELLS:
             if run != r.name:
                 continue
+            lines = docs[FILES[heading]]
             i, j = locate(lines, heading, row, column)
             old, new = cells_of(lines[i])[j], fn(log, seconds, ran)
-            rows.append((r.name, f"{row} / {column}", old, new, difference(old, new)))
-            print(f"  {row} / {column}: README {old}, now {new} {difference(old, new)}", flush=True)
+            rows.append((r.name, f"{FILES[heading]}: {row} / {column}", old, new, difference(old, new)))
+            print(f"  {row} / {column}: written {old}, now {new} {difference(old, new)}", flush=True)
             if args.readme:
                 cells = cells_of(lines[i])
                 cells[j] = new
                 lines[i] = "| " + " | ".join(cells) + " |"
         marker = f"<!-- check:{r.name} -->"
-        for i, line in enumerate(lines):
-            if args.readme and line.startswith(marker):
-                lines[i] = f"{marker}Measured ({r.name}): {provenance(ran)} (`python scripts/check_readme.py --only {r.name}`)."
+        for lines in docs.values():
+            for i, line in enumerate(lines):
+                if args.readme and line.startswith(marker):
+                    lines[i] = (f"{marker}Measured ({r.name}): {provenance(ran)} "
+                                f"(`python scripts/check_readme.py --only {r.name}`).")
         rows.append((r.name, "where", "", provenance(ran), ""))
-    listing = ["| run | README number | README | now | now - README |", "|---|---|---|---|---|"]
+    listing = ["| run | number (file: row / column) | written | now | now - written |", "|---|---|---|---|---|"]
     listing += ["| " + " | ".join(row) + " |" for row in rows]
     with open(os.path.join(args.work, "check_readme.md"), "w") as f:
         f.write("\n".join(listing) + "\n")
     if args.readme and rows:
-        with open(args.readme, "w") as f:
-            f.write("\n".join(lines))
+        for name, lines in docs.items():
+            with open(path_of(name, args.readme), "w", encoding="utf-8") as f:
+                f.write("\n".join(lines))
     print(f"check_readme: listing in {os.path.join(args.work, 'check_readme.md')}"
-          + (f"; {args.readme} updated" if args.readme else "") + (f"; {failed} run(s) FAILED" if failed else ""))
+          + (f"; updated {', '.join(path_of(name, args.readme) for name in docs)}" if args.readme and rows else "")
+          + (f"; {failed} run(s) FAILED" if failed else ""))
     return 1 if failed else 0
 
 

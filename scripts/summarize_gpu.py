@@ -73,19 +73,29 @@ def summary(lines):
     for arm in ARMS + sorted(set(runs) - set(ARMS)):
         rs = runs.get(arm)
         if not rs:
-            table.append(f"| {arm} | 0 | | " + " | ".join("" for _ in rel) + " | | | | | not run yet |")
             continue
         cells = " | ".join(fmt([r["depths"][k] for r in rs]) if all(k in r["depths"] for r in rs) else "" for k in rel)
         where = ", ".join(sorted({r["where"] for r in rs}))
         table.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | {cells} | {fmt([r['acc5'] for r in rs])} | "
                      f"{rs[0]['params_m']:.3f} | {statistics.median(r['img_per_s'] for r in rs):,.0f} | "
                      f"{statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {where} |")
+    missing = [arm for arm in ARMS if arm not in runs]
+    if missing:  # one line, not a row each
+        table += ["", f"Not run yet ({len(missing)} arms): {', '.join(missing)}."]
     floor = noise_floor(runs)
     noise = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with two or more "
              "seeds)." if any(len(rs) > 1 for rs in runs.values()) else
              "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are leans, not verdicts.")
-    verdicts = [noise, "", claims_table(GPU_CLAIMS, runs, floor), "", "reViT's comparisons:", "",
-                claims_table(MOE_CLAIMS, runs, floor)]
+    decided = lambda claims: [c for c in claims if c[1] in runs and c[2] in runs]  # noqa: E731 (both arms ran)
+    verdicts = [noise]
+    for title, claims in (("", GPU_CLAIMS), ("reViT's comparisons:", MOE_CLAIMS)):
+        if decided(claims):
+            verdicts += ["", *([title, ""] if title else []), claims_table(decided(claims), runs, floor)]
+    undecided = len(GPU_CLAIMS) + len(MOE_CLAIMS) - len(decided(GPU_CLAIMS)) - len(decided(MOE_CLAIMS))
+    if undecided == len(GPU_CLAIMS) + len(MOE_CLAIMS):
+        verdicts = ["No claim has a verdict at GPU scale yet: each needs both of its arms."]
+    elif undecided:
+        verdicts += ["", f"{undecided} more claim(s) wait for an arm not run yet."]
     return {"gpu-table": "\n".join(table), "gpu-verdicts": "\n".join(verdicts)}, runs
 
 
