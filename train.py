@@ -138,12 +138,14 @@ def lpips_loss(weights_file=None):
             raise Fail(f"--perceptual lpips: LPIPS's VGG16 ImageNet weights are not in {cache} and could not be "
                        f"downloaded ({getattr(e, 'reason', None) or e}); {how}")
     else:
-        vgg = torchvision.models.vgg16()  # the architecture only: no weights, no download
         try:
-            vgg.load_state_dict(read_weights(path, "--lpips-weights"))
+            weights = read_weights(path, "--lpips-weights")
         except Fail as e:
             raise Fail(f"{e}; {how}")
-        except (RuntimeError, AttributeError) as e:
+        vgg = torchvision.models.vgg16()  # the architecture only: no weights, no download
+        try:
+            vgg.load_state_dict(weights)
+        except (RuntimeError, AttributeError, TypeError) as e:
             raise Fail(f"--lpips-weights {path}: not torchvision's VGG16 weights ({type(e).__name__}); {how}")
         with open(path, "rb") as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
