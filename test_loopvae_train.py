@@ -113,8 +113,8 @@ def test_eval_only_prints_the_metrics_the_run_logged_for_its_checkpoint(trained,
     for k in METRICS:  # the same weights on the same validation images (data flags from the checkpoint)
         assert res[k] == pytest.approx(last[k], rel=1e-6, abs=1e-9), k
     assert re.search(rf"\(step 16, model weights\): validation PSNR {last['val_psnr']:.2f} dB \(unclipped "
-                     rf"{last['val_psnr_raw']:.2f}\), SSIM {last['val_ssim']:.4f}, L1 {last['val_l1']:.4f}, KL [0-9.e-]+, "
-                     r"out-of-range pixels [0-9.]+ %", printed), printed
+                     rf"{last['val_psnr_raw']:.2f}\), SSIM {last['val_ssim']:.4f}, L1 {last['val_l1']:.4f}, "
+                     r"KL [0-9.e-]+, out-of-range pixels [0-9.]+ %", printed), printed
     assert not {"log.jsonl", "ckpt.pt", "args.json"} & set(os.listdir(tmp_path / "ev"))  # the run's files stay its own
 
 
@@ -152,7 +152,8 @@ def test_perceptual_lpips_without_its_package_or_its_weights_is_one_line_exit_2(
     assert len(err) == 1 and "pip install lpips" in err[0] and "optional" in err[0], err
     monkeypatch.setitem(sys.modules, "lpips", types.SimpleNamespace(LPIPS=OfflineLPIPS))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty_cache"))  # no cached backbone weights
-    for extra, says in (([], "could not be downloaded"), (["--lpips-weights", str(tmp_path / "nope.pth")], "no such file")):
+    missing = ["--lpips-weights", str(tmp_path / "nope.pth")]
+    for extra, says in (([], "could not be downloaded"), (missing, "no such file")):
         assert train.cli(job + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0] and "--lpips-weights FILE" in err[0] and train.VGG16_URL in err[0], err

@@ -671,8 +671,9 @@ def estimate_line(args, device, pace, total_steps):
             "evaluations not included)")
     if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
         cpu = CPU_PRESETS[args.model]
+        said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
         line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
-                 f"({TIMES[cpu][0]} on 2 cores as measured; --list-presets)")
+                 f"({TIMES[cpu][0]} on 2 cores{said}; --list-presets)")
     return line
 
 
