@@ -172,12 +172,14 @@ def load(args):
         raise Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
                          f"under 'model' and the run's flags under 'args', --model one of {', '.join(train.MODELS)})")
     run = train.get_parser().parse_args([])
-    vars(run).update(ck["args"], teacher=None, distill=None)  # training-only; an analysis distils nothing
+    vars(run).update(ck["args"], teacher=None, distill=None, perceptual="none")  # training-only: an analysis
+    # distils nothing and needs no LoopVAE loss term (whose LPIPS weights an offline machine lacks)
     if args.data_dir:
         run.data_dir = args.data_dir
     try:
         _, val_set, num_classes, img_size = data.build_datasets(
-            run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels)
+            run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels,
+            mean_std=train.NORMALIZATION.get(run.model))  # as the run saw its images (LoopVAE: [-1, 1])
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
     run = train.resolve(run, get_parser(), img_size)

@@ -254,7 +254,7 @@ def finetune_weights(path, model):
         done.append(f"MAE decoder and mask token dropped ({len(pretrain)} tensors)")
         sd = {k: v for k, v in sd.items() if k not in pretrain}
     classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
-    if classes != own["head.weight"].shape[0]:
+    if "head.weight" in own and classes != own["head.weight"].shape[0]:  # (a tokenizer has no class head)
         done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
         sd.update({k: own[k] for k in ("head.weight", "head.bias")})
     prefix = int(getattr(model, "cls_token", None) is not None)
@@ -311,13 +311,15 @@ EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "am
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
-              "field", "extend", "routing", "lora_rank"}
+              "field", "extend", "routing", "lora_rank", "loops", "share", "operator", "latent_dim"}
 
 
 # Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
 # given flag is applied instead of being overridden (--size sets the width, heads and depth unless
-# they are given; for odevit --ode-steps is the number of steps, --depth its default).
-LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",)}
+# they are given; for odevit --ode-steps is the number of steps, --depth its default; for loopvae
+# --loops sets the depth, K x their sum).
+LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",),
+          "loops": ("depth",)}
 
 
 def linked(named):

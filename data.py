@@ -9,7 +9,8 @@
 - `synthetic`: deterministic random images, for smoke tests and benchmarks only.
 
 The data root defaults to $RVITS_DATA, else ./data. Each DDP rank sees a
-disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized,
+disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized
+(by the dataset's mean and std, or as the model asks: LoopVAE's [-1, 1], `build_datasets`' mean_std),
 labels int64 (B,). A GPU-resident CIFAR loader plugs in at `build_loader`.
 
 Which path augments a training image (`build_loaders`; train.py's flags):
@@ -117,10 +118,11 @@ def load_cifar100(root, train, download=False):
 
 
 class TensorImages(Dataset):
-    """uint8 images (N, C, H, W) + labels (N,), with a per-image torchvision v2 transform."""
+    """uint8 images (N, C, H, W) + labels (N,), with a per-image torchvision v2 transform; `mean_std`:
+    the (mean, std) per channel the transform normalizes with (DeviceCIFARLoader applies the same)."""
 
-    def __init__(self, images, labels, transform):
-        self.images, self.labels, self.transform = images, labels, transform
+    def __init__(self, images, labels, transform, mean_std=(CIFAR_MEAN, CIFAR_STD)):
+        self.images, self.labels, self.transform, self.mean_std = images, labels, transform, mean_std
 
     def __len__(self):
         return len(self.labels)
@@ -531,27 +533,31 @@ class DeviceDecodeLoader:
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
-                   val_labels=None, train=True, classes=None):
+                   val_labels=None, train=True, classes=None, mean_std=None):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
     imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder; `classes`,
     a checkpoint's class names, stand in for train/'s). train=False: no training set is read
-    (train_set None), for --eval-only. Raises DataError for a missing/corrupt dataset and
-    ValueError for an unknown name.
+    (train_set None), for --eval-only. mean_std: the (mean, std) per channel images are normalized
+    with, the model's choice (LoopVAE: ((0.5,) * 3, (0.5,) * 3), i.e. [0, 1] -> [-1, 1]); None: the
+    dataset's own statistics. Raises DataError for a missing/corrupt dataset and ValueError for an
+    unknown name.
     """
     root = data_dir or default_root()
     if name == "cifar100":
         img_size = img_size or 32
-        t_train = build_transform(True, img_size, CIFAR_MEAN, CIFAR_STD, name, randaug, augment, three_aug)
-        t_val = build_transform(False, img_size, CIFAR_MEAN, CIFAR_STD, name)
-        train_set = TensorImages(*load_cifar100(root, True, download), t_train) if train else None
-        val = TensorImages(*load_cifar100(root, False, download), t_val)
+        mean, std = mean_std or (CIFAR_MEAN, CIFAR_STD)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug)
+        t_val = build_transform(False, img_size, mean, std, name)
+        train_set = TensorImages(*load_cifar100(root, True, download), t_train, (mean, std)) if train else None
+        val = TensorImages(*load_cifar100(root, False, download), t_val, (mean, std))
         return train_set, val, 100, img_size
     if name == "imagenet":
         img_size = img_size or 224
-        t_train = build_transform(True, img_size, IMAGENET_MEAN, IMAGENET_STD, name, randaug, augment, three_aug)
-        t_val = build_transform(False, img_size, IMAGENET_MEAN, IMAGENET_STD, name)
+        mean, std = mean_std or (IMAGENET_MEAN, IMAGENET_STD)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug)
+        t_val = build_transform(False, img_size, mean, std, name)
         classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
         return (ImageFiles(train_samples, classes, t_train, img_size) if train else None,
                 ImageFiles(val_samples, classes, t_val, img_size), len(classes), img_size)
@@ -559,8 +565,9 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         img_size = img_size or 32
         # No augmentation: random images gain nothing from it, and without it a run is a pure
         # function of the seed (the 1-process vs 2-process DDP test relies on that).
-        t_train = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
-        t_val = build_transform(False, img_size, (0.5,) * 3, (0.5,) * 3, name)
+        mean, std = mean_std or ((0.5,) * 3, (0.5,) * 3)
+        t_train = build_transform(False, img_size, mean, std, name)
+        t_val = build_transform(False, img_size, mean, std, name)
         n_train, n_val = synthetic_size
         return (SyntheticImages(n_train, img_size, num_classes, t_train, seed) if train else None,
                 SyntheticImages(n_val, img_size, num_classes, t_val, seed + 1), num_classes, img_size)
@@ -646,7 +653,7 @@ class DeviceCIFARLoader:
     `loader.sampler.set_start(n)`); each image's crop and flip are a function of (seed, epoch,
     index) (image_hash), as on the CPU path, so runs are deterministic, resume exactly, and do
     not change with the batch split (--grad-accum, the number of processes). Yields
-    (images float32 (B, 3, 32, 32) normalized, labels int64 (B,)).
+    (images float32 (B, 3, 32, 32) normalized with the dataset's `mean_std`, labels int64 (B,)).
     """
 
     def __init__(self, dataset, batch_size, train, rank=0, world_size=1, seed=0, device="cuda"):
@@ -656,8 +663,9 @@ class DeviceCIFARLoader:
             dataset, keep = dataset.dataset, torch.as_tensor(list(dataset.indices))
         self.images = (dataset.images if keep is None else dataset.images[keep]).to(device)  # (N, 3, 32, 32) uint8
         self.labels = (dataset.labels if keep is None else dataset.labels[keep]).to(device)
-        self.mean = torch.tensor(CIFAR_MEAN, device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.tensor(CIFAR_STD, device=device).view(1, 3, 1, 1) * 255
+        mean, std = dataset.mean_std  # the per-image transform's normalization (build_datasets)
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
         if train:
             self.sampler = ResumableSampler(dataset, world_size, rank, seed)
         else:

@@ -229,7 +229,7 @@ class LoopCore(nn.Module):
         i = {"global": 0, "scale": s, "none": sum(self.loops[:s]) + t}[self.share]
         return self.blocks[i * self.num_blocks + j]
 
-    def _apply(self, blk, u, c, window):
+    def _run(self, blk, u, c, window):  # (not `_apply`: that name is nn.Module.to()'s)
         # Activation checkpointing (Chen et al. 2016): keep each application's input, recompute in backward.
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(blk, u, c, window, use_reentrant=False)
@@ -249,7 +249,7 @@ class LoopCore(nn.Module):
                 u = h + inj if t > 0 else h  # added once before the whole core, not per block (sec. 3.2)
                 c = self.scale_embed.weight[s:s + 1] + self.loop_embed.weight[t:t + 1]  # (1, C), eq. 3
                 for j in range(self.num_blocks):
-                    u = self._apply(self.block(s, t, j), u, c, self.windows[s])
+                    u = self._run(self.block(s, t, j), u, c, self.windows[s])
                 new = u
             if ctl.trace is not None:
                 updates.append(relative_update(h, new))

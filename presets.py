@@ -10,7 +10,9 @@ Three families:
   every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
   per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
   (scripts/gpu_study.sh);
-- `in1k-*`: the papers' ImageNet-1k protocols (DeiT III recipe).
+- `in1k-*`: the papers' ImageNet-1k protocols (DeiT III recipe);
+- LoopVAE, a tokenizer (Stage 1): `c100-mini-loopvae-*`, its sharing scopes and an unlooped hierarchy
+  at 32 px, sized for 2 CPU cores; `in256-loopvae-cnn`, the paper's ImageNet-256 recipe (GPU).
 """
 # A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
 # argparse name). The flags become the parser's defaults, so flags given explicitly still win.
@@ -154,6 +156,51 @@ for size in "sbl":
                          dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
         PAPER[name] = aim
 
+# LoopVAE Stage 1 (loopvae.py; arXiv 2609.11516, sec. 3.5 and App. A.1: L1 + 1.0 LPIPS + 1e-6 KL, global
+# batch 32, clip 1.0, bf16, 600k steps; the optimizer and the Stage-1 learning rate are not given).
+# CPU scale: CIFAR-100 at 32 px with the paper's f8d16 latent (16 x 4 x 4: 3072 / 256 = the paper's 12x
+# compression), K = 4 blocks, width 32 (the smallest for 32 GroupNorm groups), batch 32, 1000 steps
+# (0.64 epoch: what fits 10-25 minutes, est. in TIMES), one evaluation at the end on all 10k
+# validation images. Our choices: AdamW without weight decay (plain Adam, as latent-diffusion
+# autoencoders train), lr 2e-3 (of 1e-3 and 3e-3 over 150 steps, 3e-3 reconstructed better: 15.5 vs
+# 14.0 dB; 2e-3 keeps a margin for the longer run), 5 % warmup, cosine to 1e-5; crop + flip on the
+# batched loader. The perceptual term is OFF (--perceptual none): LPIPS needs ImageNet weights that
+# this CPU machine cannot download, so the loss is L1 + 1e-6 KL only. Arms: the three sharing scopes
+# of Table 2 (same 28 block applications per branch, 4 / 12 / 28 stored blocks) and an unlooped
+# hierarchy, one pass per scale with a stage per scale (12 applications, 12 stored blocks).
+LOOPVAE_MINI = dict(model="loopvae", data="cifar100", embed_dim=32, num_heads=4, num_blocks=4, latent_dim=16,
+                    operator="cnn", kl_weight=1e-6, perceptual="none", epochs=1, max_steps=1000, batch_size=32,
+                    opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.0, warmup_epochs=0.05, clip_grad=1.0, ema=0.0,
+                    randaug=0.0, three_augment=False, workers=0, save_every=100, eval_batch_size=250)
+LOOPVAE_ARMS = {"global": ("global sharing: one 4-block core for every scale and pass (4 stored blocks)",
+                           dict(share="global", loops=[1, 2, 4])),
+                "scale": ("scale-wise sharing: a 4-block core per scale (12 stored blocks)",
+                          dict(share="scale", loops=[1, 2, 4])),
+                "none": ("no sharing: 4 blocks per pass (28 stored blocks)", dict(share="none", loops=[1, 2, 4])),
+                "unlooped": ("the unlooped hierarchy: one pass per scale, 4 blocks per scale (12 stored blocks, "
+                             "12 applications)", dict(share="scale", loops=[1, 1, 1]))}
+for arm, (what, flags) in LOOPVAE_ARMS.items():
+    PRESETS[f"c100-mini-loopvae-{arm}"] = (
+        f"LoopVAE mini study arm: {what}; Stage 1 at 32 px, latent 16x4x4, width 32, 1000 steps of 32, "
+        "perceptual term off (L1 + KL)", {**LOOPVAE_MINI, **flags})
+    PAPER[f"c100-mini-loopvae-{arm}"] = (
+        "none at 32 px (Table 2, Transformer, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
+        "unshared 31.043 dB)" if arm != "unlooped" else
+        "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
+# The paper's main model and Stage-1 recipe (App. A.1, Table 6) on ImageNet at 256 px: 600k steps of 32
+# (15 epochs), LPIPS weight 1.0 (LPIPS-VGG: our choice of backbone). Our choices as above except lr 1e-4
+# (a common autoencoder rate at batch 32) and 0.1 epoch of warmup; train.py's ImageNet crops.
+PRESETS["in256-loopvae-cnn"] = (
+    "LoopVAE-CNN f8d16 (the paper's main model: width 384, K=4, loops 1,2,4, latent 16x32x32), Stage 1 on "
+    "ImageNet-256: 600k steps of 32, L1 + LPIPS + 1e-6 KL, bf16; est. 560 H200-hours (~70 h on 8): the "
+    "paper's 28.5 img/s forward at 256 px / 3 for a training step",
+    dict(model="loopvae", data="imagenet", img_size=256, embed_dim=384, num_heads=6, num_blocks=4, loops=[1, 2, 4],
+         latent_dim=16, share="global", operator="cnn", kl_weight=1e-6, perceptual="lpips", perceptual_weight=1.0,
+         epochs=15, max_steps=600_000, batch_size=32, opt="adamw", lr=1e-4, min_lr=1e-6, weight_decay=0.0,
+         warmup_epochs=0.1, clip_grad=1.0, amp="bf16", ema=0.0, randaug=0.0, three_augment=False, save_every=5000))
+PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, PSNR 32.54 dB, LPIPS 0.048, SSIM 0.91; "
+                              "no Stage-1 number")
+
 # What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (README
 # "Results"). Measured figures are README's, as written there: the c100-mini-* wall minutes of the
 # mini table (CPU-2 AMD EPYC, 2026-11-30, two runs side by side with one thread each, so slower than
@@ -175,3 +222,10 @@ for name, (what, flags) in PRESETS.items():
     if name.startswith("in1k-"):
         hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1
         TIMES[name] = ("?", f"est. {hours} h")
+# LoopVAE: estimated from runs of 40-150 steps (CPU-2 Intel Xeon, 2026-12-01, one thread each, two runs
+# side by side, other load on the cores for some): 1.07-1.26 s per step of 32 and 2-4 min for the 10k
+# validation images with 28 block applications per branch; unlooped 0.57 s per step and 2.3 min; 1000
+# steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.
+TIMES.update({f"c100-mini-loopvae-{arm}": ("est. 22 min", "?") for arm in ("global", "scale", "none")})
+TIMES["c100-mini-loopvae-unlooped"] = ("est. 12 min", "?")
+TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")

@@ -23,8 +23,10 @@ from test_train import fake_cifar
 
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "3", "--device", "cpu", "--workers", "0",
         "--batch-size", "8", "--max-steps", "1", "--val-subset", "16", "--eval-batch-size", "16"]
-# (the c100-gpu-* study arms train two steps each in test_reproduce.py's gpu_study.sh dry run)
-CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-") and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
+# (the c100-gpu-* study arms train two steps each in test_reproduce.py's gpu_study.sh dry run, and a
+# c100-mini-loopvae-* arm in test_loopvae_train.py)
+CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-") and "-loopvae-" not in n
+                 and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
 
 
 def config(capsys, *argv):
@@ -68,7 +70,8 @@ def test_every_preset_resolves_to_its_own_flags(capsys):
         cfg = config(capsys, "--preset", name)
         assert cfg["preset"] == name and cfg["model"] in train.MODELS
         assert all(cfg[k] == v for k, v in flags.items()), name
-        assert cfg["embed_dim"] % cfg["num_heads"] == 0 and cfg["img_size"] % cfg["patch_size"] == 0
+        assert cfg["embed_dim"] % cfg["num_heads"] == 0
+        assert cfg["img_size"] % (cfg["patch_size"] or 2 ** len(cfg["loops"])) == 0  # loopvae: no patches
 
 
 def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
@@ -148,7 +151,8 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
 
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
-    assert sorted(n for n in train.PRESETS if n.startswith("c100-mini-")) == sorted(f"c100-mini-{a}" for a in MINI)
+    classifiers = [n for n in train.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI)  # test_loopvae_train.py)
     recipe = {k: v for k, v in train.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI:  # one recipe: only model flags differ
         flags = train.PRESETS[f"c100-mini-{arm}"][1]

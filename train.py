@@ -3,13 +3,16 @@
     python train.py --model bvit --data cifar100 --data-dir ../shared/data --max-steps 300
     torchrun --nproc_per_node 8 train.py --model bvit --size s --data imagenet --data-dir /imagenet
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
+    python train.py --model loopvae --preset c100-mini-loopvae-global   # a tokenizer (Stage 1)
 
 A paper's protocol is one flag (--preset, table PRESETS; explicit flags still win). AdamW (fused on
 CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
 (fp16 with a GradScaler), optional torch.compile of each block (compiled before DDP), gradient
 clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
-checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. Writes OUT/log.jsonl
-and OUT/ckpt.pt.
+checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. LoopVAE (loopvae.py) is
+a tokenizer trained by the same loop: its Stage-1 loss (L1 + KL, + LPIPS with --perceptual lpips), images
+in [-1, 1], and each epoch's validation PSNR, SSIM, L1, KL and out-of-range pixels instead of top-1.
+Writes OUT/log.jsonl and OUT/ckpt.pt.
 """
 import argparse
 import datetime
@@ -19,6 +22,7 @@ import shlex
 import signal
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -82,6 +86,85 @@ def build_odevit(args, common):
 
 
 MODELS["odevit"] = build_odevit
+
+
+def build_loopvae(args, common):
+    import loopvae
+    # A tokenizer: of `common` only the image size applies (resolve refuses the classifier flags);
+    # --num-blocks is K, and args.depth = K sum(--loops), the block applications per branch (resolve).
+    model = loopvae.LoopVAE(img_size=common["img_size"], embed_dim=args.embed_dim, num_blocks=args.num_blocks,
+                            loops=args.loops, latent_dim=args.latent_dim, share=args.share, operator=args.operator,
+                            mlp_ratio=args.mlp_ratio, num_heads=args.num_heads, lambda_kl=args.kl_weight,
+                            lambda_p=args.perceptual_weight)
+    if args.perceptual == "lpips" and not args.eval_only:  # a loss term: an evaluation needs none
+        model.set_perceptual(lpips_loss(args.lpips_weights))
+    return model
+
+
+MODELS["loopvae"] = build_loopvae
+# How a model's images are normalized, when not by the dataset's mean and std (data.build_datasets).
+NORMALIZATION = {"loopvae": ((0.5,) * 3, (0.5,) * 3)}  # [0, 1] -> [-1, 1], LoopVAE's image range (App. A.4)
+# LPIPS's backbone (lpips_loss): torchvision's ImageNet VGG16, file name = torchvision's cache name, whose
+# 8 hex digits start its SHA-256 (torchvision checks them on download; lpips_loss on a given file).
+VGG16_FILE, VGG16_SHA256 = "vgg16-397923af.pth", "397923af"
+VGG16_URL = "https://download.pytorch.org/models/" + VGG16_FILE
+
+
+def lpips_loss(weights_file=None):
+    """--perceptual lpips: LPIPS (Zhang et al. 2018) from the maintained `lpips` package, an optional
+    extra: VGG16 backbone (our choice, as the LDM autoencoders train with; the LoopVAE paper does not
+    name it) with the package's own calibrated linear layers, frozen, in eval mode. The backbone's
+    ImageNet weights come from `weights_file` (--lpips-weights, checked against VGG16_FILE's SHA-256
+    prefix), else torchvision's cache (TORCH_HOME), else a download by torchvision. Returns
+    fn(x_hat, x) -> 0-d mean LPIPS of images (B, 3, H, W) in [-1, 1], which moves the network to the
+    images' device. Raises Fail (one line) when the package or the weights cannot be had: never a
+    network with random weights."""
+    try:
+        import lpips
+    except ImportError:
+        raise Fail("--perceptual lpips needs the lpips package, an optional extra not in requirements.txt: "
+                   "pip install lpips (or train with --perceptual none)")
+    import hashlib
+    import torchvision
+    cache = os.path.join(torch.hub.get_dir(), "checkpoints")
+    how = (f"download {VGG16_URL} on a connected machine, then pass --lpips-weights FILE or put the file in "
+           f"{cache} (torchvision's cache, $TORCH_HOME/hub/checkpoints)")
+    path = weights_file or os.path.join(cache, VGG16_FILE)
+    if weights_file is None and not os.path.isfile(path):
+        try:
+            with warnings.catch_warnings():  # as below
+                warnings.simplefilter("ignore", UserWarning)
+                net = lpips.LPIPS(net="vgg", verbose=False)  # torchvision downloads the backbone into the cache
+        except OSError as e:  # no network (urllib's URLError), a full disk, ...
+            raise Fail(f"--perceptual lpips: LPIPS's VGG16 ImageNet weights are not in {cache} and could not be "
+                       f"downloaded ({getattr(e, 'reason', None) or e}); {how}")
+    else:
+        try:
+            weights = read_weights(path, "--lpips-weights")
+        except Fail as e:
+            raise Fail(f"{e}; {how}")
+        vgg = torchvision.models.vgg16()  # the architecture only: no weights, no download
+        try:
+            vgg.load_state_dict(weights)
+        except (RuntimeError, AttributeError, TypeError) as e:
+            raise Fail(f"--lpips-weights {path}: not torchvision's VGG16 weights ({type(e).__name__}); {how}")
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if not digest.startswith(VGG16_SHA256):
+            raise Fail(f"--lpips-weights {path}: VGG16 weights, but not torchvision's ImageNet ones (SHA-256 "
+                       f"{digest[:8]}..., expected {VGG16_SHA256}...); {how}")
+        with warnings.catch_warnings():  # torchvision's notice that lpips uses its old `pretrained` argument
+            warnings.simplefilter("ignore", UserWarning)
+            net = lpips.LPIPS(net="vgg", pnet_rand=True, verbose=False)  # no download; given the weights below
+        features = vgg.features.state_dict()  # lpips' slice k holds features[i] under the name "slicek.i"
+        net.net.load_state_dict({k: features[k.split(".", 1)[1]] for k in net.net.state_dict()})
+    net.eval().requires_grad_(False)
+
+    def perceptual(x_hat, x):
+        if next(net.parameters()).device != x.device:
+            net.to(x.device)
+        return net(x_hat, x).mean()  # lpips takes images in [-1, 1]
+    return perceptual
 
 
 def build_model(args, img_size, num_classes, dynamic_img_size=False):
@@ -189,14 +272,14 @@ def get_parser():
     a = p.add_argument_group('model').add_argument
     a("--model", default="bvit", choices=list(MODELS), help="model family")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
-      "(depth 12, 24 for l); explicit flags override it (default: ti)")
+      "(depth 12, 24 for l); explicit flags override it (default: ti; s for loopvae, the paper's width 384)")
     a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
     a("--depth", type=positive(int), help="block applications (steps) (default: by --size: 12, 24 for l)")
     a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
     a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
     a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
-    a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases "
-      "(default: 1 for bvit, depth for vit)")
+    a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases; loopvae: K, the "
+      "blocks of its core (default: 1 for bvit, depth for vit, 4 for loopvae)")
     a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
     a("--stage-weights", type=float_list, help="comma-separated loss weight per stage")
     a("--detach-stages", action="store_true", help="stop gradients between stages")
@@ -239,6 +322,29 @@ def get_parser():
     a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
       "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
       "over the trained T (h = T/L)")
+    a = p.add_argument_group('model: LoopVAE', 'loopvae.py: a tokenizer, trained to reconstruct its images '
+                             '(Stage 1); --size, --embed-dim, --num-blocks (K), --mlp-ratio and --num-heads '
+                             '(--operator vit) apply; the classification flags are refused').add_argument
+    a("--loops", type=int_list, default="1,2,4", help="loopvae: passes of the core at each scale in traversal "
+      "order (encoder 2x, 4x, 8x; decoder 8x, 4x, 2x), one scale per entry; K x their sum block applications "
+      "per branch")
+    a("--share", default="global", choices=["global", "scale", "none"], help="loopvae: which passes share "
+      "the core's K blocks: global = all (K stored), scale = the passes of one scale (S x K), none = no "
+      "two passes (K x sum of --loops); the same block applications")
+    a("--operator", default="cnn", choices=["cnn", "vit"], help="loopvae: the core's block: cnn = AdaGN "
+      "ConvNeXt-style (the paper's main model); vit = AdaLN attention with 2-D RoPE, --num-heads heads (its "
+      "ablation)")
+    a("--latent-dim", type=positive(int), default=16, help="loopvae: latent channels, at 1/2^len(--loops) "
+      "of the image side (f8d16: 16 at 1/8)")
+    a("--kl-weight", type=non_negative, default=1e-6, help="loopvae: lambda_KL, the weight of the KL term")
+    a("--perceptual", default="none", choices=["none", "lpips"], help="loopvae: the perceptual term of the "
+      "Stage-1 loss: lpips = LPIPS-VGG through the lpips package (an optional extra: pip install lpips), "
+      "with ImageNet weights that torchvision downloads or --lpips-weights gives; none = L1 + KL only")
+    a("--perceptual-weight", type=non_negative, default=1.0, help="loopvae: lambda_p, the weight of "
+      "--perceptual lpips")
+    a("--lpips-weights", metavar="FILE", help=f"loopvae --perceptual lpips: torchvision's VGG16 ImageNet "
+      f"weights, {VGG16_FILE}, for a machine that cannot download them (default: torchvision's cache, "
+      "$TORCH_HOME/hub/checkpoints, else a download)")
     a = p.add_argument_group('data').add_argument
     a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
     a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
@@ -269,7 +375,8 @@ def get_parser():
     a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
     a("--weight-decay", type=non_negative, default=0.05, help="decoupled weight decay (none on 1-D parameters)")
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
-    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon")
+    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon (loopvae: ignored, "
+      "no labels reach its loss)")
     a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
       "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
       "mix (targets > 0), as DeiT's code does")
@@ -300,7 +407,8 @@ def get_parser():
       "block compiled once, the step loop eager (regional compilation); model = the whole training "
       "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
       "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
-      "depth or token routing; auto = model where it applies, else blocks (kernels.py) (default: auto)")
+      "depth or token routing; auto = model where it applies, else blocks (kernels.py) (default: auto; "
+      "blocks for loopvae, whose unrolled forward takes minutes to compile)")
     a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
       "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
       "instead of all its activations, at the cost of about one more forward")
@@ -326,7 +434,8 @@ def get_parser():
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
-      "writes only depth_eval.json (+ PNG) in --out-dir")
+      "writes only depth_eval.json (+ PNG) in --out-dir; loopvae: its validation PSNR, SSIM, L1, KL and "
+      "out-of-range pixels, written to reconstruction_eval.json")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
     return p
@@ -334,21 +443,24 @@ def get_parser():
 
 def resolve(args, p, img_size):
     """Fill size defaults and check every flag combination, naming the flag on error."""
-    dim, heads = SIZES[args.size or "ti"]
+    dim, heads = SIZES[args.size or ("s" if args.model == "loopvae" else "ti")]
     args.embed_dim = args.embed_dim or dim
     args.num_heads = args.num_heads or heads
-    args.depth = args.depth or (24 if args.size == "l" else 12)
-    args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
-    if img_size % args.patch_size:
-        ok = [d for d in range(1, img_size + 1) if img_size % d == 0]
-        p.error(f"--patch-size {args.patch_size} does not divide the image size {img_size}; "
-                f"allowed: {', '.join(map(str, ok))}")
-    if args.embed_dim % args.num_heads:
-        p.error(f"--embed-dim {args.embed_dim} is not divisible by --num-heads {args.num_heads}")
-    if args.num_blocks and args.num_blocks > args.depth:
-        p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
-    if args.depth % args.stages:
-        p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+    if args.model == "loopvae":
+        resolve_loopvae(args, p)
+    else:
+        args.depth = args.depth or (24 if args.size == "l" else 12)
+        args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
+        if img_size % args.patch_size:
+            ok = [d for d in range(1, img_size + 1) if img_size % d == 0]
+            p.error(f"--patch-size {args.patch_size} does not divide the image size {img_size}; "
+                    f"allowed: {', '.join(map(str, ok))}")
+        if args.embed_dim % args.num_heads:
+            p.error(f"--embed-dim {args.embed_dim} is not divisible by --num-heads {args.num_heads}")
+        if args.num_blocks and args.num_blocks > args.depth:
+            p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
+        if args.depth % args.stages:
+            p.error(f"--stages {args.stages} must divide --depth {args.depth}")
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
@@ -367,6 +479,33 @@ def resolve(args, p, img_size):
     if args.stage_weights and len(args.stage_weights) != args.stages:
         p.error(f"--stage-weights needs {args.stages} values (one per stage)")
     return args
+
+
+# Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
+# depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
+CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "stages", "stage_weights", "detach_stages",
+                    "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher")
+
+
+def resolve_loopvae(args, p):
+    """loopvae's part of resolve: --num-blocks is K (default 4), args.depth becomes the block
+    applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
+    compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
+    flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
+    plain = vars(get_parser().parse_args([]))  # the defaults without a preset's
+    on = [f"--{k.replace('_', '-')}" for k in CLASSIFIER_FLAGS if getattr(args, k) != plain[k]]
+    if on:
+        p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
+                "no classes, patches or depths to vary), leave them out")
+    args.num_blocks = args.num_blocks or 4
+    depth = args.num_blocks * sum(args.loops)
+    if args.depth not in (None, depth):
+        p.error(f"--depth {args.depth} (given, or a checkpoint's): loopvae's depth is --num-blocks x the sum of "
+                f"--loops = {args.num_blocks} x {sum(args.loops)} = {depth} block applications per branch; leave "
+                "--depth out")
+    args.depth = depth
+    if args.compile and not args.compile_scope:  # the whole unrolled model compiles for minutes
+        args.compile_scope = "blocks"
 
 
 def parse_args(p, argv=None):
@@ -396,30 +535,31 @@ def list_presets():
         img_size = args.img_size or (224 if args.data == "imagenet" else 32)
         args = resolve(args, p, img_size)
         with torch.device("meta"):
-            model = build_model(argparse.Namespace(**{**vars(args), "init": "default"}), img_size,
-                                1000 if args.data == "imagenet" else 100)
+            model = build_model(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}),
+                                img_size, 1000 if args.data == "imagenet" else 100)
         cpu, gpu = TIMES[name]
-        print(f"{name}  {what} | {args.model} D={args.embed_dim} patch {args.patch_size} depth {args.depth}, "
+        shape = (f"patch {args.patch_size} depth {args.depth}" if args.model != "loopvae" else
+                 f"K={args.num_blocks} loops {','.join(map(str, args.loops))} share {args.share} (depth {args.depth}), "
+                 f"latent {args.latent_dim}x{img_size >> len(args.loops)}x{img_size >> len(args.loops)}")
+        print(f"{name}  {what} | {args.model} D={args.embed_dim} {shape}, "
               f"{model.num_params() / 1e6:.3g} M params | paper: {PAPER[name]} | CPU-2 {cpu}, H200 {gpu}")
 
 
 # ----------------------------------------------------------------------------- helpers
 @torch.no_grad()
 def evaluate(model, loader, device, amp_ctx, depth=None, stop=None):
-    """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks. Raises
+    """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks; a model
+    with `metrics` (a tokenizer: LoopVAE) is evaluated by evaluate_reconstruction instead. Raises
     EmptyEvaluation when no rank had a usable image. Returns None, after the batch in flight, once
     `stop` (a Stop; one process only) holds a stop request."""
+    if hasattr(model, "metrics"):
+        return evaluate_reconstruction(model, loader, device, amp_ctx, stop)
     model.eval()
     sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
-    for x, y in loader:
+    for x, y in eval_batches(loader, device):
         if stop:
             model.train()
             return None
-        if isinstance(loader, torch.utils.data.DataLoader):  # image folders only; warns once per file
-            x, y, _ = data.drop_undecodable(x, y, loader.dataset)
-            if not len(y):
-                continue
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with amp_ctx:
             logits, _ = model(x, depth=depth)
         logits = logits.float()
@@ -427,15 +567,68 @@ def evaluate(model, loader, device, amp_ctx, depth=None, stop=None):
         hit = top5 == y[:, None]
         sums += torch.stack([F.cross_entropy(logits, y, reduction="sum"), hit[:, 0].sum(), hit.any(1).sum()]).double()
         count += len(y)
+    model.train()
+    loss, a1, a5, n = summed_over_ranks(sums, count)
+    return {"val_loss": loss / n, "val_acc1": 100 * a1 / n, "val_acc5": 100 * a5 / n}
+
+
+RECONSTRUCTION = ("l1", "psnr", "psnr_raw", "ssim", "kl", "out_of_range")  # loopvae's metrics(), as logged
+
+
+@torch.no_grad()
+def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None):
+    """A tokenizer's validation metrics from `model.metrics(x)` in eval mode (LoopVAE: the posterior
+    mode decoded, loopvae.reconstruction_metrics), means over the images of all ranks: val_l1 (mean
+    |x - x_hat| in [-1, 1] units), val_psnr and val_psnr_raw (dB, output clipped to the valid range or
+    not), val_ssim, val_kl (per latent element) and val_out_of_range (fraction of pixels). Raises
+    EmptyEvaluation when no rank had a usable image; None once `stop` holds a request (as evaluate)."""
+    model.eval()
+    sums, count = torch.zeros(len(RECONSTRUCTION), device=device, dtype=torch.float64), 0
+    for x, _ in eval_batches(loader, device):
+        if stop:
+            model.train()
+            return None
+        with amp_ctx:
+            m = model.metrics(x)
+        sums += torch.stack([m[k].double().sum() for k in RECONSTRUCTION])
+        count += len(x)
+    model.train()
+    *totals, n = summed_over_ranks(sums, count)
+    return {f"val_{k}": v / n for k, v in zip(RECONSTRUCTION, totals)}
+
+
+def eval_batches(loader, device):
+    """The validation batches (x, y) of `loader` on `device`; image folders: undecodable images dropped
+    (data.drop_undecodable warns once per file), a batch without a usable one skipped."""
+    for x, y in loader:
+        if isinstance(loader, torch.utils.data.DataLoader):  # image folders only
+            x, y, _ = data.drop_undecodable(x, y, loader.dataset)
+            if not len(y):
+                continue
+        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def summed_over_ranks(sums, count):
+    """An evaluation's sums (K,) on the device and its image count, all-reduced over the ranks in one
+    copy: K + 1 floats, the count last. Raises EmptyEvaluation when the count is 0."""
     sums = torch.cat([sums, sums.new_tensor([count])])  # one host-to-device copy per evaluation
     if dist.is_initialized():
         dist.all_reduce(sums)
-    loss, a1, a5, n = sums.tolist()
-    model.train()
-    if not n:
+    out = sums.tolist()
+    if not out[-1]:
         raise EmptyEvaluation("no validation image could be used: every one was undecodable (the warnings above "
                               "name them); fix or replace the validation images")
-    return {"val_loss": loss / n, "val_acc1": 100 * a1 / n, "val_acc5": 100 * a5 / n}
+    return out
+
+
+def epoch_line(epoch, rec, step, total_steps):
+    """The line printed after an epoch's evaluation (`rec`: its log.jsonl record): top-1/top-5 of a
+    classifier, PSNR/SSIM/L1 of a tokenizer."""
+    if "val_psnr" in rec:
+        said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}"
+    else:
+        said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
+    return f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
 
 
 class EmptyEvaluation(Fail):
@@ -522,7 +715,7 @@ def continue_hint(p, argv, ddp, ckpt_path):
 # The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
 # GPU-sized run starts on a CPU.
 CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
-               "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler"}
+               "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler", "loopvae": "c100-mini-loopvae-global"}
 
 
 def pace_point(pace, step, now):
@@ -546,8 +739,9 @@ def estimate_line(args, device, pace, total_steps):
             "evaluations not included)")
     if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
         cpu = CPU_PRESETS[args.model]
+        said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
         line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
-                 f"({TIMES[cpu][0]} on 2 cores as measured; --list-presets)")
+                 f"({TIMES[cpu][0]} on 2 cores{said}; --list-presets)")
     return line
 
 
@@ -821,8 +1015,12 @@ def main(argv=None, stop=None):
             total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress,
             stop=stop)
 
-    # --- evaluation at other depths ("beyond the training horizon") ---
-    evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
+    # --- evaluation: a classifier at other depths ("beyond the training horizon"); a tokenizer's
+    # reconstruction metrics with --eval-only (a training run logged them every epoch) ---
+    if not hasattr(raw_model, "metrics"):
+        evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
+    elif args.eval_only:
+        reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop)
     if master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
@@ -840,7 +1038,8 @@ def load_data(args, p):
         train_set, val_set, num_classes, img_size = data.build_datasets(
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
-            classes=getattr(args, "model_classes", None) if args.eval_only else None)
+            classes=getattr(args, "model_classes", None) if args.eval_only else None,
+            mean_std=NORMALIZATION.get(args.model))
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = resolve(args, p, img_size)
@@ -931,6 +1130,25 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
         depth_report(args, raw_model, rows, step)
 
 
+def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop):
+    """--eval-only of a tokenizer: its validation metrics (evaluate_reconstruction; the EMA weights with
+    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json. Raises Preempted for
+    a stop request (one process: after the batch in flight)."""
+    weights, model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
+    r = evaluate_reconstruction(model, val_loader, device, amp_ctx, None if dist.is_initialized() else stop)
+    if r is None:
+        raise Preempted(stop.line("in the evaluation"))
+    if not master:
+        return
+    print(f"{args.resume} (step {step}, {weights} weights): validation PSNR {r['val_psnr']:.2f} dB (unclipped "
+          f"{r['val_psnr_raw']:.2f}), SSIM {r['val_ssim']:.4f}, L1 {r['val_l1']:.4f}, KL {r['val_kl']:.4g}, "
+          f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %")
+    res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
+           "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
+    with open(os.path.join(args.out_dir, "reconstruction_eval.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def train(*, args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
           mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
           steps_per_epoch, total_steps, start_epoch, start_batch, step, progress, stop):
@@ -1005,8 +1223,7 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec))
-            print(f"epoch {epoch}: validation top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} % "
-                  f"(step {step} of {total_steps})", flush=True)
+            print(epoch_line(epoch, rec, step, total_steps), flush=True)
         save(*position, step)
         if inside:
             break
