@@ -1202,6 +1202,7 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
                 ema.update(raw_model)
             step += 1
             monitor.after_step(step, epoch, first + i + 1, loss, bad, sums)
+        epoch_time = sums.seconds()  # training only: the evaluation below is not counted
         monitor.end_epoch(step, len(val_loader.dataset))
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
         # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
@@ -1216,7 +1217,7 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         except EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
-        rec.update({"img_per_s": sums.images / sums.seconds(), "epoch_time_s": sums.seconds(), **extras})
+        rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
         if master:
