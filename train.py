@@ -1316,6 +1316,7 @@ class Monitor:
         """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
         timing the waits for them."""
         self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
         self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
                         dynamic_ncols=True)
         return self._timed(iter(loader))
@@ -1370,8 +1371,9 @@ class Monitor:
                        "lower --lr or use --amp bf16/none")
         if self.master:
             self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
-            if not self.tty and (i + 1) % max(1, self.left // 10) == 0:  # a log file: a line per tenth
+            if not self.tty and i + 1 >= self.next_line:  # a log file: a line per tenth (at the next check)
                 print(f"epoch {epoch}: step {done} of {self.steps_per_epoch}, loss {last_loss:.3f}", flush=True)
+                self.next_line = i + 1 + max(1, self.left // 10)
         stopped = stopping(self.stop, self.ddp, self.device)  # preempted: keep this step, exactly where it is
         if stopped or (saving and nonfinite == 0):
             self.save(epoch, done, sums.state(), step)
