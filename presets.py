@@ -222,7 +222,7 @@ for name, (what, flags) in PRESETS.items():
     if name.startswith("in1k-"):
         hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1
         TIMES[name] = ("?", f"est. {hours} h")
-# LoopVAE: estimated from runs of 40-150 steps (CPU-2 Intel Xeon, 2026-12-01, one thread each, two runs
+# LoopVAE: estimated from runs of 40-150 steps (CPU-2 AMD EPYC, 2026-12-01, one thread each, two runs
 # side by side, other load on the cores for some): 1.07-1.26 s per step of 32 and 2-4 min for the 10k
 # validation images with 28 block applications per branch; unlooped 0.57 s per step and 2.3 min; 1000
 # steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.

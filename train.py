@@ -261,7 +261,7 @@ def float_list(s):
 def get_parser():
     p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter,
                usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
-    a = p.add_argument_group('reproduction', 'presets.py; README "Presets"').add_argument
+    a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
       "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
       "in1k-*: GPU-sized (--list-presets describes each, with its time)")
@@ -414,7 +414,7 @@ def get_parser():
       "instead of all its activations, at the cost of about one more forward")
     a("--dist-timeout", type=positive(float), default=600.0,
       help="seconds a process waits for its peers before failing (DDP)")
-    a = p.add_argument_group('checkpoints', 'checkpoints.py; README "Resuming and failures"').add_argument
+    a = p.add_argument_group('checkpoints', 'checkpoints.py; docs/cluster.md "Resuming and failures"').add_argument
     a("--out-dir", help="where log.jsonl, ckpt.pt and args.json are written (default: a new folder per run, "
       "runs/MODEL-YYYYmmdd-HHMMSS; --resume auto needs it given)")
     a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams); "
@@ -654,7 +654,7 @@ INTERRUPTED = 130  # 128 + SIGINT, the shell's status of a process ended by Ctrl
 
 
 class Stop:
-    """The run's stop requests and what a stopped run keeps (README "Resuming and failures").
+    """The run's stop requests and what a stopped run keeps (docs/cluster.md "Resuming and failures").
 
     As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
     --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
@@ -834,7 +834,7 @@ def runtime(args, p):
 
 def configure(p, argv):
     """The run's flags: parsed (with --preset), run folders resolved to their ckpt.pt, and what a
-    checkpoint gives (README "Resuming and failures", "Which value a flag takes"). Returns None when
+    checkpoint gives (docs/cluster.md "Resuming and failures", "Which value a flag takes"). Returns None when
     --print-config printed the resolved configuration instead."""
     args = parse_args(p, argv)
     if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
@@ -844,7 +844,7 @@ def configure(p, argv):
         args.resume = auto if os.path.exists(auto) else None
     for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
-    # Which value a flag takes (README "Resuming and failures"): the command line, else the preset,
+    # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
     # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
     # architecture), else the default.
     preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
@@ -985,7 +985,8 @@ def main(argv=None, stop=None):
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
                            f"{ckpt_path}.tmp was removed; free space in {args.out_dir}; {stop.kept()}")
-            print(f"saved checkpoint at step {step}", flush=True)
+            tqdm.write(f"saved checkpoint at step {step}")  # below a progress bar, on a line of its own
+            sys.stdout.flush()
         stop.checkpoint, stop.step = ckpt_path, step
 
     compiled = ""
