@@ -8,6 +8,8 @@ evaluated on the first N images of the validation set it was trained on (no augm
 Writes OUT/cka.json and OUT/steps.json, and OUT/cka.png and OUT/steps.png when matplotlib is
 installed. Any bad input is one line `analyze.py: error: ...` and exit status 2.
 
+A LoopVAE checkpoint (the tokenizer) gets loop_interventions instead (loops.json, loops.png).
+
 1. Depthwise self-CKA (cka.json): linear CKA (Kornblith et al. 2019, "Similarity of Neural
    Network Representations Revisited", eq. 5 with a linear kernel) between the mean-pooled patch
    tokens (class token excluded) after the embedding and after every step, before the final norm,
@@ -80,7 +82,8 @@ class Parser(argparse.ArgumentParser):
 def get_parser():
     p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--resume", required=True, metavar="CKPT", help="an rvits checkpoint (train.py's ckpt.pt)")
-    p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (and PNGs) are written")
+    p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (LoopVAE: loops.json) and PNGs "
+                   "are written")
     p.add_argument("--num-images", type=train.positive(int), default=512, help="first N validation images")
     p.add_argument("--data-dir", help="dataset root (default: the checkpoint's --data-dir)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -416,11 +419,43 @@ def write(res, checkpoint, out_dir):
     plt.close(fig)
 
 
+def write_loops(res, checkpoint, out_dir):
+    """OUT/loops.json (loop_interventions' dict), and OUT/loops.png, PSNR after each prefix of every
+    multi-pass stage, when matplotlib is installed."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "loops.json"), "w") as f:
+        json.dump({"checkpoint": checkpoint, **res}, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, psnrs in res["prefix"].items():
+        ax.plot(range(1, len(psnrs) + 1), psnrs, "o-", label=name)
+    ax.set(xlabel="passes kept (k)", ylabel="PSNR (dB)", title=f"LoopVAE: completing the schedule (n={res['num_images']})")
+    ax.legend(fontsize=7)
+    fig.savefig(os.path.join(out_dir, "loops.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main(argv=None):
     args = get_parser().parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     model, val_set, run = load(args)
+    if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
+        n = min(args.num_images, len(val_set))
+        images = torch.stack([val_set[i][0] for i in range(n)]).to(args.device)
+        res = loop_interventions(model, images, args.batch_size)
+        try:
+            write_loops(res, args.resume, args.out_dir)
+        except OSError as e:
+            raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+        print(f"PSNR {res['full']['psnr']:.2f} dB on {n} images; most sensitive pass per stage: "
+              + ", ".join(f"{k} {v}" for k, v in res["most_sensitive"].items()) + f"; wrote {args.out_dir}/loops.json")
+        return
     try:
         res = analyze(model, run.model, val_set, args.num_images, args.depth, args.batch_size, args.device)
     except ValueError as e:  # e.g. a depth the model cannot run (bViT's step embedding)

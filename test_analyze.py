@@ -281,3 +281,16 @@ def test_loop_interventions_at_init_change_nothing_and_otherwise_match_a_hand_co
     m.metrics(x, trace=trace)
     assert r["update"]["enc_f8"] == pytest.approx(trace["enc_f8"].mean(0).tolist(), abs=1e-6)
     assert 0 <= min(r["monotone"].values()) and max(r["most_sensitive"].values()) <= 2
+
+
+def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path):
+    import json
+    import analyze
+    import train
+    run = tmp_path / "run"
+    assert train.cli(["--model", "loopvae", "--data", "synthetic", "--embed-dim", "32", "--num-blocks", "1",
+                      "--loops", "1,2", "--latent-dim", "4", "--batch-size", "4", "--max-steps", "2", "--val-subset",
+                      "8", "--workers", "0", "--device", "cpu", "--out-dir", str(run)]) == 0
+    assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "a"), "--num-images", "4"]) == 0
+    res = json.loads((tmp_path / "a" / "loops.json").read_text())
+    assert set(res["prefix"]) == set(res["stages"]) and set(res["stages"]) == {"enc_f4", "dec_f2"} and len(res["prefix"]["dec_f2"]) == 2
