@@ -156,6 +156,21 @@ def measure(name, device, flags, steps, rounds, out):
     return res
 
 
+def table(rows):
+    """The lines of the side-by-side table of measured paths (result dicts), and the model path's checks."""
+    base = next((r for r in rows if r["path"] == "model"), None)
+    lines = [f"{'path':22s} {'img/s':>9s} {'ms/step':>8s} {'compile s':>9s} {'x model':>7s}"]
+    for r in rows:
+        ratio = f"{r['img_per_s'] / base['img_per_s']:.3f}" if base else "-"
+        lines.append(f"{r['path']:22s} {r['img_per_s']:9.0f} {r['ms_per_step']:8.2f} {r['compile_s']:9.1f} {ratio:>7s}")
+    if base:
+        profile = base.get("profile", {})
+        lines.append(f"model path: {base['cudagraph_skips']} CUDA-graph skips, {base['recompiles']} recompiles, "
+                     f"{base.get('syncs_per_step')} syncs per step, device busy {profile.get('device_busy')}, top kernel "
+                     f"{(profile.get('top') or [['-']])[0][0]}" + (f"; {base['check_error']}" if "check_error" in base else ""))
+    return lines
+
+
 def failures(res, cuda):
     """What the "model" path did that it must not (CUDA only): a list of lines."""
     if not cuda:
@@ -210,17 +225,11 @@ def main(argv=None):
             compile_s = max(compile_s, res["compile_s"])
     finally:
         kernels.release_compile_workers()  # this process compiled: it exits right after its last line
+    print("\n" + "\n".join(table(results)))
     base = next((r for r in results if r["path"] == "model"), None)
-    print(f"\n{'path':22s} {'img/s':>9s} {'ms/step':>8s} {'compile s':>9s} {'x model':>7s}")
-    for r in results:
-        ratio = f"{r['img_per_s'] / base['img_per_s']:.3f}" if base else "-"
-        print(f"{r['path']:22s} {r['img_per_s']:9.0f} {r['ms_per_step']:8.2f} {r['compile_s']:9.1f} {ratio:>7s}")
     if base is None:
         print("FAILED: the whole-model path did not run", flush=True)
         return 1
-    print(f"model path: {base['cudagraph_skips']} CUDA-graph skips, {base['recompiles']} recompiles, "
-          f"{base.get('syncs_per_step')} syncs per step, device busy {base.get('profile', {}).get('device_busy')}"
-          + (f"; {base['check_error']}" if "check_error" in base else ""))
     bad = failures(base, cuda)
     for line in bad:
         print(f"FAILED: {line}", flush=True)

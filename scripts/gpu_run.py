@@ -37,6 +37,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import child  # noqa: E402
+import gpu_check  # noqa: E402
 
 WINDOW_S = 545.0  # a 570 s command limit, less the interpreter's start and the copy back
 MIN_STEP_S = 15.0
@@ -77,17 +78,7 @@ def check_lines(path):
             rows = [json.loads(line) for line in f if line.strip()]
     except OSError:
         return ["  no gpu_check.json: no path was measured"]
-    base = next((r for r in rows if r["path"] == "model"), None)
-    lines = [f"  {'path':22s} {'img/s':>9s} {'ms/step':>8s} {'compile s':>9s} {'x model':>7s}"]
-    for r in rows:
-        ratio = f"{r['img_per_s'] / base['img_per_s']:.3f}" if base else "-"
-        lines.append(f"  {r['path']:22s} {r['img_per_s']:9.0f} {r['ms_per_step']:8.2f} {r['compile_s']:9.1f} {ratio:>7s}")
-    if base:
-        lines.append(f"  model path: {base['cudagraph_skips']} CUDA-graph skips, {base['recompiles']} recompiles, "
-                     f"{base.get('syncs_per_step')} syncs per step, device busy "
-                     f"{base.get('profile', {}).get('device_busy')}, top kernel "
-                     f"{(base.get('profile', {}).get('top') or [['-']])[0][0]}")
-    return lines
+    return [f"  {line}" for line in gpu_check.table(rows)]
 
 
 def cifar_lines(path, preset):
