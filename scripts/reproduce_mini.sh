@@ -20,7 +20,7 @@
 # finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/mini}
+OUT=${OUT:-}  # default below: runs/mini, or runs/mini-loopvae for ARMS=loopvae
 SEEDS=${SEEDS:-"0 1"}
 JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
@@ -35,11 +35,16 @@ REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vi
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
 # same seed: it runs after every other arm of the call, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
+# LoopVAE's study (docs/models.md): ARMS=loopvae runs its four arms into runs/mini-loopvae and
+# summarizes them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger).
+LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped"
 ARMS=${ARMS:-"$FIRST $REST"}
+if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
+OUT=${OUT:-runs/mini}
 distilled() { case "$1" in *+feature|*+logits) return 0 ;; esac; return 1; }  # ARM+feature|logits
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # a distilled arm's teacher: finished, or trained in this call
@@ -79,11 +84,11 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   if [ $rc -eq 0 ]; then
     echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$COMMIT\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
-    local top1 left
-    top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l]; print(f\"{r[-1]['val_acc1']:.2f} %\")" \
+    local top1 left  # the last epoch's top-1 (a classifier) or PSNR (LoopVAE)
+    top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(f\"top-1 {r['val_acc1']:.2f} %\" if 'val_acc1' in r else f\"PSNR {r['val_psnr']:.2f} dB\")" \
       "$dir/log.jsonl" 2>/dev/null || echo "?")
     left=$(for j in "${queue[@]}"; do set -- $j; [ -f "$OUT/$1/seed$2/done.json" ] || echo x; done | wc -l)
-    echo "done $arm seed $seed: top-1 $top1, $((wall / 60)) min; $left run(s) left"
+    echo "done $arm seed $seed: $top1, $((wall / 60)) min; $left run(s) left"
   else
     echo "{\"wall_s\": $wall}" > "$dir/partial.json"  # time spent so far, added when it continues
     echo "FAILED $arm seed $seed (exit $rc): $(tail -n 1 "$dir/train.log")" >&2
@@ -121,6 +126,9 @@ for job in "${queue[@]}"; do
   [ -f "$OUT/$1/seed$2/done.json" ] || failed=1
 done
 if compgen -G "$OUT/*/seed*/done.json" > /dev/null; then
-  python scripts/summarize_mini.py "$OUT" || failed=1
+  case " $ARMS " in
+    *" loopvae-"*) python scripts/summarize_loopvae.py "$OUT" || failed=1 ;;
+    *) python scripts/summarize_mini.py "$OUT" || failed=1 ;;
+  esac
 fi
 exit $failed
