@@ -28,6 +28,11 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
   gpu_decode_loader_over_model_img_per_s  (CUDA) DeviceDecodeLoader images/s / bViT's training images/s
   train_mem_d48_over_d12 / _grad_ckpt   peak memory of one bViT training step at depth 48 / 12,
                                         without and with --grad-checkpoint (MiB in the note)
+  loopvae_{global,scale,none}_over_unlooped_img_per_s  LoopVAE's cost ledger (sec. 4.7): training img/s
+                                        of each sharing scope over the unlooped hierarchy, side by side
+                                        (the JSON's info.loopvae_ledger: parameters, blocks, applications,
+                                        MACs, img/s, step memory per arm; scripts/summarize_loopvae.py)
+  loopvae_global_over_unlooped_step_mem  peak step memory of the global scope over the unlooped one
 Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
 loops: many steps per timing and one sync, as train.py queues them). --json is rewritten after
 every key, so a run cut short keeps its results. --only NAME,... runs some measurements only
@@ -341,15 +346,21 @@ def mfu_bvit_b16(device, warmup, repeats, batch=128):
     return 3 * m.flops_per_image() * batch / dt / 1e12
 
 
-def _step_memory(cfg, depth, device, amp, ckpt):
-    """Extra memory (MiB) one bViT training step needs over the model, optimizer-free: CUDA
-    max_memory_allocated; CPU (a fresh process: freed memory is not reused) peak RSS during the
-    step minus the RSS before it (Linux /proc)."""
+def _model(kind, kw):  # a picklable recipe: memory is measured in spawned processes
+    if kind == "bvit":
+        return bvit.BViT(**kw)
+    import loopvae
+    return loopvae.LoopVAE(**kw)
+
+
+def _step_memory(kind, kw, batch, classes, device, amp, ckpt=False):
+    """Extra memory (MiB) one training step (forward + backward, optimizer-free) of `_model(kind, kw)`
+    needs over the model: CUDA max_memory_allocated; CPU (a fresh process: freed memory is not
+    reused) peak RSS during the step minus the RSS before it (Linux /proc)."""
     torch.manual_seed(0)
-    m = bvit.BViT(img_size=cfg["img"], patch_size=cfg["patch"], num_classes=cfg["classes"], embed_dim=cfg["dim"],
-                  depth=depth, num_heads=cfg["heads"]).to(device).set_grad_checkpointing(ckpt)
-    x = torch.randn(cfg["batch"], 3, cfg["img"], cfg["img"], device=device)
-    y = torch.randint(0, cfg["classes"], (cfg["batch"],), device=device)
+    m = _model(kind, kw).to(device).set_grad_checkpointing(ckpt)
+    x = torch.randn(batch, 3, kw["img_size"], kw["img_size"], device=device)
+    y = torch.randint(0, classes, (batch,), device=device)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -368,9 +379,8 @@ def _status_kib(key):
     return next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith(key + ":"))
 
 
-def memory_ratios(cfg, device, amp):
-    """Peak step memory at depth 12 and 48, without and with activation checkpointing: 4 values."""
-    jobs = [(cfg, d, device, amp, c) for c in (False, True) for d in (12, 48)]
+def step_memories(jobs, device):
+    """_step_memory(*job) for each job: in this process on CUDA, each in a fresh process on the CPU."""
     if device.type == "cuda":
         return [_step_memory(*j) for j in jobs]
     import multiprocessing  # a fresh process per measurement: RSS peaks never go down
@@ -381,10 +391,52 @@ def memory_ratios(cfg, device, amp):
         return pool.starmap(_step_memory, jobs)
 
 
+def memory_ratios(cfg, device, amp):
+    """Peak bViT step memory at depth 12 and 48, without and with activation checkpointing: 4 values."""
+    kw = lambda d: dict(img_size=cfg["img"], patch_size=cfg["patch"], num_classes=cfg["classes"],
+                        embed_dim=cfg["dim"], depth=d, num_heads=cfg["heads"])
+    return step_memories([("bvit", kw(d), cfg["batch"], cfg["classes"], device, amp, c)
+                          for c in (False, True) for d in (12, 48)], device)
+
+
+def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True):
+    """LoopVAE's cost ledger (arXiv 2609.11516, sec. 4.7) for presets.LOOPVAE_ARMS (the three sharing
+    scopes on one 28-application graph and the unlooped hierarchy), CNN operator, K = 4, at `width`
+    channels and `img` px. Per arm: stored parameters (all; the core alone), stored blocks and block
+    applications per branch, analytic MACs/img (LoopVAE.macs_per_image), training img/s of one AdamW
+    step at `batch` (measured side by side: the arms take turns for `repeats` rounds of 2 steps, the
+    median round counts) and its peak step memory (MiB, step_memories). paper=True adds the analytic
+    parameters and MACs of the paper's f8d16 configuration (width 384, 256 px) for each arm."""
+    import loopvae
+    import presets
+    arms = {arm: dict(share=f["share"], loops=tuple(f["loops"])) for arm, (_, f) in presets.LOOPVAE_ARMS.items()}
+    kws = {arm: dict(img_size=img, embed_dim=width, num_blocks=4, latent_dim=16, **a) for arm, a in arms.items()}
+    out, steps = {}, {}
+    for arm, kw in kws.items():
+        torch.manual_seed(0)
+        m = loopvae.LoopVAE(**kw).to(device).train()
+        steps[arm] = train_step_fn(m, batch, img, 10, device, amp, True)
+        out[arm] = dict(params=m.num_params(), core_params=m.num_params(core_only=True),
+                        stored_blocks=len(m.encoder.core.blocks), applications=4 * sum(kw["loops"]),
+                        macs=m.macs_per_image(), seconds=[])
+        if paper:
+            big = loopvae.loopvae_cnn_f8d16(**arms[arm])
+            out[arm].update(paper_params=big.num_params(), paper_macs=big.macs_per_image())
+    for arm in steps:
+        timed(steps[arm], device, warmup, 0)
+    for _ in range(repeats):  # in turns: a slow patch of a shared machine falls on every arm
+        for arm in steps:
+            out[arm]["seconds"].append(timed(steps[arm], device, 0, 1, calls=2))
+    mems = step_memories([("loopvae", kw, batch, 10, device, amp) for kw in kws.values()], device)
+    for (arm, r), mem in zip(out.items(), mems):
+        r.update(img_per_s=batch / statistics.median(r.pop("seconds")), step_mib=mem)
+    return out
+
+
 # The measurements of `run`, in the order they run (--only takes these names; the keys they report
 # are in the module docstring).
 MEASUREMENTS = ("matmul", "cifar_preset", "exit_delay", "mfu_b16", "timm_eager", "timm_compiled", "compile_times",
-                "revit_dynamic", "loader", "folders", "memory")
+                "revit_dynamic", "loader", "folders", "memory", "loopvae")
 
 
 def main():
@@ -510,6 +562,22 @@ def run(args):
         report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
                f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
 
+    def loopvae_costs():
+        # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the mini presets' on the CPU
+        size = dict(img=256, width=384, batch=8) if cuda else dict(img=32, width=32, batch=32)
+        if args.smoke:
+            size = dict(img=16, width=32, batch=2)
+        info["loopvae_ledger"] = led = loopvae_ledger(device, amp, **size, warmup=warmup, repeats=repeats,
+                                                      paper=not args.smoke)
+        u = led["unlooped"]
+        for arm in ("global", "scale", "none"):
+            a = led[arm]
+            report(f"loopvae_{arm}_over_unlooped_img_per_s", a["img_per_s"] / u["img_per_s"],
+                   f"{a['img_per_s']:.1f} vs {u['img_per_s']:.1f} img/s; {a['params'] / u['params']:.2f}x the "
+                   f"parameters, {a['macs'] / u['macs']:.2f}x the MACs ({size['img']} px, width {size['width']})")
+        report("loopvae_global_over_unlooped_step_mem", led["global"]["step_mib"] / u["step_mib"],
+               f"{led['global']['step_mib']:.0f} vs {u['step_mib']:.0f} MiB, batch {size['batch']}")
+
     # In this order: the GPU's peak and the CIFAR preset (issue: GPU speed) first. Each measurement
     # runs whatever happened to the ones before it: a failure is one line here and an entry under
     # "errors" in the JSON.
@@ -517,7 +585,8 @@ def run(args):
     measurements += [("mfu_b16", mfu_b16)] if cuda else []
     measurements += [("timm_eager", timm_eager)]
     measurements += [] if args.smoke else [("timm_compiled", timm_compiled), ("compile_times", compile_times)]
-    measurements += [("revit_dynamic", revit_dynamic), ("loader", loader), ("folders", folders), ("memory", memory)]
+    measurements += [("revit_dynamic", revit_dynamic), ("loader", loader), ("folders", folders), ("memory", memory),
+                     ("loopvae", loopvae_costs)]
     if args.smoke:  # the smoke run checks the script without compiling: no compiled process either
         measurements.remove(("exit_delay", exit_delay))
     only = set(args.only.split(",")) if args.only else None

@@ -522,3 +522,57 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
     assert "```bash\npip install -r requirements-dev.txt" in readme
     assert "\nRVITS_DATA=../shared/data python -m pytest -q\n```" in readme  # .ci/run runs this command
     assert readme.count("\n") <= 300  # a front page; the manuals are in docs/
+
+
+# ----------------------------------------------------------------------------- LoopVAE's study
+def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0):
+    d = root / f"loopvae-{arm}" / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": 1000, "val_subset": None}))
+    (d / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_psnr": psnr, "val_ssim": 0.5, "val_l1": 0.2,
+                                             "val_out_of_range": 0.02}) + "\n")
+    (d / "done.json").write_text(json.dumps({"wall_s": 1200, "commit": "abc1234", "cpu": "AMD EPYC"}))
+    if arm == "unlooped":
+        return
+    stages = {"enc_f4": 2, "enc_f8": 4, "dec_f4": 2, "dec_f2": 4}
+    up = lambda n: [psnr - 2 * (n - 1 - k) for k in range(n)]
+    loops = {"stages": stages, "num_images": 256, "full": {"psnr": psnr},
+             "prefix": {s: up(n) for s, n in stages.items()}, "monotone": {s: monotone for s in stages},
+             "prefix_out_of_range": {s: [0.3 - 0.05 * k for k in range(n - 1)] + [0.02] for s, n in stages.items()},
+             "bypass": {s: [3.0] * (n - 1) + [last_pass_loses] for s, n in stages.items()},
+             "most_sensitive": {s: 0 for s in stages}, "update": {s: [0.3] * (n - 1) + [0.05] for s, n in stages.items()}}
+    (d / "loops.json").write_text(json.dumps(loops))
+
+
+def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_markers(tmp_path, monkeypatch, capsys):
+    import summarize_loopvae
+    root = tmp_path / "runs"
+    for seed, (g, s, n) in enumerate([(19.0, 18.0, 18.9), (19.2, 18.2, 19.3)]):
+        fake_loopvae_run(root, "global", seed, g, monotone=1.0 if seed else 0.9)
+        fake_loopvae_run(root, "scale", seed, s)
+        fake_loopvae_run(root, "none", seed, n, last_pass_loses=0.2)
+        fake_loopvae_run(root, "unlooped", seed, 18.5)
+    arm = lambda params, macs, ips: dict(params=params, core_params=params // 2, stored_blocks=4, applications=28,
+                                         macs=macs, img_per_s=ips, step_mib=100)
+    (root / "ledger.json").write_text(json.dumps({"info": {"loopvae_ledger": {
+        "global": arm(200, 20e6, 10.0), "scale": arm(500, 20e6, 10.0), "none": arm(1000, 20e6, 10.0),
+        "unlooped": arm(490, 11e6, 25.0)}}}))
+    monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)  # no checkpoint to draw from
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- loopvae-claims -->\nold\n<!-- /loopvae-claims -->\nprose\n")
+    summarize_loopvae.main([str(root), "--readme", str(readme)])
+    rows = {ln.split(" | ")[0][2:4]: ln for ln in readme.read_text().splitlines() if ln.startswith("| ")}
+    claims = [ln for ln in readme.read_text().splitlines() if ln.startswith("| 1. sharing")]
+    assert "19.10 ± 0.10 vs 18.10 ± 0.10 dB (+1.00, noise 0.20) | agree" in claims[0]  # beyond both spreads
+    assert claims[1].endswith("| cannot tell |")  # 19.10 vs 19.10: within the noise
+    assert rows["2."].endswith("| agree on the mean, not on every image |") and "90%-100%" in rows["2."]
+    assert "72 of 72 lose" in rows["3."] and "in 0 of 12 four-pass" in rows["3."] and rows["3."].endswith("| agree |")
+    assert "0.20-0.50 dB" in rows["4."] and rows["4."].endswith("| disagree (>= 1 dB) |")  # none's pass: 0.2 dB
+    assert rows["5."].endswith("| agree |") and "30.0 ± 0.0 / 25.0 ± 0.0 / 20.0 ± 0.0 % vs 2.0 ± 0.0 % full" in rows["5."]
+    assert "0.41x the weights, 1.82x the MACs, 2.50x the training step time | agree" in rows["6."]
+    assert "old" not in readme.read_text() and readme.read_text().endswith("prose\n")
+    assert "| `c100-mini-loopvae-none` | 2 | 19.10 ± 0.20 |" in (root / "summary.md").read_text()
+    with pytest.raises(SystemExit) as e:
+        summarize_loopvae.main([str(tmp_path / "nothing")])
+    assert e.value.code == 2 and "ARMS=loopvae bash scripts/reproduce_mini.sh" in capsys.readouterr().err
+

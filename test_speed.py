@@ -579,3 +579,17 @@ def test_bench_runs_every_measurement_when_one_fails(tmp_path, monkeypatch, caps
     assert res["errors"] == {"timm_eager": "RuntimeError: a measurement that fails"}
     assert {"matmul_tflops", "revit_dynamic_over_materialized_b1", "revit_dynamic_over_materialized_b64"} <= res.keys()
     assert "timm_eager" in capsys.readouterr().out
+
+
+def test_loopvae_ledger_counts_blocks_applications_and_macs_of_each_arm(monkeypatch):
+    """The cost ledger (sec. 4.7): the three sharing scopes run one graph (same MACs, 28 applications per
+    branch) and store 4 / 12 / 28 blocks; the unlooped hierarchy runs 12. Timing and memory: measured
+    but not asserted (bench.py measures ratios, tests do not time)."""
+    import bench
+    monkeypatch.setattr(bench, "step_memories", lambda jobs, device: [1.0] * len(jobs))
+    led = bench.loopvae_ledger(torch.device("cpu"), False, img=16, width=32, batch=2, warmup=0, repeats=1, paper=False)
+    assert [led[a]["stored_blocks"] for a in ("global", "scale", "none", "unlooped")] == [4, 12, 28, 12]
+    assert [led[a]["applications"] for a in ("global", "scale", "none", "unlooped")] == [28, 28, 28, 12]
+    assert led["global"]["macs"] == led["scale"]["macs"] == led["none"]["macs"] > led["unlooped"]["macs"]
+    assert led["global"]["params"] < led["unlooped"]["params"] < led["none"]["params"]
+    assert all(r["img_per_s"] > 0 and r["step_mib"] == 1.0 for r in led.values())

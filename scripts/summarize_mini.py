@@ -265,10 +265,10 @@ def figures(runs, root, title="c100-mini: accuracy beyond the training horizon")
         plt.close(fig)
 
 
-def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py"):
+def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py", figures=("depth", "gates")):
     """Put each block of `summary` between README's <!-- NAME --> and <!-- /NAME --> markers and
-    copy the figures to docs/PREFIX_depth.png and docs/PREFIX_gates.png next to it. The prose
-    around them is for a person to update."""
+    copy the figures ROOT/FIG.png to docs/PREFIX_FIG.png next to it. The prose around them is for a
+    person to update."""
     readme = open(path).read()
     for name, block in blocks.items():
         head, tail = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -280,7 +280,7 @@ def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py"):
     with open(path, "w") as f:
         f.write(readme)
     docs = os.path.join(os.path.dirname(os.path.abspath(path)), "docs")
-    for fig in ("depth", "gates"):
+    for fig in figures:
         if os.path.exists(os.path.join(root, f"{fig}.png")):
             os.makedirs(docs, exist_ok=True)
             shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"{prefix}_{fig}.png"))

@@ -1,0 +1,283 @@
+"""Summarize LoopVAE's CPU-scale study (`ARMS=loopvae bash scripts/reproduce_mini.sh`): the paper's six
+claims (arXiv 2609.11516) measured on the c100-mini-loopvae-* arms, RUNS/summary.md and figures.
+
+    python scripts/summarize_loopvae.py runs/mini-loopvae
+    python scripts/summarize_loopvae.py runs/mini-loopvae --readme README.md --docs docs/models.md
+
+Reads RUNS/loopvae-<arm>/seed<k>/{log.jsonl, done.json, ckpt.pt} (finished runs only). What it
+measures on the way is kept, so a second call only reads it again:
+- RUNS/loopvae-<arm>/seed<k>/loops.json: analyze.py's loop interventions (sec. 4.4) on the first
+  --num-images validation images of each looped run (~70 s per run on 2 CPU cores);
+- RUNS/ledger.json: `bench.py --only loopvae`, the cost ledger (sec. 4.7), every arm measured side by
+  side in one process (~1-2 min on the CPU).
+Writes RUNS/summary.md (one row per claim: the paper's figure, ours as mean ± half the spread over
+seeds, a verdict under summarize_mini.verdict's noise rules; then the details), RUNS/prefix.png
+(PSNR vs passes kept, per stage and arm) and RUNS/recon.png (validation images: original, the full
+schedule, truncated stages) when matplotlib is installed. --readme / --docs put the claim table /
+the details between the files' <!-- loopvae-claims --> / <!-- loopvae-details --> markers and copy
+the figures to docs/loopvae_prefix.png and docs/loopvae_recon.png.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from summarize_mini import fmt, stats, update_readme, verdict  # noqa: E402  (one set of noise rules)
+
+ARMS = ["global", "scale", "none", "unlooped"]  # presets.LOOPVAE_ARMS, in table order
+LOOPED = ARMS[:3]  # the sharing scopes: one 28-application graph, loops 1,2,4
+MIN_BYPASS_DB = 1.0  # claim 4's "matters": bypassing the smallest update loses at least this (our choice)
+
+
+def fail(msg):
+    sys.stderr.write(f"summarize_loopvae.py: error: {msg}\n")
+    sys.exit(2)
+
+
+def load_runs(root):
+    """{arm: [run, ...]} of the finished runs (done.json) under root, seeds in order; a run is a dict of
+    its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), wall_s, dir."""
+    runs = {}
+    for arm in ARMS:
+        arm_dir = os.path.join(root, f"loopvae-{arm}")
+        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
+            d = os.path.join(arm_dir, seed_dir)
+            if not os.path.isfile(os.path.join(d, "done.json")):
+                continue
+            rows = [json.loads(ln) for ln in open(os.path.join(d, "log.jsonl")) if '"epoch"' in ln]
+            args = json.load(open(os.path.join(d, "args.json")))
+            last, done = rows[-1], json.load(open(os.path.join(d, "done.json")))
+            runs.setdefault(arm, []).append(dict(
+                seed=args["seed"], dir=d, psnr=last["val_psnr"], ssim=last["val_ssim"], l1=last["val_l1"],
+                oor=100 * last["val_out_of_range"], wall_s=done["wall_s"], commit=done.get("commit", "?"),
+                cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset")) or args.get("max_steps") != 1000))
+    return runs
+
+
+def measure_loops(runs, num_images):
+    """run["loops"] = the run's loop interventions (analyze.py, cached in its folder's loops.json)."""
+    import analyze
+    for arm in LOOPED:
+        for r in runs.get(arm, []):
+            path = os.path.join(r["dir"], "loops.json")
+            if not os.path.isfile(path) or json.load(open(path))["num_images"] != num_images:
+                print(f"loop interventions: loopvae-{arm} seed {r['seed']} ({num_images} images)", flush=True)
+                if analyze.cli(["--resume", os.path.join(r["dir"], "ckpt.pt"), "--out-dir", r["dir"],
+                                "--num-images", str(num_images)]):
+                    fail(f"analyze.py failed on {r['dir']}")
+            r["loops"] = json.load(open(path))
+
+
+def measure_ledger(root):
+    """RUNS/ledger.json's loopvae_ledger (bench.py --only loopvae, measured once)."""
+    path = os.path.join(root, "ledger.json")
+    if not os.path.isfile(path):
+        print("cost ledger: bench.py --only loopvae (side by side, one process)", flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--device", "cpu", "--only", "loopvae",
+                        "--json", path], check=True, env=env)
+    res = json.load(open(path))
+    if "loopvae_ledger" not in res.get("info", {}):
+        fail(f"{path} has no loopvae ledger ({res.get('errors')}); delete it to measure again")
+    return res["info"]["loopvae_ledger"]
+
+
+def pm(values, scale=1.0, digits=2):
+    """mean ± half the spread (fmt) of values x scale, with `digits` decimals."""
+    m, s, n = stats([v * scale for v in values])
+    return f"{m:.{digits}f} ± {s / 2:.{digits}f}" if n > 1 else f"{m:.{digits}f}"
+
+
+def looped(runs):
+    return [r for arm in LOOPED for r in runs.get(arm, []) if "loops" in r]
+
+
+def claims(runs, ledger):
+    """The six claims: a list of (claim, the paper, here, verdict) rows."""
+    rows, floor = [], max((stats([r["psnr"] for r in rs])[1] for rs in runs.values() if len(rs) >= 2), default=0.0)
+    g = [r["psnr"] for r in runs.get("global", [])]
+    for other, paper in (("scale", "31.16 vs 30.41 dB"), ("none", "31.16 vs 31.04 dB")):
+        o = [r["psnr"] for r in runs.get(other, [])]
+        if not g or not o:
+            rows.append((f"1. sharing: global beats {other} (PSNR)", paper, "", "not run"))
+            continue
+        v, diff, noise = verdict(g, o, ">", floor)
+        rows.append((f"1. sharing: global (4 blocks) beats {other} ({12 if other == 'scale' else 28} blocks), PSNR",
+                     f"{paper} (Table 2, ImageNet-256)", f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, noise {noise:.2f})", v))
+    lr = looped(runs)
+    if not lr:
+        return rows + [("2-5. loop interventions", "", "", "not run")]
+    multi = list(lr[0]["loops"]["stages"])
+    four = [s for s in multi if lr[0]["loops"]["stages"][s] == 4]
+    mean_mono = all(all(b >= a - 1e-4 for a, b in zip(p, p[1:])) for r in lr for p in r["loops"]["prefix"].values())
+    frac = [min(r["loops"]["monotone"].values()) for r in lr]
+    v = ("agree" if min(frac) == 1.0 else "agree on the mean, not on every image" if mean_mono else "disagree")
+    rows.append(("2. completing the schedule: PSNR rises with every pass kept, on every image",
+                 "monotone on every image (16)", f"mean monotone in every stage of {len(lr)} run(s): "
+                 f"{'yes' if mean_mono else 'no'}; images monotone in the worst stage {min(frac):.0%}-{max(frac):.0%}", v))
+    lost = [x for r in lr for s in multi for x in r["loops"]["bypass"][s]]
+    last = sum(r["loops"]["most_sensitive"][s] == r["loops"]["stages"][s] - 1 for r in lr for s in four)
+    v = "agree" if min(lost) > 0 and last == 0 else "disagree"
+    rows.append(("3. bypass: every bypassed pass loses PSNR; the most sensitive is not the last",
+                 "224 of 224 lose; enc 8x: pass 2, dec 2x: pass 3", f"{sum(x > 0 for x in lost)} of {len(lost)} lose; "
+                 f"most sensitive = last in {last} of {len(lr) * len(four)} four-pass stages", v))
+    small = []  # per run and four-pass stage: (smallest relative update, its bypass loss)
+    for r in lr:
+        for s in four:
+            u, b = r["loops"]["update"][s], r["loops"]["bypass"][s]
+            t = min(range(len(u)), key=u.__getitem__)
+            small.append((u[t], b[t]))
+    v = "agree" if min(b for _, b in small) >= MIN_BYPASS_DB else "disagree"
+    rows.append(("4. small updates matter: the pass that changes the features least still costs PSNR when bypassed",
+                 "4th enc 8x pass: 7.5-9.4 % update, 4.0-11.9 dB lost", f"smallest update per four-pass stage "
+                 f"{min(u for u, _ in small):.1%}-{max(u for u, _ in small):.1%}, its bypass loses "
+                 f"{min(b for _, b in small):.2f}-{max(b for _, b in small):.2f} dB", v + f" (>= {MIN_BYPASS_DB:g} dB)"))
+    fine = multi[-1]  # the decoder's finest stage (dec_f2)
+    trunc = [[100 * x for x in r["loops"]["prefix_out_of_range"][fine]] for r in lr]
+    v = "agree" if all(min(t[:-1]) > t[-1] for t in trunc) else "disagree"
+    rows.append((f"5. truncation is not early exit: truncated {fine} puts more pixels out of range",
+                 "dec 2x, 1/2/3 of 4 passes: 96.7 / 93.4 / 68.3 % vs 6.1 % full",
+                 " / ".join(pm([t[k] for t in trunc], digits=1) for k in range(len(trunc[0]) - 1))
+                 + f" % vs {pm([t[-1] for t in trunc], digits=1)} % full", v))
+    if ledger:
+        a, u = ledger["global"], ledger["unlooped"]
+        v = "agree" if a["params"] < u["params"] and a["img_per_s"] < u["img_per_s"] else "disagree"
+        rows.append(("6. fewer stored weights are not faster: global vs an unlooped hierarchy",
+                     "0.35x the weights, 1.57x the MACs, 2.85x the latency (vs a Flux-style CNN)",
+                     f"{a['params'] / u['params']:.2f}x the weights, {a['macs'] / u['macs']:.2f}x the MACs, "
+                     f"{u['img_per_s'] / a['img_per_s']:.2f}x the training step time", v))
+    return rows
+
+
+def table(header, rows):
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def details(runs, ledger):
+    """Markdown: per-arm metrics, the interventions per stage, the ledger."""
+    out = [table(["arm", "seeds", "PSNR (dB)", "SSIM", "L1", "out of range (%)", "training (min)"],
+                 [[f"`c100-mini-loopvae-{arm}`", len(rs), pm([r["psnr"] for r in rs]), pm([r["ssim"] for r in rs], digits=3),
+                   pm([r["l1"] for r in rs], digits=4), pm([r["oor"] for r in rs], digits=1),
+                   pm([r["wall_s"] for r in rs], 1 / 60, 0)] for arm in ARMS if (rs := runs.get(arm))])]
+    for arm in LOOPED:
+        rs = [r for r in runs.get(arm, []) if "loops" in r]
+        if not rs:
+            continue
+        L = rs[0]["loops"]
+        rows = []
+        for s, n in L["stages"].items():
+            col = lambda key, scale=1.0, d=2: " / ".join(pm([r["loops"][key][s][k] for r in rs], scale, d) for k in range(n))
+            rows.append([s, col("prefix"), f"{min(r['loops']['monotone'][s] for r in rs):.0%}", col("bypass"),
+                         col("update", 100, 1), col("prefix_out_of_range", 100, 1)])
+        out += ["", f"`{arm}` ({len(rs)} seed(s), first {L['num_images']} validation images; pass k = 1..L):", "",
+                table(["stage", "PSNR keeping k passes (dB)", "images monotone (worst seed)", "PSNR lost bypassing pass k",
+                       "relative update of pass k (%)", "out of range keeping k (%)"], rows)]
+    if ledger:
+        u = ledger["unlooped"]
+        rows = [[arm, f"{r['params']:,}", f"{r['core_params']:,}", r["stored_blocks"], r["applications"],
+                 f"{r['macs'] / 1e6:.1f}", f"{r['img_per_s']:.1f} ({r['img_per_s'] / u['img_per_s']:.2f}x)",
+                 f"{r['step_mib']:.0f}", f"{r['paper_params'] / 1e6:.2f}M, {r['paper_macs'] / 1e9:.1f} G"
+                 if "paper_params" in r else ""] for arm, r in ledger.items()]
+        out += ["", table(["arm", "parameters", "core", "stored blocks / branch", "applications / branch",
+                           "MMACs / img", "training img/s", "step memory (MiB)", "at the paper's f8d16, 256 px"], rows)]
+    return "\n".join(out)
+
+
+def figures(runs, root):
+    """RUNS/prefix.png and RUNS/recon.png (matplotlib, optional)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no figures (pip install matplotlib)")
+        return
+    lr = looped(runs)
+    if not lr:
+        return
+    stages = list(lr[0]["loops"]["stages"])
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 3), sharey=True)
+    for ax, s in zip(axes, stages):
+        for arm in LOOPED:
+            rs = [r["loops"]["prefix"][s] for r in runs.get(arm, []) if "loops" in r]
+            if rs:
+                m = [statistics.mean(c) for c in zip(*rs)]
+                err = [[a - min(c) for a, c in zip(m, zip(*rs))], [max(c) - a for a, c in zip(m, zip(*rs))]]
+                ax.errorbar(range(1, len(m) + 1), m, yerr=err, marker="o", capsize=3, label=f"{arm} (n={len(rs)})")
+        ax.set(title=s, xlabel="passes kept (k)", xticks=range(1, lr[0]["loops"]["stages"][s] + 1))
+    axes[0].set_ylabel("validation PSNR (dB)")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle("LoopVAE c100-mini: completing the schedule (prefix truncation, sec. 4.4)")
+    fig.savefig(os.path.join(root, "prefix.png"), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    recon_grid(runs["global"][0] if runs.get("global") else lr[0], root, plt)
+
+
+def recon_grid(run, root, plt, n=8):
+    """RUNS/recon.png: n validation images of `run`; rows: original, full schedule, and each four-pass
+    stage truncated to its first pass (the rest in full)."""
+    import types
+    import torch
+    import analyze
+    model, val_set, _ = analyze.load(types.SimpleNamespace(resume=os.path.join(run["dir"], "ckpt.pt"),
+                                                           data_dir=None, device="cpu"))
+    x = torch.stack([val_set[i][0] for i in range(n)])
+    four = [s for s, k in model.schedule().items() if k == 4]
+    with torch.no_grad():
+        rows = [("original", x), ("full schedule", model.reconstruct(x)[0])]
+        rows += [(f"{s}: 1 of 4 passes", model.reconstruct(x, truncate={s: 1})[0]) for s in four]
+    fig, axes = plt.subplots(len(rows), n, figsize=(1.1 * n, 1.2 * len(rows)))
+    for i, (name, imgs) in enumerate(rows):
+        for j in range(n):
+            ax = axes[i, j]
+            ax.imshow(((imgs[j].clamp(-1, 1) + 1) / 2).permute(1, 2, 0).numpy())
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[i, 0].set_ylabel(name, fontsize=7, rotation=0, ha="right", va="center")
+    fig.suptitle(f"LoopVAE c100-mini-loopvae-{os.path.basename(os.path.dirname(run['dir']))[8:]} seed {run['seed']}: "
+                 "reconstructions (32 px)", fontsize=8)
+    fig.savefig(os.path.join(root, "recon.png"), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv=None):
+    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_argument("runs", nargs="?", default="runs/mini-loopvae")
+    cli.add_argument("--readme", help="write the claim table into this file between <!-- loopvae-claims --> markers")
+    cli.add_argument("--docs", help="write the details into this file between <!-- loopvae-details --> markers")
+    cli.add_argument("--num-images", type=int, default=256, help="validation images of the loop interventions")
+    cli.add_argument("--no-ledger", action="store_true", help="skip the cost ledger (bench.py)")
+    a = cli.parse_args(argv)
+    runs = load_runs(a.runs) if os.path.isdir(a.runs) else fail(f"{a.runs} is not a directory; run "
+                                                                 "ARMS=loopvae bash scripts/reproduce_mini.sh first")
+    if not runs:
+        fail(f"no finished run in {a.runs} (finished = has done.json); run ARMS=loopvae bash scripts/reproduce_mini.sh")
+    measure_loops(runs, a.num_images)
+    ledger = None if a.no_ledger else measure_ledger(a.runs)
+    where = sorted({f"commit {r['commit']}, {r['cpu']}" for rs in runs.values() for r in rs})
+    blocks = {"loopvae-claims": table(["claim (arXiv 2609.11516)", "paper", "here: c100-mini-loopvae-*, 32 px", "verdict"],
+                                      claims(runs, ledger)) + f"\n\nRuns: {'; '.join(where)}; mean ± half the spread "
+                                      "over seeds (scripts/summarize_loopvae.py).",
+              "loopvae-details": details(runs, ledger)}
+    text = "# LoopVAE at CPU scale (c100-mini-loopvae-*)\n\n" + "\n\n".join(blocks.values()) + "\n"
+    with open(os.path.join(a.runs, "summary.md"), "w") as f:
+        f.write(text)
+    figures(runs, a.runs)
+    short = [f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs if r["shortened"]]
+    if (a.readme or a.docs) and short:
+        fail(f"--readme/--docs: {', '.join(short)} ran shortened (--max-steps/--val-subset); the files keep their tables")
+    for path, name in ((a.readme, "loopvae-claims"), (a.docs, "loopvae-details")):
+        if path:
+            update_readme(path, {name: blocks[name]}, a.runs, prefix="loopvae", tool="summarize_loopvae.py",
+                          figures=("prefix", "recon"))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
