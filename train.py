@@ -480,6 +480,7 @@ def resolve(args, p, img_size):
     dim, heads = SIZES[args.size or ("s" if args.model == "loopvae" else "ti")]
     args.embed_dim = args.embed_dim or dim
     args.num_heads = args.num_heads or heads
+    resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
     if args.model == "loopvae":
         resolve_loopvae(args, p)
     else:
@@ -512,7 +513,6 @@ def resolve(args, p, img_size):
     args.distill = args.distill or ("feature" if args.teacher else None)
     if args.stage_weights and len(args.stage_weights) != args.stages:
         p.error(f"--stage-weights needs {args.stages} values (one per stage)")
-    resolve_stage2(args, p)
     return args
 
 
@@ -1015,6 +1015,8 @@ def main(argv=None, stop=None):
     else:
         model = build_model(args, img_size, num_classes)
     if (args.finetune or args.stage2) and not args.resume:  # before .to(device): the weights are read on the CPU
+        if args.stage2:
+            check_stage1(args.stage2)
         source = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
         report = finetune_weights(source[1], model, source[0])
         if master:
@@ -1520,6 +1522,15 @@ class Monitor:
 def no_sync(module, accumulating):
     """DDP's no_sync() while gradients accumulate over micro-batches (nothing for a plain module)."""
     return module.no_sync() if accumulating and isinstance(module, DDP) else nullcontext()
+
+
+def check_stage1(path):
+    """Raise Fail unless `path` (--stage2) is an rvits checkpoint of a LoopVAE run."""
+    ck = read_weights(path, "--stage2")
+    model = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    if model != "loopvae":
+        raise Fail(f"--stage2 {path}: not a LoopVAE checkpoint ({f'a --model {model} run' if model else 'no rvits run flags'}); "
+                   "Stage 2 continues the ckpt.pt of a train.py --model loopvae run")
 
 
 def model_from_checkpoint(path, flag, p, img_size):
