@@ -4,6 +4,7 @@
     torchrun --nproc_per_node 8 train.py --model bvit --size s --data imagenet --data-dir /imagenet
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
     python train.py --model loopvae --preset c100-mini-loopvae-global   # a tokenizer (Stage 1)
+    python train.py --preset c100-mini-loopvae-gan   # its Stage 2 (adversarial, --stage2 CKPT; adversarial.py)
 
 A paper's protocol is one flag (--preset, table PRESETS; explicit flags still win). AdamW (fused on
 CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
@@ -11,7 +12,8 @@ CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear 
 clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
 checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. LoopVAE (loopvae.py) is
 a tokenizer trained by the same loop: its Stage-1 loss (L1 + KL, + LPIPS with --perceptual lpips), images
-in [-1, 1], and each epoch's validation PSNR, SSIM, L1, KL and out-of-range pixels instead of top-1.
+in [-1, 1], and each epoch's validation PSNR, SSIM, L1, KL and out-of-range pixels instead of top-1 (+ rFID
+with --rfid); --stage2 CKPT continues it adversarially (a discriminator with its own optimizer, adversarial.py).
 Writes OUT/log.jsonl and OUT/ckpt.pt.
 """
 import argparse
