@@ -518,6 +518,12 @@ def resolve(args, p, img_size):
     return args
 
 
+def changed_flags(args, names):
+    """The flags (--name) among `names` whose value differs from the parser's default (not a preset's)."""
+    plain = vars(get_parser().parse_args([]))
+    return [f"--{k.replace('_', '-')}" for k in names if getattr(args, k) != plain[k]]
+
+
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
 
 
@@ -526,8 +532,7 @@ def resolve_stage2(args, p):
     if args.rfid and args.model != "loopvae":
         p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
     if not args.stage2:
-        plain = vars(get_parser().parse_args([]))
-        on = [f"--{k.replace('_', '-')}" for k in STAGE2_FLAGS if getattr(args, k) != plain[k]]
+        on = changed_flags(args, STAGE2_FLAGS)
         if on:
             p.error(f"{', '.join(on)}: Stage-2 flags; add --stage2 CKPT, the Stage-1 loopvae checkpoint to continue")
         return
@@ -558,8 +563,7 @@ def resolve_loopvae(args, p):
     applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
     compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
     flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
-    plain = vars(get_parser().parse_args([]))  # the defaults without a preset's
-    on = [f"--{k.replace('_', '-')}" for k in CLASSIFIER_FLAGS if getattr(args, k) != plain[k]]
+    on = changed_flags(args, CLASSIFIER_FLAGS)
     if on:
         p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
                 "no classes, patches or depths to vary), leave them out")
