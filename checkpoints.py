@@ -308,7 +308,7 @@ def lock_out_dir(out_dir):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill"}
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
