@@ -232,7 +232,7 @@ def _shape(t):
     return "x".join(map(str, t.shape))
 
 
-def finetune_weights(path, model):
+def finetune_weights(path, model, flag="--finetune"):
     """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
     (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
     `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
@@ -240,12 +240,13 @@ def finetune_weights(path, model):
     patch grid (prefix rows as they are; bvit.resample_pos_embed); a `pos_embed` without the class
     token's row (timm's no_embed_class, DeiT III) gets a zero row, which adds nothing to the class
     token, as no_embed_class does. Anything else that does not fit
-    raises Fail naming the first mismatching key and both shapes. Returns a one-line report."""
+    raises Fail naming the first mismatching key and both shapes, and `flag` (--stage2 and --disc-weights
+    load their weights here too). Returns a one-line report."""
     from bvit import resample_pos_embed
-    ck = read_weights(path, "--finetune")
+    ck = read_weights(path, flag)
     sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
     if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
-        raise Fail(f"--finetune {path}: not a state dict of tensors nor a checkpoint holding one "
+        raise Fail(f"{flag} {path}: not a state dict of tensors nor a checkpoint holding one "
                    "(under 'model' or 'state_dict')")
     sd = clean_state_dict(sd)  # saved from a DDP-wrapped or compiled model
     own, done = model.state_dict(), []
@@ -268,7 +269,7 @@ def finetune_weights(path, model):
         src, dst = sd["pos_embed"], own["pos_embed"]
         n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
         if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
-            raise Fail(f"--finetune {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
+            raise Fail(f"{flag} {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
                        f"model: not the same width and token layout{' (class token?)' if prefix else ''}")
         sd["pos_embed"] = resample_pos_embed(src.float(), (grid, grid), prefix).to(src.dtype)
         done.append(f"pos_embed resized {n}x{n} -> {grid}x{grid} patches (bicubic)")
@@ -276,10 +277,10 @@ def finetune_weights(path, model):
         if k not in sd or k not in own or sd[k].shape != own[k].shape:
             got = "absent" if k not in sd else _shape(sd[k])
             want = "absent" if k not in own else _shape(own[k])
-            raise Fail(f"--finetune {path}: {k} is {got} in the file and {want} in this model; "
+            raise Fail(f"{flag} {path}: {k} is {got} in the file and {want} in this model; "
                        "give the model flags of the run that saved it (--model, --embed-dim, --depth, ...)")
     model.load_state_dict(sd, strict=True)
-    return f"finetune {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
+    return f"{flag.lstrip('-')} {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
 
 
 def lock_out_dir(out_dir):
@@ -307,7 +308,7 @@ def lock_out_dir(out_dir):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill"}
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",

@@ -12,7 +12,8 @@ Three families:
   (scripts/gpu_study.sh);
 - `in1k-*`: the papers' ImageNet-1k protocols (DeiT III recipe);
 - LoopVAE, a tokenizer (Stage 1): `c100-mini-loopvae-*`, its sharing scopes and an unlooped hierarchy
-  at 32 px, sized for 2 CPU cores; `in256-loopvae-cnn`, the paper's ImageNet-256 recipe (GPU).
+  at 32 px, sized for 2 CPU cores, and `c100-mini-loopvae-gan`, Stage 2 (adversarial) of the global arm;
+  `in256-loopvae-cnn`, the paper's ImageNet-256 recipe (GPU).
 """
 # A paper's protocol as one flag: name -> (what it is and the paper number it aims at, flags by
 # argparse name). The flags become the parser's defaults, so flags given explicitly still win.
@@ -187,6 +188,20 @@ for arm, (what, flags) in LOOPVAE_ARMS.items():
         "none at 32 px (Table 2, Transformer, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
         "unshared 31.043 dB)" if arm != "unlooped" else
         "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
+# LoopVAE Stage 2 (adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1
+# run as scripts/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
+# 5e-5 (generator and discriminator), adaptive weight x 0.5, lazy R1 10 every 16, DiffAugment; our choices:
+# the small conv discriminator (the paper's frozen DINOv2 needs weights this machine cannot download), the
+# adversarial term from step 50 (the paper's 5,000 of ~600k Stage-2 steps would leave it off for all 200), 5 %
+# warmup, cosine to 1e-6.
+PRESETS["c100-mini-loopvae-gan"] = (
+    "LoopVAE mini study arm: Stage 2 (adversarial) of the global arm, 200 steps of 32 from its Stage-1 checkpoint "
+    "(runs/mini-loopvae/loopvae-global/seed0), conv discriminator, GAN term from step 50",
+    {**LOOPVAE_MINI, **LOOPVAE_ARMS["global"][1], "stage2": "runs/mini-loopvae/loopvae-global/seed0", "max_steps": 200,
+     "lr": 5e-5, "min_lr": 1e-6, "disc": "conv", "disc_lr": 5e-5, "gan_weight": 0.5, "gan_start": 50,
+     "r1_gamma": 10.0, "r1_every": 16})
+PAPER["c100-mini-loopvae-gan"] = ("none at 32 px (Table 1, ImageNet-256 after Stage 2: rFID 0.28, PSNR 32.54 dB, "
+                                  "LPIPS 0.048, SSIM 0.91)")
 # The paper's main model and Stage-1 recipe (App. A.1, Table 6) on ImageNet at 256 px: 600k steps of 32
 # (15 epochs), LPIPS weight 1.0 (LPIPS-VGG: our choice of backbone). Our choices as above except lr 1e-4
 # (a common autoencoder rate at batch 32) and 0.1 epoch of warmup; train.py's ImageNet crops.
@@ -228,4 +243,7 @@ for name, (what, flags) in PRESETS.items():
 # steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.
 TIMES.update({f"c100-mini-loopvae-{arm}": ("est. 22 min", "?") for arm in ("global", "scale", "none")})
 TIMES["c100-mini-loopvae-unlooped"] = ("est. 12 min", "?")
+# Stage 2 (gan): 1.47x a Stage-1 step (4.5 vs 3.05 s, 20 steps of each from --max-steps runs on the same loaded
+# CPU-2 AMD EPYC, 2026-12-01, load average 5-6), so ~1.7 s per step at the figure above: 200 steps + the evaluation.
+TIMES["c100-mini-loopvae-gan"] = ("est. 9 min", "?")
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")

@@ -4,6 +4,7 @@
     torchrun --nproc_per_node 8 train.py --model bvit --size s --data imagenet --data-dir /imagenet
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
     python train.py --model loopvae --preset c100-mini-loopvae-global   # a tokenizer (Stage 1)
+    python train.py --preset c100-mini-loopvae-gan   # its Stage 2 (adversarial, --stage2 CKPT; adversarial.py)
 
 A paper's protocol is one flag (--preset, table PRESETS; explicit flags still win). AdamW (fused on
 CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear warmup + cosine, bf16 autocast
@@ -11,7 +12,8 @@ CUDA) or LAMB (optim.py), cross-entropy or binary cross-entropy (--bce), linear 
 clipping, label smoothing, MixUp/CutMix, RandAugment or 3-Augment (torchvision v2), EMA, an atomic
 checkpoint every epoch and --resume, top-1/top-5 each epoch, --eval-depths. LoopVAE (loopvae.py) is
 a tokenizer trained by the same loop: its Stage-1 loss (L1 + KL, + LPIPS with --perceptual lpips), images
-in [-1, 1], and each epoch's validation PSNR, SSIM, L1, KL and out-of-range pixels instead of top-1.
+in [-1, 1], and each epoch's validation PSNR, SSIM, L1, KL and out-of-range pixels instead of top-1 (+ rFID
+with --rfid); --stage2 CKPT continues it adversarially (a discriminator with its own optimizer, adversarial.py).
 Writes OUT/log.jsonl and OUT/ckpt.pt.
 """
 import argparse
@@ -38,6 +40,7 @@ from checkpoints import (ARCH_FLAGS, EVAL_RUN_FLAGS, Fail, check_out_dir, checkp
                          finetune_weights, load_checkpoint, lock_out_dir, read_weights, restore, resume_changes, rng_state,
                          save_atomic, set_rng_state)
 from presets import PAPER, PRESETS, TIMES
+import adversarial
 
 # ----------------------------------------------------------------------------- arguments
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
@@ -258,6 +261,13 @@ def float_list(s):
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 1,1,2, got {s!r}")
 
 
+def diffaug_policy(s):
+    v = [] if s == "none" else [t.strip() for t in s.split(",") if t.strip()]
+    if not set(v) <= set(adversarial.DIFFAUG):
+        raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(adversarial.DIFFAUG)}, got {s!r}")
+    return v
+
+
 def get_parser():
     p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter,
                usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
@@ -345,6 +355,32 @@ def get_parser():
     a("--lpips-weights", metavar="FILE", help=f"loopvae --perceptual lpips: torchvision's VGG16 ImageNet "
       f"weights, {VGG16_FILE}, for a machine that cannot download them (default: torchvision's cache, "
       "$TORCH_HOME/hub/checkpoints, else a download)")
+    a("--rfid", action="store_true", help="loopvae: also the validation rFID of each evaluation (reconstructions "
+      "against their images, Inception features), through torchmetrics' FrechetInceptionDistance, an optional "
+      "extra (pip install 'torchmetrics[image]') whose Inception weights torch-fidelity downloads once")
+    a = p.add_argument_group('model: LoopVAE Stage 2', 'adversarial.py; sec. 3.5 and App. A.1 of the paper: '
+                             'the Stage-1 loss + an adaptive hinge GAN term').add_argument
+    a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights "
+      "and architecture flags (unless given); optimizer, schedule and step count start fresh (as --finetune), "
+      "the discriminator is new; the paper's Stage-2 lr is 5e-5 (--lr). --resume a Stage-2 run with the same "
+      "flags: one ckpt.pt holds generator and discriminator")
+    a("--disc", default="conv", choices=["conv", "dinov2"], help="--stage2: the discriminator: conv = a small "
+      "PatchGAN (loopvae.PatchDiscriminator, our default: no weights to fetch); dinov2 = frozen DINOv2-small "
+      "features + a trained head (the paper's main run), from --disc-weights")
+    a("--disc-weights", metavar="FILE", help="--disc dinov2: DINOv2-small weights in timm's ViT-S/14 layout "
+      "(vit_small_patch14_dinov2), a local file read with weights_only")
+    a("--gan-weight", type=non_negative, default=0.5, help="--stage2: the adaptive weight's multiplier (the "
+      "paper's 0.5)")
+    a("--gan-start", type=count, default=5000, help="--stage2: the Stage-2 step from which the adversarial "
+      "term is on (the paper's 5,000; before it the discriminator warms up)")
+    a("--r1-gamma", type=non_negative, default=10.0, help="--stage2: lazy R1 weight (the paper's 10)")
+    a("--r1-every", type=positive(int), default=16, help="--stage2: R1 every N discriminator updates (the "
+      "paper's 16)")
+    a("--disc-lr", type=positive(float), help="--stage2: the discriminator's constant learning rate (default: "
+      "--lr; the paper gives one Stage-2 rate, 5e-5)")
+    a("--diffaug", type=diffaug_policy, default=",".join(adversarial.DIFFAUG), help="--stage2: DiffAugment-style "
+      "augmentation of what the discriminator sees, comma-separated of color, translation, cutout, or none "
+      "(the paper: probability 1, cutout 0.2; the policy is our choice, DiffAugment's)")
     a = p.add_argument_group('data').add_argument
     a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
     a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
@@ -446,6 +482,7 @@ def resolve(args, p, img_size):
     dim, heads = SIZES[args.size or ("s" if args.model == "loopvae" else "ti")]
     args.embed_dim = args.embed_dim or dim
     args.num_heads = args.num_heads or heads
+    resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
     if args.model == "loopvae":
         resolve_loopvae(args, p)
     else:
@@ -481,6 +518,40 @@ def resolve(args, p, img_size):
     return args
 
 
+def changed_flags(args, names):
+    """The flags (--name) among `names` whose value differs from the parser's default (not a preset's)."""
+    plain = vars(get_parser().parse_args([]))
+    return [f"--{k.replace('_', '-')}" for k in names if getattr(args, k) != plain[k]]
+
+
+STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
+
+
+def resolve_stage2(args, p):
+    """Check the flags of LoopVAE's Stage 2 (--stage2) and --rfid, naming the flag (p.error, one line)."""
+    if args.rfid and args.model != "loopvae":
+        p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
+    if not args.stage2:
+        on = changed_flags(args, STAGE2_FLAGS)
+        if on:
+            p.error(f"{', '.join(on)}: Stage-2 flags; add --stage2 CKPT, the Stage-1 loopvae checkpoint to continue")
+        return
+    if args.model != "loopvae":
+        p.error(f"--stage2 {args.stage2}: Stage 2 continues a loopvae checkpoint; this run is --model {args.model} "
+                "(the checkpoint's, or given)")
+    if args.finetune:
+        p.error("--stage2 starts from its checkpoint's weights; leave out --finetune")
+    if args.disc == "dinov2" and not args.disc_weights:
+        p.error("--disc dinov2 needs --disc-weights FILE: DINOv2-small weights in timm's ViT-S/14 layout "
+                "(vit_small_patch14_dinov2), downloaded on a connected machine")
+    if args.disc_weights and args.disc != "dinov2":
+        p.error(f"--disc-weights is for --disc dinov2; this run has --disc {args.disc}")
+    if args.grad_accum > 1:
+        p.error("--grad-accum with --stage2: the discriminator steps once per micro-batch; use --grad-accum 1")
+    if args.amp == "fp16":
+        p.error("--amp fp16 with --stage2: the discriminator has no GradScaler; use --amp bf16 or none")
+
+
 # Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
 # depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
 CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "stages", "stage_weights", "detach_stages",
@@ -492,8 +563,7 @@ def resolve_loopvae(args, p):
     applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
     compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
     flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
-    plain = vars(get_parser().parse_args([]))  # the defaults without a preset's
-    on = [f"--{k.replace('_', '-')}" for k in CLASSIFIER_FLAGS if getattr(args, k) != plain[k]]
+    on = changed_flags(args, CLASSIFIER_FLAGS)
     if on:
         p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
                 "no classes, patches or depths to vary), leave them out")
@@ -547,13 +617,14 @@ def list_presets():
 
 # ----------------------------------------------------------------------------- helpers
 @torch.no_grad()
-def evaluate(model, loader, device, amp_ctx, depth=None, stop=None):
+def evaluate(model, loader, device, amp_ctx, depth=None, stop=None, rfid=None):
     """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks; a model
-    with `metrics` (a tokenizer: LoopVAE) is evaluated by evaluate_reconstruction instead. Raises
+    with `metrics` (a tokenizer: LoopVAE) is evaluated by evaluate_reconstruction instead (with
+    `rfid`, rfid_metric's FID, its rFID too). Raises
     EmptyEvaluation when no rank had a usable image. Returns None, after the batch in flight, once
     `stop` (a Stop; one process only) holds a stop request."""
     if hasattr(model, "metrics"):
-        return evaluate_reconstruction(model, loader, device, amp_ctx, stop)
+        return evaluate_reconstruction(model, loader, device, amp_ctx, stop, rfid)
     model.eval()
     sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
     for x, y in eval_batches(loader, device):
@@ -576,25 +647,56 @@ RECONSTRUCTION = ("l1", "psnr", "psnr_raw", "ssim", "kl", "out_of_range")  # loo
 
 
 @torch.no_grad()
-def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None):
-    """A tokenizer's validation metrics from `model.metrics(x)` in eval mode (LoopVAE: the posterior
-    mode decoded, loopvae.reconstruction_metrics), means over the images of all ranks: val_l1 (mean
-    |x - x_hat| in [-1, 1] units), val_psnr and val_psnr_raw (dB, output clipped to the valid range or
-    not), val_ssim, val_kl (per latent element) and val_out_of_range (fraction of pixels). Raises
-    EmptyEvaluation when no rank had a usable image; None once `stop` holds a request (as evaluate)."""
+def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None, rfid=None):
+    """A tokenizer's validation metrics in eval mode (LoopVAE: the posterior mode decoded, `reconstruct`,
+    then loopvae.reconstruction_metrics), means over the images of all ranks: val_l1 (mean |x - x_hat|
+    in [-1, 1] units), val_psnr and val_psnr_raw (dB, output clipped to the valid range or not),
+    val_ssim, val_kl (per latent element) and val_out_of_range (fraction of pixels); with `rfid`
+    (rfid_metric) val_rfid, the FID of the clipped reconstructions against their images (App. A.3: the
+    validation images are both the real set and the sources). Raises EmptyEvaluation when no rank had
+    a usable image; None once `stop` holds a request (as evaluate)."""
+    import loopvae
     model.eval()
     sums, count = torch.zeros(len(RECONSTRUCTION), device=device, dtype=torch.float64), 0
+    if rfid is not None:
+        rfid.reset()
     for x, _ in eval_batches(loader, device):
         if stop:
             model.train()
             return None
         with amp_ctx:
-            m = model.metrics(x)
+            x_hat, mean, logvar = model.reconstruct(x)
+            m = loopvae.reconstruction_metrics(x, x_hat, mean, logvar)
+        if rfid is not None:  # images in [0, 1] (normalize=True)
+            rfid.update(loopvae.to_unit(x), real=True)
+            rfid.update(loopvae.to_unit(x_hat).clamp(0, 1), real=False)
         sums += torch.stack([m[k].double().sum() for k in RECONSTRUCTION])
         count += len(x)
     model.train()
     *totals, n = summed_over_ranks(sums, count)
-    return {f"val_{k}": v / n for k, v in zip(RECONSTRUCTION, totals)}
+    out = {f"val_{k}": v / n for k, v in zip(RECONSTRUCTION, totals)}
+    if rfid is not None:  # (torchmetrics gathers the features of every rank)
+        out["val_rfid"] = float(rfid.compute())
+    return out
+
+
+def rfid_metric(device):
+    """--rfid: torchmetrics' FrechetInceptionDistance (2048-d pool features of the FID Inception network,
+    images in [0, 1]) on `device`, an optional extra; its weights come from torch-fidelity's cache
+    ($TORCH_HOME/hub/checkpoints), else a download. Raises Fail (one line) when the package or the
+    weights cannot be had: never an Inception network with random weights."""
+    how = ("on a connected machine, pip install 'torchmetrics[image]' and run once with --rfid (torch-fidelity "
+           f"caches the weights in {os.path.join(torch.hub.get_dir(), 'checkpoints')}), or train without --rfid")
+    try:
+        from torchmetrics.image.fid import FrechetInceptionDistance
+        fid = FrechetInceptionDistance(feature=2048, normalize=True)
+    except ImportError as e:  # torchmetrics, or its torch-fidelity
+        raise Fail(f"--rfid needs torchmetrics with torch-fidelity, an optional extra not in requirements.txt "
+                   f"({e.name or e}); {how}")
+    except OSError as e:  # no network (urllib's URLError), a full disk, ...
+        raise Fail(f"--rfid: the FID Inception weights are not cached and could not be downloaded "
+                   f"({getattr(e, 'reason', None) or e}); {how}")
+    return fid.to(device)
 
 
 def eval_batches(loader, device):
@@ -625,7 +727,8 @@ def epoch_line(epoch, rec, step, total_steps):
     """The line printed after an epoch's evaluation (`rec`: its log.jsonl record): top-1/top-5 of a
     classifier, PSNR/SSIM/L1 of a tokenizer."""
     if "val_psnr" in rec:
-        said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}"
+        said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}" + (
+            f", rFID {rec['val_rfid']:.3f}" if "val_rfid" in rec else "")
     else:
         said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
     return f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
@@ -842,7 +945,7 @@ def configure(p, argv):
             p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
-    for flag in ("resume", "finetune", "teacher"):  # a run folder means its ckpt.pt
+    for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
     # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
@@ -852,9 +955,11 @@ def configure(p, argv):
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
         args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
-    elif args.resume or args.finetune:  # with --resume, --finetune is ignored: the run continues
-        source = ("--resume", args.resume) if args.resume else ("--finetune", args.finetune)
-        args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
+    elif args.resume or args.finetune or args.stage2:  # with --resume, --finetune/--stage2 are ignored: the run continues
+        source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
+        if not (args.print_config and source[0] == "--stage2" and not os.path.exists(source[1])):
+            # (a preset's Stage 2 printed before its Stage-1 run exists: the preset's flags describe the model)
+            args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
     if args.print_config:  # what this command would train; reads no data, builds no model
@@ -875,7 +980,9 @@ def announce(args, model, world, device, compiled, total_steps, steps_per_epoch,
     print(f"{args.model}: {model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
           f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
           + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
-          + (f", distilling from {args.teacher} ({args.distill})" if distilling else ""))
+          + (f", distilling from {args.teacher} ({args.distill})" if distilling else "")
+          + (f", Stage 2 from {args.stage2} (--disc {args.disc}, adversarial term from step {args.gan_start})"
+             if args.stage2 and not args.eval_only else ""))
     if args.resume and not args.eval_only:
         print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
               + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
@@ -913,8 +1020,11 @@ def main(argv=None, stop=None):
         model = build_model(args, model_img, num_classes, dynamic_img_size=True)
     else:
         model = build_model(args, img_size, num_classes)
-    if args.finetune and not args.resume:  # before .to(device): the weights are read on the CPU
-        report = finetune_weights(args.finetune, model)
+    if (args.finetune or args.stage2) and not args.resume:  # before .to(device): the weights are read on the CPU
+        if args.stage2:
+            check_stage1(args.stage2)
+        source = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
+        report = finetune_weights(source[1], model, source[0])
         if master:
             print(report)
     model = model.to(device)
@@ -928,10 +1038,16 @@ def main(argv=None, stop=None):
             distiller = distill.Distiller(model, teacher, args.distill, args.distill_temperature).to(device)
         except ValueError as e:
             raise Fail(str(e))
+    adversary = None  # Stage 2: the discriminator, its optimizer and the adversarial terms (adversarial.py)
+    if args.stage2 and not args.eval_only:
+        adversary = adversarial.build(raw_model, args.disc, args.disc_weights, device, lr=args.disc_lr or args.lr,
+                                      weight=args.gan_weight, start=args.gan_start, r1_gamma=args.r1_gamma,
+                                      r1_every=args.r1_every, policy=args.diffaug)
+    rfid = rfid_metric(device) if args.rfid else None  # (before anything is written: one line if it cannot be had)
     scope, why = "blocks", None  # --compile: checked here, before anything is written
     if args.compile:
         blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
-                                        ("--eval-only", args.eval_only)) if on]
+                                        ("--stage2", adversary is not None), ("--eval-only", args.eval_only)) if on]
         try:
             scope, why = kernels.choose_scope(raw_model, args.compile_scope or "auto", blockers)
         except ValueError as e:
@@ -958,7 +1074,7 @@ def main(argv=None, stop=None):
     check_out_dir(args.out_dir)
     lock = lock_out_dir(args.out_dir) if master and not args.eval_only else None
     start_epoch, start_batch, step, progress = resume_or_start(
-        args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller)
+        args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary)
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
         stop.checkpoint, stop.step = args.resume, step
     stop.hint = continue_hint(p, argv, ddp, ckpt_path)
@@ -980,6 +1096,7 @@ def main(argv=None, stop=None):
                              "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                              "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
                              "distill": raw_distiller.state_dict() if distiller is not None else None,
+                             "adversary": adversary.state_dict() if adversary is not None else None,
                              "batch": batch, "step": step, "progress": progress, "rng": rngs,
                              "args": vars(args), "classes": getattr(train_set, "classes", None)}, ckpt_path)
             except OSError as e:
@@ -1010,7 +1127,8 @@ def main(argv=None, stop=None):
     if not args.eval_only:
         step = train(
             args=args, device=device, ddp=ddp, world=world, master=master, model=model, raw_model=raw_model,
-            distiller=distiller, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema, mix=mix,
+            distiller=distiller, adversary=adversary, rfid=rfid, optimizer=optimizer, scheduler=scheduler,
+            scaler=scaler, ema=ema, mix=mix,
             amp_ctx=amp_ctx, num_classes=num_classes, train_set=train_set, train_loader=train_loader,
             val_loader=val_loader, save=save, ckpt_path=ckpt_path, log_path=log_path, steps_per_epoch=steps_per_epoch,
             total_steps=total_steps, start_epoch=start_epoch, start_batch=start_batch, step=step, progress=progress,
@@ -1021,7 +1139,7 @@ def main(argv=None, stop=None):
     if not hasattr(raw_model, "metrics"):
         evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
     elif args.eval_only:
-        reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop)
+        reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid)
     if master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
@@ -1073,9 +1191,10 @@ def start_processes(args, ddp, device, master):
         args.out_dir = name[0]
 
 
-def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller):
+def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written) and this rank's RNG state; else refuse an existing OUT/ckpt.pt and seed this rank.
+    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state; else
+    refuse an existing OUT/ckpt.pt and seed this rank.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
     resumed with these flags."""
     if not args.resume:
@@ -1092,6 +1211,13 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
         if rank == 0:
             print(line)
     restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt)
+    stage2 = ck.get("adversary") is not None
+    if not args.eval_only and stage2 != (adversary is not None):
+        raise Fail(f"--resume {args.resume}: a Stage-2 checkpoint (its run had --stage2 {ck['args'].get('stage2')}); "
+                   "give its Stage-2 flags" if stage2 else f"--resume {args.resume}: a Stage-1 checkpoint; start "
+                   f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
+    if adversary is not None:
+        adversary.load_state_dict(ck["adversary"])
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
@@ -1131,34 +1257,36 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
         depth_report(args, raw_model, rows, step)
 
 
-def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop):
+def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid=None):
     """--eval-only of a tokenizer: its validation metrics (evaluate_reconstruction; the EMA weights with
     --eval-ema) printed as one line and written to OUT/reconstruction_eval.json. Raises Preempted for
     a stop request (one process: after the batch in flight)."""
     weights, model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
-    r = evaluate_reconstruction(model, val_loader, device, amp_ctx, None if dist.is_initialized() else stop)
+    r = evaluate_reconstruction(model, val_loader, device, amp_ctx, None if dist.is_initialized() else stop, rfid)
     if r is None:
         raise Preempted(stop.line("in the evaluation"))
     if not master:
         return
     print(f"{args.resume} (step {step}, {weights} weights): validation PSNR {r['val_psnr']:.2f} dB (unclipped "
           f"{r['val_psnr_raw']:.2f}), SSIM {r['val_ssim']:.4f}, L1 {r['val_l1']:.4f}, KL {r['val_kl']:.4g}, "
-          f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %")
+          f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %" + (f", rFID {r['val_rfid']:.3f}" if rfid else ""))
     res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
            "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
     with open(os.path.join(args.out_dir, "reconstruction_eval.json"), "w") as f:
         json.dump(res, f, indent=1)
 
 
-def train(*, args, device, ddp, world, master, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
-          mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
+def train(*, args, device, ddp, world, master, model, raw_model, distiller, adversary, rfid, optimizer, scheduler,
+          scaler, ema, mix, amp_ctx, num_classes, train_set, train_loader, val_loader, save, ckpt_path, log_path,
           steps_per_epoch, total_steps, start_epoch, start_batch, step, progress, stop):
     """The training loop (docs/training.md): epochs of optimizer steps from `step` on, each epoch
     evaluated, logged and checkpointed. What happens around a step has its own helper: the loader's
     undecodable images (data.UsableImages), the epoch's running sums (EpochSums), and the progress
     bar, the estimated time, the device reads, the stop requests and mid-epoch checkpoints
     (Monitor: `stop`, a Stop, honoured after a step and after a checkpoint; an epoch's evaluation
-    finishes first). Takes what main() built, by name; returns the optimizer step reached."""
+    finishes first). Stage 2 (`adversary`, adversarial.py): each micro-batch's call updates the
+    discriminator and adds the generator's adversarial term. Takes what main() built, by name;
+    returns the optimizer step reached."""
     if stopping(stop, ddp, device):  # a stop request during the set-up
         raise Preempted(stop.line(f"before the first step (at step {step})"))
     usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
@@ -1188,6 +1316,9 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
                             term = distiller(x, logits)
                             raw_model.aux["distill_loss"] = term.detach()  # logged with the model's terms
                             loss = loss + args.distill_weight * term
+                        if adversary is not None:  # Stage 2: a discriminator update, then + lambda_a L_adv
+                            loss, terms = adversary(x, logits, loss, step)
+                            raw_model.aux.update(terms)
                     scaler.scale(loss * (0.0 if empty else 1.0 / args.grad_accum)).backward()  # the batch mean
                 if not empty:
                     step_loss, seen = step_loss + loss.detach() / args.grad_accum, seen + 1
@@ -1212,9 +1343,9 @@ def train(*, args, device, ddp, world, master, model, raw_model, distiller, opti
         position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp)}
         try:
-            rec.update(evaluate(raw_model, val_loader, device, amp_ctx))
+            rec.update(evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
             if ema is not None:
-                rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx).items()})
+                rec.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, device, amp_ctx, rfid=rfid).items()})
         except EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {ckpt_path} (--resume it)")
@@ -1397,6 +1528,15 @@ class Monitor:
 def no_sync(module, accumulating):
     """DDP's no_sync() while gradients accumulate over micro-batches (nothing for a plain module)."""
     return module.no_sync() if accumulating and isinstance(module, DDP) else nullcontext()
+
+
+def check_stage1(path):
+    """Raise Fail unless `path` (--stage2) is an rvits checkpoint of a LoopVAE run."""
+    ck = read_weights(path, "--stage2")
+    model = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    if model != "loopvae":
+        raise Fail(f"--stage2 {path}: not a LoopVAE checkpoint ({f'a --model {model} run' if model else 'no rvits run flags'}); "
+                   "Stage 2 continues the ckpt.pt of a train.py --model loopvae run")
 
 
 def model_from_checkpoint(path, flag, p, img_size):
