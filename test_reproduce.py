@@ -520,7 +520,8 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
     assert not broken, "\n".join(broken)
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     assert "```bash\npip install -r requirements-dev.txt" in readme
-    assert "\nRVITS_DATA=../shared/data python -m pytest -q\n```" in readme  # .ci/run runs this command
+    assert "\nRVITS_DATA=../shared/data python -m pytest -q -n 2\n```" in readme  # .ci/run runs this command
+    assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
     assert readme.count("\n") <= 300  # a front page; the manuals are in docs/
 
 
