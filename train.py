@@ -248,9 +248,9 @@ def int_list(s):
     try:
         v = [int(t) for t in s.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 3,6,12, got {s!r}")
-    if not v or min(v) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {s!r}")
+        v = []
+    if not v or min(v) < 1:  # one message for both mistakes: not integers, or not positive
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (e.g. 1,2,4), got {s!r}")
     return v
 
 
@@ -1493,7 +1493,7 @@ class Monitor:
         now = time.perf_counter()  # (the device has caught up: a synced time)
         if self.master and pace_point(self.pace, step, now):
             self.pace.append((step, now))
-            if len(self.pace) == 2:
+            if len(self.pace) == 2 and step < self.total_steps:  # (nothing to estimate at the last step)
                 self.note(estimate_line(args, self.device, self.pace, self.total_steps))
         if nonfinite >= args.max_nonfinite:
             self.bar.close()
