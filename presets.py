@@ -241,9 +241,9 @@ for name, (what, flags) in PRESETS.items():
 # side by side, other load on the cores for some): 1.07-1.26 s per step of 32 and 2-4 min for the 10k
 # validation images with 28 block applications per branch; unlooped 0.57 s per step and 2.3 min; 1000
 # steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.
-TIMES.update({f"c100-mini-loopvae-{arm}": ("est. 22 min", "?") for arm in ("global", "scale", "none")})
-TIMES["c100-mini-loopvae-unlooped"] = ("est. 12 min", "?")
-# Stage 2 (gan): 1.47x a Stage-1 step (4.5 vs 3.05 s, 20 steps of each from --max-steps runs on the same loaded
-# CPU-2 AMD EPYC, 2026-12-01, load average 5-6), so ~1.7 s per step at the figure above: 200 steps + the evaluation.
-TIMES["c100-mini-loopvae-gan"] = ("est. 9 min", "?")
+# Measured wall times (CPU-2 AMD EPYC, 2026-12-01, one thread, two runs side by side; seed 1 of the study,
+# whose seed-0 runs shared the cores with more work: 41-54 min; docs/models.md): training + evaluation.
+TIMES.update({"c100-mini-loopvae-global": ("32.4 min", "?"), "c100-mini-loopvae-scale": ("33.0 min", "?"),
+              "c100-mini-loopvae-none": ("35.9 min", "?"), "c100-mini-loopvae-unlooped": ("17.2 min", "?"),
+              "c100-mini-loopvae-gan": ("10.2 min", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")

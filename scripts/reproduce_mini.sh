@@ -28,8 +28,7 @@ EXTRA=${EXTRA:-}
 # done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
 # as scripts/gpu_study.py stamps its results
 where() { python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
-COMMIT=$(where commit)
-CPU=$(where cpu_model)
+CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
@@ -73,6 +72,8 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     flags+=(--init "${arm#*+}")
   fi
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
+  local commit
+  commit=$(where commit)
   mkdir -p "$dir"
   local t0=$SECONDS
   # shellcheck disable=SC2086  # EXTRA is a list of flags
@@ -82,7 +83,7 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   local wall=$(( SECONDS - t0 + $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'])" \
     "$dir/partial.json" 2>/dev/null || echo 0) ))
   if [ $rc -eq 0 ]; then
-    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$COMMIT\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
+    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
     local top1 left  # the last epoch's top-1 (a classifier) or PSNR (LoopVAE)
     top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(f\"top-1 {r['val_acc1']:.2f} %\" if 'val_acc1' in r else f\"PSNR {r['val_psnr']:.2f} dB\")" \
