@@ -214,7 +214,7 @@ def figures(runs, root):
         ax.set(title=s, xlabel="passes kept (k)", xticks=range(1, lr[0]["loops"]["stages"][s] + 1))
     axes[0].set_ylabel("validation PSNR (dB)")
     axes[-1].legend(fontsize=7)
-    fig.suptitle("LoopVAE c100-mini: completing the schedule (prefix truncation, sec. 4.4)")
+    fig.suptitle("LoopVAE c100-mini: completing the schedule (prefix truncation, sec. 4.4)", y=1.04)
     fig.savefig(os.path.join(root, "prefix.png"), dpi=110, bbox_inches="tight")
     plt.close(fig)
     recon_grid(runs["global"][0] if runs.get("global") else lr[0], root, plt)
@@ -276,7 +276,7 @@ def main(argv=None):
     for path, name in ((a.readme, "loopvae-claims"), (a.docs, "loopvae-details")):
         if path:
             update_readme(path, {name: blocks[name]}, a.runs, prefix="loopvae", tool="summarize_loopvae.py",
-                          figures=("prefix", "recon"))
+                          figures=("prefix", "recon") if path == a.readme else ())  # (into README's docs/)
     print(text)
 
 
