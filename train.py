@@ -1030,19 +1030,8 @@ def main(argv=None, stop=None):
     model = model.to(device)
     if args.grad_checkpoint:
         model.set_grad_checkpointing(True)
-    raw_model, distiller = model, None
-    if args.teacher and not args.eval_only:
-        import distill
-        teacher = model_from_checkpoint(args.teacher, "--teacher", p, img_size).to(device)
-        try:
-            distiller = distill.Distiller(model, teacher, args.distill, args.distill_temperature).to(device)
-        except ValueError as e:
-            raise Fail(str(e))
-    adversary = None  # Stage 2: the discriminator, its optimizer and the adversarial terms (adversarial.py)
-    if args.stage2 and not args.eval_only:
-        adversary = adversarial.build(raw_model, args.disc, args.disc_weights, device, lr=args.disc_lr or args.lr,
-                                      weight=args.gan_weight, start=args.gan_start, r1_gamma=args.r1_gamma,
-                                      r1_every=args.r1_every, policy=args.diffaug)
+    raw_model = model
+    distiller, adversary = trainers_beside_the_model(args, p, model, img_size, device)
     rfid = rfid_metric(device) if args.rfid else None  # (before anything is written: one line if it cannot be had)
     scope, why = "blocks", None  # --compile: checked here, before anything is written
     if args.compile:
@@ -1147,6 +1136,27 @@ def main(argv=None, stop=None):
         dist.destroy_process_group()
     if lock is not None:
         lock.close()
+
+
+def trainers_beside_the_model(args, p, model, img_size, device):
+    """(distiller, adversary), each None unless the run asks for it: --teacher's distill.Distiller
+    (the teacher from its checkpoint) and --stage2's adversarial.Adversary (the discriminator, its
+    optimizer and the adversarial terms). An evaluation needs neither. Raises Fail."""
+    if args.eval_only:
+        return None, None
+    distiller = adversary = None
+    if args.teacher:
+        import distill
+        teacher = model_from_checkpoint(args.teacher, "--teacher", p, img_size).to(device)
+        try:
+            distiller = distill.Distiller(model, teacher, args.distill, args.distill_temperature).to(device)
+        except ValueError as e:
+            raise Fail(str(e))
+    if args.stage2:
+        adversary = adversarial.build(model, args.disc, args.disc_weights, device, lr=args.disc_lr or args.lr,
+                                      weight=args.gan_weight, start=args.gan_start, r1_gamma=args.r1_gamma,
+                                      r1_every=args.r1_every, policy=args.diffaug)
+    return distiller, adversary
 
 
 def load_data(args, p):
