@@ -3,7 +3,7 @@
     python analyze.py --resume runs/bvit/ckpt.pt --out-dir runs/bvit/analysis [--num-images 512]
         [--data-dir ../shared/data] [--device cpu|cuda] [--depth L] [--batch-size 128]
 
-The model is rebuilt from the run's saved flags through train.py's registry (train.MODELS) and
+The model is rebuilt from the run's saved flags through train.py's registry (training/registry.py) and
 evaluated on the first N images of the validation set it was trained on (no augmentation).
 Writes OUT/cka.json and OUT/steps.json, and OUT/cka.png and OUT/steps.png when matplotlib is
 installed. Any bad input is one line `analyze.py: error: ...` and exit status 2.
@@ -70,8 +70,9 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import data
-import train
-from checkpoints import Fail, read_weights
+from training import flags, registry
+from training.checkpoints import read_weights
+from training.monitor import Fail
 
 
 class Parser(argparse.ArgumentParser):
@@ -84,11 +85,11 @@ def get_parser():
     p.add_argument("--resume", required=True, metavar="CKPT", help="an rvits checkpoint (train.py's ckpt.pt)")
     p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (LoopVAE: loops.json) and PNGs "
                    "are written")
-    p.add_argument("--num-images", type=train.positive(int), default=512, help="first N validation images")
+    p.add_argument("--num-images", type=flags.positive(int), default=512, help="first N validation images")
     p.add_argument("--data-dir", help="dataset root (default: the checkpoint's --data-dir)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--depth", type=train.positive(int), help="steps to run (default: the trained depth)")
-    p.add_argument("--batch-size", type=train.positive(int), default=128)
+    p.add_argument("--depth", type=flags.positive(int), help="steps to run (default: the trained depth)")
+    p.add_argument("--batch-size", type=flags.positive(int), default=128)
     return p
 
 
@@ -168,13 +169,13 @@ def loop_interventions(model, images, batch_size=128):
 def load(args):
     """(model on args.device in eval mode, validation set, the run's saved flags) of the
     checkpoint args.resume, built as train.py builds it: the saved flags over train.py's parser
-    defaults, train.resolve, then train.MODELS[model](flags, common)."""
+    defaults, training.flags.resolve, then training.registry.build_model."""
     ck = read_weights(args.resume, "--resume")  # weights_only: a pickled object is refused
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("args"), dict)
-            and ck["args"].get("model") in train.MODELS):
+            and ck["args"].get("model") in registry.MODELS):
         raise Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
-                         f"under 'model' and the run's flags under 'args', --model one of {', '.join(train.MODELS)})")
-    run = train.get_parser().parse_args([])
+                         f"under 'model' and the run's flags under 'args', --model one of {', '.join(registry.MODELS)})")
+    run = flags.get_parser().parse_args([])
     vars(run).update(ck["args"], teacher=None, distill=None, perceptual="none")  # training-only: an analysis
     # distils nothing and needs no LoopVAE loss term (whose LPIPS weights an offline machine lacks)
     if args.data_dir:
@@ -182,11 +183,11 @@ def load(args):
     try:
         _, val_set, num_classes, img_size = data.build_datasets(
             run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels,
-            mean_std=train.NORMALIZATION.get(run.model))  # as the run saw its images (LoopVAE: [-1, 1])
+            mean_std=registry.NORMALIZATION.get(run.model))  # as the run saw its images (LoopVAE: [-1, 1])
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
-    run = train.resolve(run, get_parser(), img_size)
-    model = train.build_model(run, img_size, num_classes)
+    run = flags.resolve(run, get_parser(), img_size)
+    model = registry.build_model(run, img_size, num_classes)
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:

@@ -241,18 +241,16 @@ def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False, mode=N
     win, optimizer=False (forward and backward only), mix=False (no MixUp/CutMix; label smoothing
     keeps the targets' shape, so the compiled graph is the same), loader=False (one fixed batch).
     Returns (step, images per step, model FLOPs per image)."""
-    import train
-    from optim import param_groups
-    p = train.get_parser()
-    args = train.resolve(train.parse_args(p, ["--preset", preset, *flags]), p, 32)
+    from training import flags as run_flags, optim as run_optim, registry
+    args = run_flags.resolved(["--preset", preset, *flags], 32)
     torch.manual_seed(0)
-    model = train.build_model(args, 32, 100).to(device)
+    model = registry.build_model(args, 32, 100).to(device)
     if bf16_residual:
         bf16_residual_stream(model)
-    optim = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, fused=True)
+    optim = torch.optim.AdamW(run_optim.param_groups(model, args.weight_decay), lr=args.lr, fused=True)
     scaler = torch.amp.GradScaler(device.type, enabled=False)
     forward = model if scope is None else kernels.compile_for_training(model, scope, device, mode)
-    mixer = train.build_mix(args, 100) if mix else None
+    targets = data.MixAndSmooth(args, 100, mix=mix)
     n = 4 * args.batch_size
     images = data.TensorImages(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 100, (n,)), None)
     batches = endless(data.DeviceCIFARLoader(images, args.batch_size, True, device=device))
@@ -260,14 +258,14 @@ def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False, mode=N
     ctx = torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp)
 
     def step():
-        x, y = train.mix_and_smooth(*(next(batches) if loader else fixed), mixer, args, 100)
+        x, y = targets(*(next(batches) if loader else fixed))
         with ctx:
             loss = forward(x, y)[1]
         loss.backward()
         if not optimizer:
             model.zero_grad(set_to_none=True)
             return
-        bad = train.optimizer_step(model, optim, scaler, args.clip_grad)
+        bad = run_optim.optimizer_step(model, optim, scaler, args.clip_grad)
         if host_sync:
             bool(bad)
     return step, args.batch_size, model.flops_per_image()
@@ -445,7 +443,7 @@ def main():
     p.add_argument("--json", help="also write the ratios to this JSON file")
     p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
-                   "that the script runs (test_speed.py), measures nothing")
+                   "that the script runs (tests/test_speed.py), measures nothing")
     p.add_argument("--only", help="comma-separated measurements to run, of: " + ", ".join(MEASUREMENTS))
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -292,7 +292,7 @@ class BViT(nn.Module):
     def compile_regions(self, **kwargs):
         """Regional compilation: compile each distinct block once and keep the step loop eager, so
         compile time does not grow with depth and a new depth, step or phase map needs no
-        recompilation (test_speed.py checks it with TORCH_LOGS=recompiles). fullgraph=True: each
+        recompilation (tests/test_speed.py checks it with TORCH_LOGS=recompiles). fullgraph=True: each
         block compiles to one graph or fails, never silently falling back to Python in between (a
         "graph break"). Block holds its drop-path rate as a tensor because torch.compile guards a
         float attribute's value: blocks of different rates would each compile a graph. Call before

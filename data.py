@@ -24,7 +24,7 @@ Which path augments a training image (`build_loaders`; train.py's flags):
   training transform per image there.
 So CIFAR's crop + flip exists twice: `build_transform`'s v2.RandomCrop + RandomHorizontalFlip and
 `random_crop_flip`. Both take their padding from `crop_padding` and flip with probability 1/2; an
-edit to one alone fails test_speed.py's
+edit to one alone fails tests/test_speed.py's
 test_per_image_and_batched_cifar_augmentation_draw_the_same_crops_and_flips.
 """
 import atexit
@@ -191,6 +191,29 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
         ops += [v2.Resize(int(img_size / 0.875), antialias=True), v2.CenterCrop(img_size)]
     ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
     return v2.Compose(ops)
+
+
+class MixAndSmooth:
+    """The training targets of a batch on its device (train.py's step; bench.py times the same):
+    MixUp / CutMix (torchvision v2, one of the two chosen per batch when both --mixup and --cutmix are
+    on; `mix=False` leaves them out) and label smoothing (--label-smoothing; with --bce every class in
+    a mix is a positive, as DeiT III's code does). `(x, y)` with x (B, C, H, W) and y (B,) class
+    indices -> (x, y) with y (B,) indices or (B, num_classes) probabilities."""
+
+    def __init__(self, args, num_classes, mix=True):
+        self.num_classes, self.eps, self.bce = num_classes, args.label_smoothing, args.bce
+        mixes = ([v2.MixUp(alpha=args.mixup, num_classes=num_classes)] if args.mixup else []) + \
+                ([v2.CutMix(alpha=args.cutmix, num_classes=num_classes)] if args.cutmix else [])
+        self.mix = v2.RandomChoice(mixes) if mixes and mix else None
+
+    def __call__(self, x, y):
+        if self.mix is not None:
+            x, y = self.mix(x, y)  # y becomes (B, classes) probabilities
+            if self.bce:  # DeiT III's code: every class in the mix is a positive
+                y = (y > 0).to(y.dtype)
+        if self.eps:
+            y = (y if y.ndim == 2 else F.one_hot(y, self.num_classes).float()) * (1 - self.eps) + self.eps / self.num_classes
+        return x, y
 
 
 # ----------------------------------------------------------------------------- image folders

@@ -188,7 +188,7 @@ for arm, (what, flags) in LOOPVAE_ARMS.items():
         "none at 32 px (Table 2, Transformer, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
         "unshared 31.043 dB)" if arm != "unlooped" else
         "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
-# LoopVAE Stage 2 (adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1
+# LoopVAE Stage 2 (training/adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1
 # run as scripts/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
 # 5e-5 (generator and discriminator), adaptive weight x 0.5, lazy R1 10 every 16, DiffAugment; our choices:
 # the small conv discriminator (the paper's frozen DINOv2 needs weights this machine cannot download), the

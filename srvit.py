@@ -197,6 +197,7 @@ class SRViT(nn.Module):
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
         self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
+        self.aux = {}  # train.py logs it and adds its own terms (distillation, Stage 2) to it
         num_patches = (img_size // patch_size) ** 2
 
         self.patch_embed = nn.Module()

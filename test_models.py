@@ -491,7 +491,7 @@ def test_short_run_on_real_cifar_lowers_the_loss(tmp_path):
 
 
 # Two cases through a real `python train.py` process (a data error, an argparse error); the full list
-# of bad inputs (--depth 0, --patch-size 5, ...) is checked in-process in test_train.py.
+# of bad inputs (--depth 0, --patch-size 5, ...) is checked in-process in tests/test_train.py.
 @pytest.mark.parametrize("flags, says", [
     (["--data", "cifar100", "--data-dir", "/nonexistent/rvits"], "/nonexistent/rvits"),
     (["--model", "nosuch"], "--model"),

@@ -67,7 +67,7 @@ def plan(dry, py, out, work, data, preset):
             ("gpu_check", 170, check + ["--budget-s", "150"]),
             ("cifar", 170, cifar + ["--compile", "--device", "cuda", "--amp", "bf16"]),
             ("smoke_224", 80, smoke),
-            ("cuda_tests", 40, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_speed.py",
+            ("cuda_tests", 40, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_speed.py",
                                 "test_models.py", "-k", "cuda or bf16"])]
 
 

@@ -21,21 +21,20 @@ import torch  # noqa: E402
 
 import bench  # noqa: E402
 import kernels  # noqa: E402
-import train  # noqa: E402
+from training import flags, registry  # noqa: E402
 
 MODELS = ("bvit", "revit", "odevit", "srvit")
 
 
 def smoke(model_name, device, dry, steps=3):
     """(first-step seconds, steady img/s) of one model's bf16 training step."""
-    flags = ["--model", model_name] + (["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "4"]
-                                       if dry else ["--size", "s", "--img-size", "224", "--patch-size", "16",
-                                                    "--batch-size", "64"])
-    p = train.get_parser()
-    args = train.resolve(train.parse_args(p, flags), p, 32 if dry else 224)
+    argv = ["--model", model_name] + (["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "4"]
+                                      if dry else ["--size", "s", "--img-size", "224", "--patch-size", "16",
+                                                   "--batch-size", "64"])
     img = 32 if dry else 224
+    args = flags.resolved(argv, img)
     torch.manual_seed(0)
-    model = train.build_model(args, img, 1000).to(device)
+    model = registry.build_model(args, img, 1000).to(device)
     forward = model if dry else kernels.compile_for_training(model, "blocks", device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x = torch.randn(args.batch_size, 3, img, img, device=device)

@@ -137,16 +137,15 @@ def next_fitting(todo, estimates, left_s, blocked=()):
 def preset_model(preset):
     """(model GFLOPs per image (forward, analytic: flops_per_image), block applications in one training
     forward) of a preset."""
-    import train
-    p = train.get_parser()
-    args = train.resolve(train.parse_args(p, ["--preset", preset]), p, 32)
+    from training import flags, registry
+    args = flags.resolved(["--preset", preset], 32)
     applications = args.depth  # bvit, vit, revit: one block application per step
     if args.model == "srvit":
         applications = args.depth * args.recursions
     elif args.model == "odevit":
         import odevit
         applications = args.depth * odevit.NFE_PER_STEP[args.solver]  # args.depth: solver steps
-    return train.build_model(args, 32, 100).flops_per_image() / 1e9, applications
+    return registry.build_model(args, 32, 100).flops_per_image() / 1e9, applications
 
 
 def scope_flags(applications):

@@ -3,7 +3,7 @@
 #   cp -r ../shared/data/cifar-100-device gpu_data/    # here, once (gpu_data/ is git-ignored)
 #   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash scripts/gpu_study.sh     (OUT is set there)
 #   then here:  python scripts/summarize_gpu.py --add <fetched OUT>/results.jsonl --readme README.md
-#   bash scripts/gpu_study.sh --dry-run    # any CPU: every arm shrunk to a few steps (test_reproduce.py)
+#   bash scripts/gpu_study.sh --dry-run    # any CPU: every arm shrunk to a few steps (tests/test_reproduce.py)
 # On the GPU machine CIFAR-100 is unpacked from gpu_data/cifar-100-device first, as gpu_run.sh does.
 # Environment: see scripts/gpu_study.py (OUT, WORK, GPU_DATA, BUDGET_S, SEEDS, ARMS, JOBS, RESULTS).
 set -uo pipefail

@@ -1,10 +1,11 @@
 """The optimizers, the learning-rate schedule and the weight EMA of train.py: AdamW from torch or
 LAMB (below), no weight decay on 1-D parameters (param_groups), linear warmup + cosine decay
-(lr_lambda), and EMA (below). torch ships no LAMB; DeiT III (the in1k-* presets) trains with it.
+(lr_lambda), the step itself (optimizer_step: unscale, clip, step or skip) and EMA (below). torch
+ships no LAMB; DeiT III (the in1k-* presets) trains with it.
 
 No host sync: a step whose gradients are not finite is skipped on the device. Both optimizers read
 `optimizer.found_inf` (a 0-d float tensor, 1 = skip), as torch's fused AdamW does when GradScaler
-sets it, so the host never waits for the GPU to decide whether to step (train.optimizer_step).
+sets it, so the host never waits for the GPU to decide whether to step (optimizer_step, below).
 """
 import copy
 import math
@@ -32,6 +33,27 @@ def param_groups(model, weight_decay):
         else:
             decay.append(prm)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def optimizer_step(model, optimizer, scaler, clip_grad):
+    """Unscale (fp16), clip the gradient norm to `clip_grad` (0 = no clipping) and step, without a
+    host sync. Returns `bad`, a 0-d float tensor on the device: 1 when the gradient norm is not
+    finite, in which case the update was skipped on the device (weights, moments and step counts
+    keep their values): the optimizer reads `found_inf` as it does from GradScaler (torch's fused
+    AdamW, optim.Lamb). The gradients are cleared either way. The host used to read the norm
+    (`if torch.isfinite(gnorm)`) and so could never queue work ahead of the GPU."""
+    scaler.unscale_(optimizer)
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad or float("inf"))
+    bad = (~torch.isfinite(gnorm)).float()
+    if scaler.is_enabled():  # fp16: GradScaler skips an overflowed step by the same mechanism
+        scaler.step(optimizer)
+    else:
+        optimizer.found_inf = bad
+        optimizer.step()
+        del optimizer.found_inf
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return bad
 
 
 class Lamb(torch.optim.Optimizer):

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoints
+from training import checkpoints
 import data
 import train
+from training import monitor
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 TINY = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
         "--val-subset", "32", "--eval-batch-size", "32", "--batch-size", "8"]
 
@@ -131,7 +132,7 @@ def test_a_cifar_pickle_that_would_run_code_is_refused_before_anything_runs(tmp_
     assert rc == 2 and len(err) == 1 and "refused" in err[0] and ".open" in err[0], err
     assert not marker.exists()
     fake_cifar(tmp_path / "again")  # numpy's own array pickles (numpy 2 module names) still load
-    assert len(train.data.load_cifar100(str(tmp_path / "again"), True)[0]) == 64
+    assert len(data.load_cifar100(str(tmp_path / "again"), True)[0]) == 64
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -356,11 +357,11 @@ def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp
 
 
 def test_the_estimate_waits_10_steps_or_30_seconds():
-    assert train.pace_point([], 1, 5.0)  # the first check
-    assert not train.pace_point([(1, 5.0)], 5, 20.0)  # fast steps: wait for 10 of them
-    assert train.pace_point([(1, 5.0)], 11, 20.0)
-    assert train.pace_point([(1, 5.0)], 2, 50.0)  # one slow step of 45 s is enough
-    assert not train.pace_point([(1, 5.0)], 1, 50.0) and not train.pace_point([(1, 5.0), (2, 50.0)], 30, 99.0)
+    assert monitor.pace_point([], 1, 5.0)  # the first check
+    assert not monitor.pace_point([(1, 5.0)], 5, 20.0)  # fast steps: wait for 10 of them
+    assert monitor.pace_point([(1, 5.0)], 11, 20.0)
+    assert monitor.pace_point([(1, 5.0)], 2, 50.0)  # one slow step of 45 s is enough
+    assert not monitor.pace_point([(1, 5.0)], 1, 50.0) and not monitor.pace_point([(1, 5.0), (2, 50.0)], 30, 99.0)
 
 
 def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_path):

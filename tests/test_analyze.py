@@ -18,7 +18,7 @@ import srvit
 import train
 from test_train import TINY, fake_cifar
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 # ----------------------------------------------------------------------------- linear CKA

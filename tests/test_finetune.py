@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import bvit
-import checkpoints
+from training import checkpoints
 import train
 from test_train import TINY, fake_cifar
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
 needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
 FOLDER = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "64", "--device", "cpu", "--workers", "0",
           "--batch-size", "8", "--val-subset", "16", "--eval-batch-size", "16", "--max-steps", "1"]

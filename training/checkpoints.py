@@ -1,7 +1,8 @@
 """Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG states,
-restoring a run's objects), the --resume policy, --finetune weights (head and position embedding
-adapted), flags taken from a checkpoint (--eval-only, --finetune), and the --out-dir checks
-(writable; locked to one run).
+restoring a run's objects; Saver, the run's save, and resume_or_start), the --resume policy and how
+to continue a stopped run (continue_hint), --finetune / --stage2 weights (head and position embedding
+adapted; start_weights, check_stage1), flags taken from a checkpoint (--eval-only, --finetune), and
+the run folder (new_run_dir; writable; locked to one run).
 
 Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
 """
@@ -10,13 +11,16 @@ import math
 import os
 import pickle
 import random
+import shlex
+import sys
+import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from tqdm import tqdm
 
-
-class Fail(Exception):
-    """A problem the user can fix: printed as one line, exit status 2."""
+from training.monitor import Fail
 
 
 def rng_state():
@@ -361,3 +365,113 @@ def checkpoint_args(p, args, argv, path, keep, flag, preset=()):
     if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
         args.model_classes = ck.get("classes")
     return args
+
+
+# ----------------------------------------------------------------------------- a run's checkpoint
+class Saver:
+    """save(epoch, batch, progress, step): the atomic checkpoint of everything a bit-exact resume
+    needs (rank 0 writes it; every rank's RNG state is gathered), and the class names (image folders),
+    which are all that --eval-only needs of the training set. `objects`: name -> the object whose
+    state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
+    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". After a save `stop` (a
+    monitor.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
+    (a full disk): the previous checkpoint is kept."""
+
+    def __init__(self, path, objects, args, classes, stop, ddp, world, master):
+        self.path, self.objects, self.args, self.classes, self.stop = path, objects, args, classes, stop
+        self.ddp, self.world, self.master = ddp, world, master
+
+    def __call__(self, epoch, batch, progress, step):
+        rngs = [None] * self.world
+        if self.ddp:
+            dist.all_gather_object(rngs, rng_state())
+        else:
+            rngs = [rng_state()]
+        if self.master:
+            state = {k: v.state_dict() if v is not None else None for k, v in self.objects.items()}
+            try:
+                save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress, "rng": rngs,
+                             "args": vars(self.args), "classes": self.classes}, self.path)
+            except OSError as e:
+                raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
+                           f"{self.path}.tmp was removed; free space in {self.args.out_dir}; {self.stop.kept()}")
+            tqdm.write(f"saved checkpoint at step {step}")  # below a progress bar, on a line of its own
+            sys.stdout.flush()
+        self.stop.checkpoint, self.stop.step = self.path, step
+
+
+def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary):
+    """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
+    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state; else
+    refuse an existing OUT/ckpt.pt and seed this rank.
+    Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
+    resumed with these flags."""
+    if not args.resume:
+        if os.path.exists(ckpt_path):
+            raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
+                       "choose another --out-dir")
+        torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
+        return 0, 0, 0, {}
+    ck = load_checkpoint(args.resume, args)
+    if args.eval_ema and ck.get("ema") is None:
+        raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
+                   "leave out --eval-ema to evaluate its model weights")
+    for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
+        if rank == 0:
+            print(line)
+    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt)
+    stage2 = ck.get("adversary") is not None
+    if not args.eval_only and stage2 != (adversary is not None):
+        raise Fail(f"--resume {args.resume}: a Stage-2 checkpoint (its run had --stage2 {ck['args'].get('stage2')}); "
+                   "give its Stage-2 flags" if stage2 else f"--resume {args.resume}: a Stage-1 checkpoint; start "
+                   f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
+    if adversary is not None:
+        adversary.load_state_dict(ck["adversary"])
+    if len(ck["rng"]) == world:
+        set_rng_state(ck["rng"][rank])
+    else:  # another number of processes (an epoch boundary): fresh per-rank randomness
+        torch.manual_seed(args.seed + rank + 7919 * ck["step"])
+    return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+
+
+def continue_hint(p, argv, ddp, ckpt_path):
+    """How to continue this run from `ckpt_path` once stopped: the same command when it resumes
+    that checkpoint by itself (--resume auto, or --resume of that file), else the command with
+    --resume CKPT added (argparse takes the last value of a flag)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    given = p.parse_args(argv).resume
+    if given == "auto":
+        return "continue with the same command (its --resume auto continues the checkpoint)"
+    if given and os.path.abspath(checkpoint_file(given, "--resume")) == os.path.abspath(ckpt_path):
+        return "continue with the same command"
+    if ddp:
+        return f"continue with the same torchrun command and --resume {ckpt_path}"
+    return "continue with: python train.py " + shlex.join(argv + ["--resume", ckpt_path])
+
+
+def start_weights(args, model):
+    """--finetune / --stage2 without --resume: the weights to start from, loaded into `model` on the CPU
+    (finetune_weights; --stage2 checked to be a LoopVAE run first). Returns the report line."""
+    if args.stage2:
+        check_stage1(args.stage2)
+    flag, path = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
+    return finetune_weights(path, model, flag)
+
+
+def check_stage1(path):
+    """Raise Fail unless `path` (--stage2) is an rvits checkpoint of a LoopVAE run."""
+    ck = read_weights(path, "--stage2")
+    model = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    if model != "loopvae":
+        raise Fail(f"--stage2 {path}: not a LoopVAE checkpoint ({f'a --model {model} run' if model else 'no rvits run flags'}); "
+                   "Stage 2 continues the ckpt.pt of a train.py --model loopvae run")
+
+
+def new_run_dir(model, kind=None):
+    """runs/MODEL[-KIND]-YYYYmmdd-HHMMSS, the default --out-dir: a new folder per run (as timm's
+    output/train/<time>-<model>), with -2, -3, ... when that second already has one."""
+    base = os.path.join("runs", "-".join([model, *([kind] if kind else []), time.strftime("%Y%m%d-%H%M%S")]))
+    path, n = base, 2
+    while os.path.exists(path):
+        path, n = f"{base}-{n}", n + 1
+    return path

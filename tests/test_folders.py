@@ -17,7 +17,7 @@ import data
 import train
 from test_train import TINY
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
 needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
 CLASSES = sorted(os.listdir(os.path.join(SAMPLE, "train")))[:3] if os.path.isdir(SAMPLE) else []
 RUN = TINY + ["--data", "imagenet", "--img-size", "32", "--patch-size", "8", "--batch-size", "4",

@@ -65,7 +65,8 @@ def dinov2_backbone(path, img_size=224):
     width and depth read from the file, heads of width 64 (DINOv2's), loaded by checkpoints.
     finetune_weights (weights_only; pos_embed resized to the img_size / 14 grid). Raises Fail."""
     from bvit import BViT
-    from checkpoints import Fail, finetune_weights, read_weights
+    from training.checkpoints import finetune_weights, read_weights
+    from training.monitor import Fail
     sd = read_weights(path, "--disc-weights")
     proj = sd.get("patch_embed.proj.weight") if isinstance(sd, dict) else None
     if proj is None or proj.ndim != 4:
@@ -93,7 +94,7 @@ class Adversary:
         self.model, self.disc, self.policy = model, disc, tuple(policy)
         self.weight, self.start, self.max_weight, self.r1_gamma, self.r1_every = weight, start, max_weight, r1_gamma, r1_every
         self.trainable = [p for p in disc.parameters() if p.requires_grad]
-        # fused: a non-finite update is skipped on the device (found_inf), as train.optimizer_step does
+        # fused: a non-finite update is skipped on the device (found_inf), as optim.optimizer_step does
         self.optimizer = torch.optim.AdamW(self.trainable, lr=lr, betas=(0.5, 0.9), weight_decay=0.0, fused=True)
         self.lr, self.d_steps, self.r1 = lr, 0, torch.zeros((), device=self.trainable[0].device)
 

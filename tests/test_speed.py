@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import data
+from training import optim, registry
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 # ----------------------------------------------------------------------------- GPU-resident loader
@@ -271,10 +272,8 @@ def snapshot(model, opt):
 
 @pytest.mark.parametrize("opt", ["adamw", "lamb"])
 def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(opt):
-    """train.optimizer_step: a NaN gradient leaves the weights and the optimizer state (moments, step
+    """optim.optimizer_step: a NaN gradient leaves the weights and the optimizer state (moments, step
     count) exactly as they were, says so in the returned device flag, and the host reads nothing."""
-    import optim
-    import train
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     groups = optim.param_groups(m, 0.05)
@@ -286,7 +285,7 @@ def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(opt):
         if poison:
             m[0].weight.grad[0, 0] = float("nan")
         with HostReads() as reads:
-            bad = train.optimizer_step(m, o, scaler, 1.0)
+            bad = optim.optimizer_step(m, o, scaler, 1.0)
         assert reads.seen == [], reads.seen
         assert all(p.grad is None for p in m.parameters())
         return bad
@@ -305,21 +304,19 @@ def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(opt):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("opt", ["adamw", "lamb"])
 def test_cuda_non_finite_step_is_skipped_without_a_sync(opt):
-    import optim
-    import train
     m = torch.nn.Linear(8, 8).cuda()
     o = torch.optim.AdamW(m.parameters(), lr=0.1, fused=True) if opt == "adamw" else optim.Lamb(m.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     x = torch.randn(4, 8, device="cuda")
     m(x).sum().backward()
-    train.optimizer_step(m, o, scaler, 1.0)  # the first step allocates the state
+    optim.optimizer_step(m, o, scaler, 1.0)  # the first step allocates the state
     before = m.weight.detach().clone()
     m(x).sum().backward()
     m.weight.grad.fill_(float("nan"))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        bad = train.optimizer_step(m, o, scaler, 1.0)
+        bad = optim.optimizer_step(m, o, scaler, 1.0)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert bad.item() == 1 and torch.equal(m.weight, before)
@@ -329,7 +326,6 @@ def test_ema_is_torch_averaged_model_without_its_syncs():
     """optim.EMA against torch.optim.swa_utils.AveragedModel (the EMA of earlier train.py versions):
     the same averages after four updates, the same state dict (so old checkpoints resume), and no
     host read in an update."""
-    import optim
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
@@ -503,8 +499,8 @@ def test_model_terms_are_logged_from_the_last_training_step_even_when_a_later_ca
             if targets is not None:
                 trained.append(float(value))
             return out
-    build = train.build_model
-    monkeypatch.setattr(train, "build_model", lambda *a, **k: _static(build(*a, **k), StaticTerms))
+    build = registry.build_model
+    monkeypatch.setattr(registry, "build_model", lambda *a, **k: _static(build(*a, **k), StaticTerms))
     assert train.cli(["--data", "synthetic", "--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size",
                       "8", "--max-steps", "3", "--val-subset", "16", "--workers", "0", "--device", "cpu",
                       "--out-dir", str(tmp_path)]) == 0

@@ -18,7 +18,7 @@ import odevit
 import revit
 import srvit
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 TINY = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4)
 
 

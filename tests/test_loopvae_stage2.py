@@ -15,9 +15,10 @@ import pytest
 import timm
 import torch
 
-import adversarial
+from training import adversarial
 import loopvae
 import train
+from training import monitor, optim
 from test_loopvae_train import TINY, records
 from test_train import fake_cifar
 
@@ -74,17 +75,17 @@ def test_sigterm_then_resume_continues_generator_and_discriminator_bit_for_bit(f
     """SIGTERM after step 3 of 6: both networks moved between step 3 and 6, and the resumed run ends
     with the uninterrupted run's generator, discriminator and both optimizers' moments exactly."""
     out = tmp_path / "stopped"
-    real, calls = train.optimizer_step, []
+    real, calls = optim.optimizer_step, []
 
     def step_then_sigterm(*a, **k):
         calls.append(1)
         if len(calls) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*a, **k)
-    monkeypatch.setattr(train, "optimizer_step", step_then_sigterm)
-    assert train.cli(job(stage1, out)) == train.PREEMPTED
+    monkeypatch.setattr(optim, "optimizer_step", step_then_sigterm)
+    assert train.cli(job(stage1, out)) == monitor.PREEMPTED
     half = torch.load(out / "ckpt.pt", weights_only=True)
-    monkeypatch.setattr(train, "optimizer_step", real)
+    monkeypatch.setattr(optim, "optimizer_step", real)
     assert train.cli(job(stage1, out, "--resume", str(out / "ckpt.pt"))) == 0
     a, b = (torch.load(d / "ckpt.pt", weights_only=True) for d in (full[0], out))
     assert half["step"] == 3 and a["step"] == b["step"] == 6

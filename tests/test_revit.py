@@ -15,8 +15,10 @@ import torch.nn.functional as F
 
 import bvit
 import revit
+from training.flags import get_parser
+from training import registry
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 torch.set_num_threads(1)  # tiny tensors: one thread beats two contended ones by far on a shared CPU
 TINY = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4)
 
@@ -175,7 +177,6 @@ def test_training_samples_a_drop_mask_per_image_and_evaluation_runs_the_full_gri
 
 
 def test_plain_revit_runs_every_step_in_training_and_train_py_chooses_the_papers_depth_dropout():
-    import train
     m = tiny(depth=4)  # library default: the plain model, no elastic depth
     x = images()
     assert m.depth_dropout == 0.0 and m.trains_as_one_graph()
@@ -186,7 +187,7 @@ def test_plain_revit_runs_every_step_in_training_and_train_py_chooses_the_papers
     assert torch.equal(torch.rand(1), before)  # no step was sampled
     assert torch.allclose(trained, m.eval()(x)[0], atol=1e-6)
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
-    assert train.MODELS["revit"](train.get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.3
+    assert registry.MODELS["revit"](get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.3
 
 
 def test_every_parameter_gets_a_gradient_in_a_training_step():
@@ -296,12 +297,11 @@ def test_train_revit_logs_regularizers_and_gates(tmp_path):
 
 
 def test_train_flags_reach_the_model_and_bad_depth_dropout_is_named():
-    import train
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
-    args = train.get_parser().parse_args(["--model", "revit", "--experts", "2", "--depth-dropout", "0.1",
+    args = get_parser().parse_args(["--model", "revit", "--experts", "2", "--depth-dropout", "0.1",
                                           "--lambda-bal", "0.5", "--lambda-z", "0.25", "--lambda-div", "2"])
-    m = train.MODELS["revit"](args, common)
+    m = registry.MODELS["revit"](args, common)
     assert (m.experts, m.depth_dropout, m.lambdas) == (2, 0.1, (0.5, 0.25, 2.0))
-    args = train.get_parser().parse_args(["--model", "revit", "--depth-dropout", "1.5"])
+    args = get_parser().parse_args(["--model", "revit", "--depth-dropout", "1.5"])
     with pytest.raises(ValueError, match="--depth-dropout"):
-        train.MODELS["revit"](args, common)
+        registry.MODELS["revit"](args, common)

@@ -19,6 +19,8 @@ import torch
 
 import data
 import train
+from training.flags import get_parser, parse_args
+from training import checkpoints, evaluation, monitor, optim, registry
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
 SYNTH = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
@@ -44,7 +46,7 @@ def test_sigterm_mid_epoch_then_resume_auto_equals_an_uninterrupted_run(tmp_path
             break
     p.stdout.read()
     err = p.stderr.read()
-    assert p.wait() == train.PREEMPTED, err
+    assert p.wait() == monitor.PREEMPTED, err
     said = [ln for ln in err.splitlines() if "train.py:" in ln]  # (not the progress bar)
     assert len(said) == 1 and "SIGTERM" in said[0] and "--resume auto" in said[0], err
     ck = load(os.path.join(out, "ckpt.pt"))
@@ -129,7 +131,7 @@ def test_grad_accum_equals_the_big_batch_on_the_batched_cifar_loader(tmp_path):
     # The batched loader's crops are a function of (seed, epoch, index), not of the batch split.
     cifar = fake_cifar(tmp_path / "data")
     job = TINY + ["--data", "cifar100", "--data-dir", cifar, "--batch-size", "16", "--max-steps", "3"]
-    assert data.batched_loader(train.parse_args(train.get_parser(), job), torch.device("cpu"))
+    assert data.batched_loader(parse_args(get_parser(), job), torch.device("cpu"))
     assert train.cli(job + ["--out-dir", str(tmp_path / "big")]) == 0
     assert train.cli(job + ["--grad-accum", "4", "--out-dir", str(tmp_path / "acc")]) == 0
     assert weights_close(load(tmp_path / "big" / "ckpt.pt")["model"], load(tmp_path / "acc" / "ckpt.pt")["model"])
@@ -187,7 +189,7 @@ def test_two_nodes_on_localhost_with_grad_accum_equal_one_process(tmp_path):
 
 def hold_lock(out):
     """Another process that takes the --out-dir lock and then waits."""
-    p = subprocess.Popen([sys.executable, "-c", f"import checkpoints, time; f = checkpoints.lock_out_dir({str(out)!r}); "
+    p = subprocess.Popen([sys.executable, "-c", f"import time; from training import checkpoints; f = checkpoints.lock_out_dir({str(out)!r}); "
                           "print('locked', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert p.stdout.readline().strip() == "locked"
     return p
@@ -206,7 +208,7 @@ def test_a_second_run_on_a_live_out_dir_is_refused_and_a_dead_one_leaves_no_lock
 
 
 # ----------------------------------------------------------------------------- signals to the whole process group (issue 24)
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "imagenet-sample")
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
 
 
 def command(args, launcher):
@@ -256,7 +258,7 @@ def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_reque
     said = [ln for ln in err.splitlines() if ln.startswith("train.py:")]
     assert said and all(f"stopped by {sig.name}" in ln for ln in said), err[-3000:]
     assert "Traceback" not in err or launcher, err[-3000:]  # (torchrun's own report of a signal is a traceback)
-    assert rc == (train.PREEMPTED if not launcher else 1), err[-3000:]
+    assert rc == (monitor.PREEMPTED if not launcher else 1), err[-3000:]
     ck = load(os.path.join(out, "ckpt.pt"))
     assert 3 <= ck["step"] < 12
     again = subprocess.run(command(job + ["--out-dir", out], launcher), capture_output=True, text=True, cwd=ROOT,
@@ -284,6 +286,7 @@ FORK_SERVER = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import train
+from training import optim
 for line in sys.stdin:
     cmd, arg = line.split(" ", 1)
     if cmd == "wait":
@@ -300,13 +303,13 @@ for line in sys.stdin:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     os.environ.update(job["env"])
     if job["fail_at"]:  # a bug that raises in the middle of an epoch, at this optimizer step
-        step, calls = train.optimizer_step, []
+        step, calls = optim.optimizer_step, []
         def failing(*a):
             calls.append(1)
             if len(calls) == job["fail_at"]:
                 raise RuntimeError("a bug in the middle of an epoch")
             return step(*a)
-        train.optimizer_step = failing
+        optim.optimizer_step = failing
     sys.exit(train.cli(job["argv"]))
 """
 
@@ -408,7 +411,7 @@ def test_ctrl_c_to_the_training_process_or_to_its_group_stops_at_a_checkpoint_an
         forks.until(lambda ln: ln == f"saved checkpoint at step {at}", 120)
         workers = children(pid)
         kill(pid, signal.SIGINT)
-        assert forks.wait(pid, 60) == train.PREEMPTED, open(tmp_path / f"err{n}").read()[-2000:]
+        assert forks.wait(pid, 60) == monitor.PREEMPTED, open(tmp_path / f"err{n}").read()[-2000:]
         said = ours(tmp_path / f"err{n}")
         assert len(said) == 1 and "stopped by SIGINT (Ctrl-C) after step" in said[0], said
         assert len(workers) == 2 and not alive(workers)
@@ -430,7 +433,7 @@ def test_a_second_ctrl_c_stops_at_once_and_torchruns_relayed_copy_of_the_first_d
     """Two SIGINTs within Stop.AGAIN_S (a terminal's Ctrl-C and torchrun relaying it) are one stop
     request; a second Ctrl-C after that stops at once, in the middle of a step, with one line naming
     the last checkpoint."""
-    step, calls = train.optimizer_step, []
+    step, calls = optim.optimizer_step, []
 
     def ctrl_c_twice(*a):  # in the 4th step: Ctrl-C, and Ctrl-C again
         calls.append(1)
@@ -438,12 +441,12 @@ def test_a_second_ctrl_c_stops_at_once_and_torchruns_relayed_copy_of_the_first_d
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
         return step(*a)
-    monkeypatch.setattr(train, "optimizer_step", ctrl_c_twice)
+    monkeypatch.setattr(optim, "optimizer_step", ctrl_c_twice)
     job = SYNTH + ["--batch-size", "8", "--max-steps", "8", "--save-every", "2"]
-    assert status(job + ["--out-dir", str(tmp_path / "relayed")]) == train.PREEMPTED
+    assert status(job + ["--out-dir", str(tmp_path / "relayed")]) == monitor.PREEMPTED
     assert "stopped by SIGINT (Ctrl-C) after step 4 of 8" in capsys.readouterr().err
     calls.clear()
-    monkeypatch.setattr(train.Stop, "AGAIN_S", 0.0)  # every second SIGINT counts as a second Ctrl-C
+    monkeypatch.setattr(monitor.Stop, "AGAIN_S", 0.0)  # every second SIGINT counts as a second Ctrl-C
     assert status(job + ["--out-dir", str(tmp_path / "twice")]) == 130
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py:")]
     assert len(err) == 1 and "stopped at once by a second Ctrl-C" in err[0], err
@@ -494,25 +497,25 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
     job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2", "--save-every",
                   "2", "--eval-depths", "1,2,4", "--out-dir", str(out), "--resume", "auto"]  # 8 steps an epoch
     phases = [  # (function, signal, when, what the line says, the checkpoint's step)
-        (train, "build_model", signal.SIGINT, lambda *a, **kw: True, "stopped by SIGINT (Ctrl-C) before the first step",
+        (registry, "build_model", signal.SIGINT, lambda *a, **kw: True, "stopped by SIGINT (Ctrl-C) before the first step",
          None),
-        (train, "save_atomic", signal.SIGTERM, lambda obj, path: obj["step"] == 2, "after step 2 of 16", 2),
-        (train, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth is None,
+        (checkpoints, "save_atomic", signal.SIGTERM, lambda obj, path: obj["step"] == 2, "after step 2 of 16", 2),
+        (evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth is None,
          "stopped by SIGINT (Ctrl-C) after step 8 of 16, the end of epoch 0", 8),
-        (train, "evaluate", signal.SIGTERM, lambda *a, depth=None, **kw: depth == 2,
+        (evaluation, "evaluate", signal.SIGTERM, lambda *a, depth=None, **kw: depth == 2,
          "in the evaluation at depth 2 (1 of 3 depths done, after training to step 16)", 16)]
     for module, name, sig, when, says, step in phases:
         with monkeypatch.context() as mp:
             signal_when(mp, module, name, sig, when)
-            assert status(job) == train.PREEMPTED
+            assert status(job) == monitor.PREEMPTED
         assert says in capsys.readouterr().err
         assert load(out / "ckpt.pt")["step"] == step if step else not (out / "ckpt.pt").exists()
     log = [json.loads(ln) for ln in open(out / "log.jsonl")]
     assert [r.get("epoch", r.get("depth")) for r in log] == [0, 1, 1]  # epochs 0 and 1, depth 1
     ev = ["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1,2", "--out-dir", str(tmp_path / "ev")]
     with monkeypatch.context() as mp:
-        signal_when(mp, train, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
-        assert status(ev) == train.PREEMPTED
+        signal_when(mp, evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
+        assert status(ev) == monitor.PREEMPTED
     assert "stopped by SIGINT (Ctrl-C) in the evaluation at depth 2 (1 of 2 depths done); nothing was written" \
         in capsys.readouterr().err
     assert not (tmp_path / "ev" / "depth_eval.json").exists()

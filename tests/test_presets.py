@@ -19,13 +19,15 @@ import presets
 import revit
 import srvit
 import train
+from training.flags import get_parser, parse_args, resolve
+from training import monitor, optim, registry
 from test_train import fake_cifar
 
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "3", "--device", "cpu", "--workers", "0",
         "--batch-size", "8", "--max-steps", "1", "--val-subset", "16", "--eval-batch-size", "16"]
 # (the c100-gpu-* study arms train two steps each in test_reproduce.py's gpu_study.sh dry run, and a
 # c100-mini-loopvae-* arm in test_loopvae_train.py)
-CIFAR_PRESETS = [n for n in train.PRESETS if n.startswith("c100-") and "-loopvae-" not in n
+CIFAR_PRESETS = [n for n in presets.PRESETS if n.startswith("c100-") and "-loopvae-" not in n
                  and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
 
 
@@ -39,36 +41,36 @@ def test_list_presets_describes_each_preset_on_one_line(capsys):
     capsys.readouterr()
     assert train.cli(["--list-presets"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
-    assert [ln.split("  ")[0] for ln in lines] == list(train.PRESETS) and len(lines) >= 30
-    for line, (name, (what, flags)) in zip(lines, train.PRESETS.items()):  # name, what, model, paper, times
+    assert [ln.split("  ")[0] for ln in lines] == list(presets.PRESETS) and len(lines) >= 30
+    for line, (name, (what, flags)) in zip(lines, presets.PRESETS.items()):  # name, what, model, paper, times
         assert line.startswith(f"{name}  {what} | {flags['model']} D=") and " M params | paper: " in line, line
         assert line.endswith(f"| CPU-2 {presets.TIMES[name][0]}, H200 {presets.TIMES[name][1]}"), line
-    by_name = dict(zip(train.PRESETS, lines))
+    by_name = dict(zip(presets.PRESETS, lines))
     # figures as README measured them (mini table's wall min; the first H200 run) or estimated them
     assert "0.142 M params" in by_name["c100-mini-bvit"] and "CPU-2 25.7 min," in by_name["c100-mini-bvit"]
     assert "H200 3.3 min train" in by_name["c100-gpu-bvit-ti"] and "H200 est. 32 h" in by_name["in1k-revit-b16-e4"]
     assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in by_name["in1k-revit-b16-e4"]
-    assert all(presets.TIMES[n][0] != "?" for n in train.PRESETS if n.startswith("c100-mini-"))
+    assert all(presets.TIMES[n][0] != "?" for n in presets.PRESETS if n.startswith("c100-mini-"))
 
 
 def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itself(capsys):
-    assert "c100-mini-*" in " ".join(train.get_parser().format_help().split())
+    assert "c100-mini-*" in " ".join(get_parser().format_help().split())
     pace, steps = [(1, 0.0), (11, 100.0)], 100_000  # 10 s per step: days on a CPU
     for preset, model in [(None, "revit"), ("c100-gpu-revit-e4", "revit"), ("c100-mini-revit-e4", "revit"),
                           ("c100-mini-revit-smear", "revit"), (None, "bvit")]:
-        line = train.estimate_line(SimpleNamespace(preset=preset, model=model), torch.device("cpu"), pace, steps)
-        cpu = train.CPU_PRESETS[model]
+        line = monitor.estimate_line(SimpleNamespace(preset=preset, model=model), torch.device("cpu"), pace, steps)
+        cpu = monitor.CPU_PRESETS[model]
         says = f"--preset {cpu} is this model's CPU-sized protocol ({presets.TIMES[cpu][0]} on 2 cores as measured"
         assert (says in line) == (preset is None or not preset.startswith("c100-mini-")), (preset, line)
 
 
 def test_every_preset_resolves_to_its_own_flags(capsys):
-    dests = set(vars(train.get_parser().parse_args([])))
-    for name, (what, flags) in train.PRESETS.items():
+    dests = set(vars(get_parser().parse_args([])))
+    for name, (what, flags) in presets.PRESETS.items():
         assert set(flags) <= dests, (name, set(flags) - dests)  # a typo would be silently ignored
         assert what and ("study arm" in what) == name.startswith("c100-"), name
         cfg = config(capsys, "--preset", name)
-        assert cfg["preset"] == name and cfg["model"] in train.MODELS
+        assert cfg["preset"] == name and cfg["model"] in registry.MODELS
         same = lambda k, v: cfg[k] == v or (k == "stage2" and cfg[k] == os.path.join(v, "ckpt.pt"))  # a run folder
         assert all(same(k, v) for k, v in flags.items()), name  # (--stage2 DIR reads DIR/ckpt.pt once it exists)
         assert cfg["embed_dim"] % cfg["num_heads"] == 0
@@ -76,7 +78,7 @@ def test_every_preset_resolves_to_its_own_flags(capsys):
 
 
 def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
-    for name, (what, flags) in train.PRESETS.items():
+    for name, (what, flags) in presets.PRESETS.items():
         if name.startswith("in1k-"):
             cfg = config(capsys, "--preset", name)
             deit3 = (cfg["opt"], cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
@@ -89,8 +91,8 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
         assert number in presets.PAPER[name], name
     assert "no paper number" in presets.PAPER["in1k-bvit-b16"]
     for s in "sbl":
-        assert [train.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
-    assert [train.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+        assert [presets.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
+    assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
 
 
 def test_explicit_flags_override_the_preset(capsys):
@@ -113,12 +115,12 @@ def test_unknown_preset_is_one_line_naming_the_allowed_ones(capsys):
 
 def build(name, **over):
     """The preset's model as train.py builds it (CIFAR: 32 px, 100 classes)."""
-    p = train.get_parser()
-    args = train.resolve(train.parse_args(p, ["--preset", name]), p, 32)
+    p = get_parser()
+    args = resolve(parse_args(p, ["--preset", name]), p, 32)
     common = dict(img_size=32, patch_size=args.patch_size, num_classes=100, embed_dim=args.embed_dim,
                   depth=args.depth, num_heads=args.num_heads, mlp_ratio=args.mlp_ratio,
                   class_token=not args.gap, layer_scale=args.layer_scale, drop_path_rate=args.drop_path)
-    return train.MODELS[args.model](args, {**common, **over})
+    return registry.MODELS[args.model](args, {**common, **over})
 
 
 def test_matched_pairs_match():
@@ -127,7 +129,7 @@ def test_matched_pairs_match():
     assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05  # parameter memory within 5%
     tied, untied = build("c100-bvit-ti"), build("c100-vit-ti")
     assert tied.flops_per_image() == untied.flops_per_image() and untied.num_params() > 5 * tied.num_params()
-    solvers = [train.PRESETS[f"c100-odevit-{s}"][1] for s in ("euler-12", "heun-6", "rk4-3")]
+    solvers = [presets.PRESETS[f"c100-odevit-{s}"][1] for s in ("euler-12", "heun-6", "rk4-3")]
     assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in solvers] == [12, 12, 12]
     assert {f["horizon"] for f in solvers} == {12.0}
 
@@ -136,7 +138,7 @@ def test_matched_pairs_match():
 def test_each_cifar_preset_trains_one_step(name, tmp_path):
     out = tmp_path / "out"
     data_dir = fake_cifar(tmp_path / "data")
-    depth = ["--depth", str(train.PRESETS[name][1].get("stages", 3))]  # stages must divide the depth
+    depth = ["--depth", str(presets.PRESETS[name][1].get("stages", 3))]  # stages must divide the depth
     assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY, *depth]) == 0
     saved = json.loads((out / "args.json").read_text())
     assert saved["preset"] == name and saved["embed_dim"] == 16
@@ -152,11 +154,11 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
 
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
-    classifiers = [n for n in train.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
+    classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
     assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI)  # test_loopvae_train.py)
-    recipe = {k: v for k, v in train.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
+    recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI:  # one recipe: only model flags differ
-        flags = train.PRESETS[f"c100-mini-{arm}"][1]
+        flags = presets.PRESETS[f"c100-mini-{arm}"][1]
         model_flags = {"model", "eval_depths", "embed_dim", "num_heads", "depth", "stages", "experts",
                        "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
         assert {k: v for k, v in flags.items() if k not in model_flags} == \
@@ -176,32 +178,32 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     wide, narrow = build("c100-mini-bvit-wide"), build("c100-mini-vit-narrow")
     assert wide.embed_dim > bv.embed_dim > narrow.embed_dim and narrow.num_blocks == 8
     assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05
-    ode = [train.PRESETS[f"c100-mini-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
+    ode = [presets.PRESETS[f"c100-mini-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
     assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [8, 8, 8]
     assert {f["horizon"] for f in ode} == {8.0}
     r1, r2 = build("c100-mini-srvit-r1"), build("c100-mini-srvit-r2")
     assert r1.num_params() < r2.num_params() < 1.01 * r1.num_params()  # + the router only
-    assert train.PRESETS["c100-mini-bvit-ds"][1]["stages"] == 4
+    assert presets.PRESETS["c100-mini-bvit-ds"][1]["stages"] == 4
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
-        assert train.PRESETS[f"c100-mini-{arm}"][1] == {**train.PRESETS[f"c100-mini-{base}"][1], **change}, arm
+        assert presets.PRESETS[f"c100-mini-{arm}"][1] == {**presets.PRESETS[f"c100-mini-{base}"][1], **change}, arm
 
 
 def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
     """c100-gpu-*: the arms of the mini study and of reViT's comparisons on the c100-gpu-bvit-ti recipe
     at Ti width; only model flags differ; recurrent arms are evaluated at 0.5x-4x their depth."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
     import gpu_study
     arms = sorted({a.split("+")[0] for a in gpu_study.ARMS})
-    assert sorted(n for n in train.PRESETS if n.startswith("c100-gpu-")) == sorted(
+    assert sorted(n for n in presets.PRESETS if n.startswith("c100-gpu-")) == sorted(
         [f"c100-gpu-{a}" for a in arms] + ["c100-gpu-bvit-ti"])
-    assert train.PRESETS["c100-gpu-bvit-ti"][1] == train.PRESETS["c100-gpu-bvit"][1]  # its first name
+    assert presets.PRESETS["c100-gpu-bvit-ti"][1] == presets.PRESETS["c100-gpu-bvit"][1]  # its first name
     model_flags = {"model", "eval_depths", "size", "embed_dim", "num_heads", "depth", "stages", "experts",
                    "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
-    recipe = {k: v for k, v in train.PRESETS["c100-gpu-bvit"][1].items() if k not in model_flags}
+    recipe = {k: v for k, v in presets.PRESETS["c100-gpu-bvit"][1].items() if k not in model_flags}
     assert recipe["epochs"] == 50 and recipe["randaug"] == 0.0 and recipe["batch_size"] == 512
     for arm in arms:
-        flags = train.PRESETS[f"c100-gpu-{arm}"][1]
+        flags = presets.PRESETS[f"c100-gpu-{arm}"][1]
         assert {k: v for k, v in flags.items() if k not in model_flags} == recipe, arm
         cfg = config(capsys, "--preset", f"c100-gpu-{arm}")
         trained = cfg["recursions"] if cfg["model"] == "srvit" else cfg["depth"]
@@ -213,26 +215,26 @@ def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
     assert vit.flops_per_image() == bv.flops_per_image() and vit.embed_dim == bv.embed_dim == 192
     wide, narrow = build("c100-gpu-bvit-wide"), build("c100-gpu-vit-narrow")
     assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05 and narrow.num_blocks == 12
-    ode = [train.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
+    ode = [presets.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
     assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [12, 12, 12]
     assert build("c100-gpu-srvit-r2").flops_per_image() == pytest.approx(bv.flops_per_image(), rel=0.01)
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
             + [("revit-lora", "revit-e1", {"lora_rank": 32})]:
-        assert train.PRESETS[f"c100-gpu-{arm}"][1] == {**train.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
+        assert presets.PRESETS[f"c100-gpu-{arm}"][1] == {**presets.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
 
 
 def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():
-    p = train.get_parser()
+    p = get_parser()
     for dev in ("cpu", "cuda"):
         device = torch.device(dev)
-        plain = train.parse_args(p, ["--workers", "0"])
+        plain = parse_args(p, ["--workers", "0"])
         assert data.batched_loader(plain, device)
         for flag in (["--randaug", "9"], ["--three-augment"], ["--cpu-loader"], ["--img-size", "64"]):
-            assert not data.batched_loader(train.parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
-        assert not data.batched_loader(train.parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
-    assert not data.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cpu"))
-    assert data.batched_loader(train.parse_args(p, ["--workers", "2"]), torch.device("cuda"))
-    gpu = train.parse_args(p, ["--preset", "c100-gpu-bvit-ti"])
+            assert not data.batched_loader(parse_args(p, ["--workers", "0", *flag]), device), (dev, flag)
+        assert not data.batched_loader(parse_args(p, ["--workers", "0", "--data", "synthetic"]), device)
+    assert not data.batched_loader(parse_args(p, ["--workers", "2"]), torch.device("cpu"))
+    assert data.batched_loader(parse_args(p, ["--workers", "2"]), torch.device("cuda"))
+    gpu = parse_args(p, ["--preset", "c100-gpu-bvit-ti"])
     assert data.batched_loader(gpu, torch.device("cuda")) and not (gpu.randaug or gpu.three_augment)
 
 
@@ -268,9 +270,9 @@ def test_deit3_flags_reach_the_optimizer_the_loss_and_the_data(tmp_path, monkeyp
             seen.setdefault("targets", targets)  # the first training batch
             return super().forward(x, targets, depth)
 
-    monkeypatch.setitem(train.MODELS, "bvit", lambda args, common: seen.update(common) or Spy(**common))
-    real_lamb, real_data = train.Lamb, data.build_datasets
-    monkeypatch.setattr(train, "Lamb", lambda *a, **k: seen.update(lamb=True) or real_lamb(*a, **k))
+    monkeypatch.setitem(registry.MODELS, "bvit", lambda args, common: seen.update(common) or Spy(**common))
+    real_lamb, real_data = optim.Lamb, data.build_datasets
+    monkeypatch.setattr(optim, "Lamb", lambda *a, **k: seen.update(lamb=True) or real_lamb(*a, **k))
     monkeypatch.setattr(data, "build_datasets",
                         lambda *a, **k: seen.update(three_aug=k["three_aug"]) or real_data(*a, **k))
     rc = train.cli(["--model", "bvit", "--opt", "lamb", "--bce", "--three-augment", "--mixup", "0.8",
@@ -300,7 +302,7 @@ def test_lamb_follows_its_update_formula_for_two_steps(always_adapt):
     w0, b0, z0 = [0.5, -1.0, 2.0], [0.3, -0.2], [0.0, 0.0]  # decayed, not decayed, zero (trust 1)
     gw, gb, gz = [[0.1, 0.4, -0.3], [-0.2, 0.1, 0.5]], [[1.0, -2.0], [0.5, 0.5]], [[0.3, -0.1], [0.2, 0.2]]
     w, b, z = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (w0, b0, z0))
-    opt = train.Lamb([{"params": [w, z], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+    opt = optim.Lamb([{"params": [w, z], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
                      lr=0.05, always_adapt=always_adapt)
     for step in range(2):
         for prm, g in ((w, gw), (b, gb), (z, gz)):

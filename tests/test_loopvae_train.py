@@ -20,6 +20,9 @@ import torch
 
 import loopvae
 import train
+from training.flags import get_parser, parse_args
+from training import monitor, optim, perceptual
+import data
 from test_train import fake_cifar
 
 # width 32 (32 GroupNorm groups), one block, two scales (1 and 2 passes): 8 steps per epoch of 64 images
@@ -66,12 +69,12 @@ def test_a_loopvae_trains_and_logs_its_reconstruction_metrics_each_epoch(trained
 
 def test_the_images_are_in_minus_one_to_one_on_both_cifar_loaders(cifar):
     """LoopVAE's normalization (mean 0.5, std 0.5) on the per-image and the batched loader alike."""
-    p = train.get_parser()
-    args = train.parse_args(p, TINY + ["--data-dir", cifar])
+    p = get_parser()
+    args = parse_args(p, TINY + ["--data-dir", cifar])
     _, train_set, val_set, _, _ = train.load_data(args, p)
     per_image = torch.stack([val_set[i][0] for i in range(8)])
     assert torch.allclose(per_image, val_set.images[:8].float() / 127.5 - 1, atol=1e-6)
-    batched = next(iter(train.data.DeviceCIFARLoader(val_set, 8, False, device="cpu")))[0]
+    batched = next(iter(data.DeviceCIFARLoader(val_set, 8, False, device="cpu")))[0]
     assert torch.allclose(batched, per_image, atol=1e-6) and batched.min() >= -1 and batched.max() <= 1
 
 
@@ -81,17 +84,17 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run_bit_for_bit(trained, c
     samples draw from the restored RNG, the batched loader continues mid-epoch)."""
     full, _ = trained
     out = tmp_path / "stopped"
-    real, calls = train.optimizer_step, []
+    real, calls = optim.optimizer_step, []
 
     def step_then_sigterm(*a, **k):
         calls.append(1)
         if len(calls) == 5:
             os.kill(os.getpid(), signal.SIGTERM)  # train()'s handler notes it; the step finishes
         return real(*a, **k)
-    monkeypatch.setattr(train, "optimizer_step", step_then_sigterm)
-    assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out)]) == train.PREEMPTED
+    monkeypatch.setattr(optim, "optimizer_step", step_then_sigterm)
+    assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out)]) == monitor.PREEMPTED
     assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == 5
-    monkeypatch.setattr(train, "optimizer_step", real)
+    monkeypatch.setattr(optim, "optimizer_step", real)
     assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
     a, b = (torch.load(d / "ckpt.pt", weights_only=True) for d in (full, out))
     assert a["step"] == b["step"] == 16
@@ -156,7 +159,7 @@ def test_perceptual_lpips_without_its_package_or_its_weights_is_one_line_exit_2(
     for extra, says in (([], "could not be downloaded"), (missing, "no such file")):
         assert train.cli(job + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and says in err[0] and "--lpips-weights FILE" in err[0] and train.VGG16_URL in err[0], err
+        assert len(err) == 1 and says in err[0] and "--lpips-weights FILE" in err[0] and perceptual.VGG16_URL in err[0], err
     assert not (tmp_path / "o" / "ckpt.pt").exists()
 
 

@@ -14,7 +14,7 @@ import torch
 
 from test_train import fake_cifar
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import check_readme  # noqa: E402
 import child  # noqa: E402
@@ -23,6 +23,8 @@ import gpu_run  # noqa: E402
 import gpu_study  # noqa: E402
 import summarize_gpu  # noqa: E402
 import summarize_mini  # noqa: E402
+from training.flags import get_parser, parse_args, resolve
+from training import registry
 
 
 def fake_run(root, arm, seed, acc, depths=None, model="bvit", depth=8, recursions=4, gates=None):
@@ -309,13 +311,12 @@ def test_gpu_study_dry_run_runs_each_kind_of_arm_once_then_skips_what_is_done(tm
 def test_every_gpu_study_arm_resolves_to_a_valid_run(tmp_path):
     """Each of the 19 arms' train.py flags (preset, seed, arm flags) parse and resolve, and build a model
     of the preset's size: what the dry run would catch for the arms it does not train."""
-    import train
     for arm in gpu_study.ARMS:
-        p = train.get_parser()  # (a preset sets the parser's defaults)
+        p = get_parser()  # (a preset sets the parser's defaults)
         flags = ["--preset", gpu_study.preset_of(arm), "--seed", "1", *gpu_study.arm_flags(arm, 1, str(tmp_path))]
-        args = train.resolve(train.parse_args(p, flags), p, 32)
+        args = resolve(parse_args(p, flags), p, 32)
         assert args.epochs == gpu_study.EPOCHS and args.batch_size == 512, arm
-        assert train.build_model(args, 32, 100).num_params() > 1e5, arm
+        assert registry.build_model(args, 32, 100).num_params() > 1e5, arm
 
 
 def test_gpu_study_starts_only_runs_that_fit_the_budget_in_claim_order():
@@ -395,7 +396,7 @@ def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
     outside = ("SPEC", "notes.md", "papers/")
     found = []
     for path in tracked:
-        if path.endswith((".py", ".md", ".sh")) and path != os.path.basename(__file__):
+        if path.endswith((".py", ".md", ".sh")) and path != os.path.relpath(os.path.abspath(__file__), ROOT):
             for n, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
                 if any(word in line for word in outside):
                     found.append(f"{path}:{n}: {line.strip()[:100]}")
@@ -425,14 +426,13 @@ def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
     """The quick commands (in README.md and docs/models.md) parse as train.py commands, and every
     number the check compares is a number in a table of the file FILES names: this fails when the
     tables or commands move without the check."""
-    import train
     docs = {name: check_readme.document(check_readme.path_of(name)) for name in check_readme.files_of(check_readme.RUNS)}
     assert set(docs) == {"README.md", os.path.join("docs", "models.md")}
     for run in check_readme.RUNS:
         argv = check_readme.command(docs[run.file], run, "DATA")
         flags = argv[argv.index("train.py") + 1:]
         assert flags[flags.index("--data-dir") + 1] == "DATA" and "--out-dir" not in flags
-        train.parse_args(train.get_parser(), flags)  # README's flags are train.py's
+        parse_args(get_parser(), flags)  # README's flags are train.py's
         assert check_readme.processes(argv) == (2 if "ddp" in run.name or "revit" in run.name else 1)
     for name, heading, row, column, _ in check_readme.CELLS:
         lines = docs[check_readme.FILES[heading]]

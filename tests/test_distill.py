@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bvit
-import distill
+from training import distill
 import revit
 import train
 from test_train import TINY, fake_cifar, load

@@ -1,0 +1,89 @@
+"""The house the README promises (issue 36): train.py a tutorial whose step a reader meets early, the
+machinery in training/, the tests in tests/, and tools that do not import the tutorial."""
+import ast
+import glob
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+
+
+def source(path):
+    return open(os.path.join(ROOT, path), encoding="utf-8").read()
+
+
+def calls(tree):
+    """(line, the called name: `f` of f(...) or of obj.f(...)) of every call under `tree`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            yield node.lineno, fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+
+
+def test_train_py_is_a_tutorial_whose_step_comes_before_line_200():
+    """At most 450 lines, no flag defined in it, main() at most ~100 lines, and in train() the forward
+    (`model(x, y)`), the backward and the optimizer step all stand before line 200."""
+    text = source("train.py")
+    tree = ast.parse(text)
+    assert len(text.splitlines()) <= 450
+    assert "add_argument" not in text, "flags are defined in training/flags.py"
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    main, loop = defs["main"], defs["train"]
+    assert main.end_lineno - main.lineno + 1 <= 100
+    assert main.lineno < loop.lineno, "main() is the table of contents: it comes first"
+    seen = {}
+    for line, name in sorted(calls(loop)):
+        seen.setdefault(name, line)
+    assert seen["model"] < 200, "the forward"
+    assert seen["backward"] < 200, "the backward"
+    assert seen["optimizer_step"] < 200, "the optimizer step"
+    assert seen["model"] < seen["backward"] < seen["optimizer_step"]
+
+
+def test_the_parser_describes_train_py_with_its_docstring():
+    import train
+    from training import flags
+    assert flags.get_parser().description == train.__doc__.split("\n")[0]
+
+
+def test_tests_live_in_tests_beside_the_models_own():
+    top = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "test_*.py")))
+    assert top == ["test_models.py"], "tests other than the models' own go in tests/"
+    assert not os.path.exists(os.path.join(ROOT, "conftest.py"))
+
+
+@pytest.mark.parametrize("path", ["analyze.py", "bench.py", *sorted(os.path.relpath(p, ROOT) for p in
+                                                                      glob.glob(os.path.join(ROOT, "scripts", "*.py")))])
+def test_tools_import_training_not_the_tutorial(path):
+    """The tools reach the flags and the registry in training/, never by importing train.py (a
+    subprocess running train.py is fine)."""
+    imported = set()
+    for node in ast.walk(ast.parse(source(path))):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert "train" not in imported, path
+
+
+def test_training_package_is_a_docstring_naming_each_module_in_reading_order():
+    init = ast.parse(source(os.path.join("training", "__init__.py")))
+    assert len(init.body) == 1 and isinstance(init.body[0].value, ast.Constant)
+    doc = ast.get_docstring(init)
+    modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))
+    listed = re.findall(r"^\s*(\w+\.py)\s", doc, re.M)  # one line per module: "    flags.py   which flags ..."
+    assert sorted(listed) == [m for m in modules if m != "__init__.py"], "training/__init__.py names every module, once"
+
+
+def test_model_files_import_only_torch():
+    """Each model file can be copied alone into another project: it imports torch and the standard
+    library, nothing of rvits."""
+    own = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "*.py"))} | {"training"}
+    for path in ("bvit.py", "revit.py", "srvit.py", "odevit.py", "loopvae.py"):
+        for node in ast.walk(ast.parse(source(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                assert name.split(".")[0] not in own, f"{path} imports {name}"

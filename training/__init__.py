@@ -1,0 +1,13 @@
+"""What train.py leans on, one question per file, in the order a run meets them:
+
+    flags.py        which flags are there, and what do they resolve to? (parser, --preset, checks, a
+                    checkpoint's flags; `resolved(argv)` for tools)
+    registry.py     which class does --model name, and what does train.py ask of a model? (the interface)
+    perceptual.py   the optional networks of a tokenizer run: LPIPS (a loss), rFID's Inception (a metric)
+    distill.py      the distillation term from a frozen teacher (--teacher)
+    adversarial.py  LoopVAE's Stage 2: the discriminator and the adversarial term (--stage2)
+    optim.py        the optimizers, the schedule, the step (optimizer_step) and EMA
+    checkpoints.py  what is saved, how a run resumes or starts from weights, the run folder
+    monitor.py      around the steps (bar, estimate, device reads, stop signals) and how a run ends
+    evaluation.py   top-1 / top-5, a tokenizer's metrics, the depth sweep and its report
+"""

@@ -1,0 +1,194 @@
+"""Evaluation for train.py: a classifier's top-1 / top-5 and loss (evaluate), a tokenizer's
+reconstruction metrics (evaluate_reconstruction: PSNR, SSIM, L1, KL, out-of-range pixels, rFID),
+summed over the ranks; a classifier at other depths (evaluate_depths, "beyond the training horizon":
+its table, depth_eval.json and figure) and a tokenizer's --eval-only report (reconstruction_report).
+"""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import data
+from training.monitor import Fail, Preempted, stopping
+
+
+@torch.no_grad()
+def evaluate(model, loader, device, amp_ctx, depth=None, stop=None, rfid=None):
+    """Top-1/top-5 (percent) and cross-entropy of the final logits, summed over all ranks; a model
+    with `metrics` (a tokenizer: LoopVAE) is evaluated by evaluate_reconstruction instead (with
+    `rfid`, rfid_metric's FID, its rFID too). Raises
+    EmptyEvaluation when no rank had a usable image. Returns None, after the batch in flight, once
+    `stop` (a Stop; one process only) holds a stop request."""
+    if hasattr(model, "metrics"):
+        return evaluate_reconstruction(model, loader, device, amp_ctx, stop, rfid)
+    model.eval()
+    sums, count = torch.zeros(3, device=device, dtype=torch.float64), 0  # loss, top1, top5; images
+    for x, y in eval_batches(loader, device):
+        if stop:
+            model.train()
+            return None
+        with amp_ctx:
+            logits, _ = model(x, depth=depth)
+        logits = logits.float()
+        top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
+        hit = top5 == y[:, None]
+        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum"), hit[:, 0].sum(), hit.any(1).sum()]).double()
+        count += len(y)
+    model.train()
+    loss, a1, a5, n = summed_over_ranks(sums, count)
+    return {"val_loss": loss / n, "val_acc1": 100 * a1 / n, "val_acc5": 100 * a5 / n}
+
+
+RECONSTRUCTION = ("l1", "psnr", "psnr_raw", "ssim", "kl", "out_of_range")  # loopvae's metrics(), as logged
+
+
+@torch.no_grad()
+def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None, rfid=None):
+    """A tokenizer's validation metrics in eval mode (LoopVAE: the posterior mode decoded, `reconstruct`,
+    then loopvae.reconstruction_metrics), means over the images of all ranks: val_l1 (mean |x - x_hat|
+    in [-1, 1] units), val_psnr and val_psnr_raw (dB, output clipped to the valid range or not),
+    val_ssim, val_kl (per latent element) and val_out_of_range (fraction of pixels); with `rfid`
+    (rfid_metric) val_rfid, the FID of the clipped reconstructions against their images (App. A.3: the
+    validation images are both the real set and the sources). Raises EmptyEvaluation when no rank had
+    a usable image; None once `stop` holds a request (as evaluate)."""
+    import loopvae
+    model.eval()
+    sums, count = torch.zeros(len(RECONSTRUCTION), device=device, dtype=torch.float64), 0
+    if rfid is not None:
+        rfid.reset()
+    for x, _ in eval_batches(loader, device):
+        if stop:
+            model.train()
+            return None
+        with amp_ctx:
+            x_hat, mean, logvar = model.reconstruct(x)
+            m = loopvae.reconstruction_metrics(x, x_hat, mean, logvar)
+        if rfid is not None:  # images in [0, 1] (normalize=True)
+            rfid.update(loopvae.to_unit(x), real=True)
+            rfid.update(loopvae.to_unit(x_hat).clamp(0, 1), real=False)
+        sums += torch.stack([m[k].double().sum() for k in RECONSTRUCTION])
+        count += len(x)
+    model.train()
+    *totals, n = summed_over_ranks(sums, count)
+    out = {f"val_{k}": v / n for k, v in zip(RECONSTRUCTION, totals)}
+    if rfid is not None:  # (torchmetrics gathers the features of every rank)
+        out["val_rfid"] = float(rfid.compute())
+    return out
+
+
+def eval_batches(loader, device):
+    """The validation batches (x, y) of `loader` on `device`; image folders: undecodable images dropped
+    (data.drop_undecodable warns once per file), a batch without a usable one skipped."""
+    for x, y in loader:
+        if isinstance(loader, torch.utils.data.DataLoader):  # image folders only
+            x, y, _ = data.drop_undecodable(x, y, loader.dataset)
+            if not len(y):
+                continue
+        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def summed_over_ranks(sums, count):
+    """An evaluation's sums (K,) on the device and its image count, all-reduced over the ranks in one
+    copy: K + 1 floats, the count last. Raises EmptyEvaluation when the count is 0."""
+    sums = torch.cat([sums, sums.new_tensor([count])])  # one host-to-device copy per evaluation
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    out = sums.tolist()
+    if not out[-1]:
+        raise EmptyEvaluation("no validation image could be used: every one was undecodable (the warnings above "
+                              "name them); fix or replace the validation images")
+    return out
+
+
+class EmptyEvaluation(Fail):
+    """An evaluation without a single usable image (all undecodable): one line, exit status 2."""
+
+
+# ----------------------------------------------------------------------------- after training
+def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop):
+    """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
+    model's unit), "beyond the training horizon" (Training Crossroads): one log.jsonl line each
+    (training runs), then depth_report's table, depth_eval.json and figure. Raises Fail for a depth
+    the model cannot run, Preempted for a stop request (`stop`): after the batch in flight (one
+    process), or before the next depth (DDP: the processes agree there)."""
+    depths, rows = args.eval_depths or [], []
+    weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
+    if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
+        depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
+    ddp = dist.is_initialized()
+    for depth in depths:
+        try:
+            r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx, depth=depth,
+                                                                   stop=None if ddp else stop)
+        except ValueError as e:
+            raise Fail(f"--eval-depths {depth}: {e}")
+        if r is None:
+            done = "" if args.eval_only else f", after training to step {step}"
+            raise Preempted(stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths "
+                                      f"done{done})"))
+        rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
+        # block evaluations per image: counted by the model if it can (odevit), else the depth
+        rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
+        if master and not args.eval_only:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            print(json.dumps(rec))
+    if master and rows:
+        depth_report(args, raw_model, rows, step)
+
+
+def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid=None):
+    """--eval-only of a tokenizer: its validation metrics (evaluate_reconstruction; the EMA weights with
+    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json. Raises Preempted for
+    a stop request (one process: after the batch in flight)."""
+    weights, model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
+    r = evaluate_reconstruction(model, val_loader, device, amp_ctx, None if dist.is_initialized() else stop, rfid)
+    if r is None:
+        raise Preempted(stop.line("in the evaluation"))
+    if not master:
+        return
+    print(f"{args.resume} (step {step}, {weights} weights): validation PSNR {r['val_psnr']:.2f} dB (unclipped "
+          f"{r['val_psnr_raw']:.2f}), SSIM {r['val_ssim']:.4f}, L1 {r['val_l1']:.4f}, KL {r['val_kl']:.4g}, "
+          f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %" + (f", rFID {r['val_rfid']:.3f}" if rfid else ""))
+    res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
+           "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
+    with open(os.path.join(args.out_dir, "reconstruction_eval.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
+def trained_depth(args):
+    """The trained depth in the unit of --eval-depths: recursions for srvit, solver steps for odevit
+    (its args.depth), block applications for the others."""
+    return args.recursions if args.model == "srvit" else args.depth
+
+
+def depth_report(args, model, rows, step):
+    """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
+    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}]."""
+    print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
+    for r in rows:
+        print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
+    res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
+           "model": args.model, "trained_depth": trained_depth(args), "step": step,
+           "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
+           "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
+           "weights": rows[0].get("weights") if rows else None, "results": rows}
+    with open(os.path.join(args.out_dir, "depth_eval.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
+    ax.axvline(trained_depth(args), color="gray", linestyle="--", label=f"trained depth {trained_depth(args)}")
+    ax.set_xscale("log", base=2)
+    what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
+    ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
+    ax.legend()
+    fig.savefig(os.path.join(args.out_dir, "depth_eval.png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)

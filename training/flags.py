@@ -1,0 +1,497 @@
+"""Every flag of train.py: the parser (get_parser, its groups and type checks), --preset and
+--list-presets (parse_args, list_presets), the checks and defaults that depend on other flags or on
+the data (resolve; LoopVAE's and Stage 2's in resolve_loopvae, resolve_stage2), and what a checkpoint
+gives (configure). `resolved(argv)` is the whole recipe for a tool: the flags of a command line,
+resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import data
+import kernels
+from presets import PAPER, PRESETS, TIMES
+from training import adversarial
+from training.checkpoints import ARCH_FLAGS, EVAL_RUN_FLAGS, checkpoint_args, checkpoint_file
+from training.perceptual import VGG16_FILE
+from training.registry import MODELS, build_model
+
+DESCRIPTION = "Train a recurrent ViT: one plain loop for one process, N processes (torchrun) and CPU or GPU."
+SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """--help with every default that is a value (not None or off) after its flag's help, unless
+    the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        off = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if not off and "(default" not in text:  # 0 is a value (0 == False, hence `is`)
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr, exit status 2, no usage dump
+        sys.stderr.write(f"train.py: error: {message}\n")
+        sys.exit(2)
+
+
+def positive(kind):
+    def parse(s):
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {s!r}")
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+        return v
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def non_negative(s):
+    v = float(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def below_one(s):
+    v = non_negative(s)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {s}")
+    return v
+
+
+def count(s):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def int_list(s):
+    try:
+        v = [int(t) for t in s.split(",") if t.strip()]
+    except ValueError:
+        v = []
+    if not v or min(v) < 1:  # one message for both mistakes: not integers, or not positive
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (e.g. 1,2,4), got {s!r}")
+    return v
+
+
+def float_list(s):
+    try:
+        return [float(t) for t in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 1,1,2, got {s!r}")
+
+
+def diffaug_policy(s):
+    v = [] if s == "none" else [t.strip() for t in s.split(",") if t.strip()]
+    if not set(v) <= set(adversarial.DIFFAUG):
+        raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(adversarial.DIFFAUG)}, got {s!r}")
+    return v
+
+
+def get_parser():
+    p = Parser(description=DESCRIPTION, formatter_class=HelpFormatter,
+               usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
+    a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
+    a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
+      "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
+      "in1k-*: GPU-sized (--list-presets describes each, with its time)")
+    a("--list-presets", action="store_true", help="print one line per preset (what it reproduces, the model, "
+      "the paper's number, its time on 2 CPU cores and on one H200) and exit")
+    a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
+    a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
+    a = p.add_argument_group('model').add_argument
+    a("--model", default="bvit", choices=list(MODELS), help="model family")
+    a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
+      "(depth 12, 24 for l); explicit flags override it (default: ti; s for loopvae, the paper's width 384)")
+    a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
+    a("--depth", type=positive(int), help="block applications (steps) (default: by --size: 12, 24 for l)")
+    a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
+    a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
+    a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
+    a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases; loopvae: K, the "
+      "blocks of its core (default: 1 for bvit, depth for vit, 4 for loopvae)")
+    a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
+    a("--stage-weights", type=float_list, help="comma-separated loss weight per stage")
+    a("--detach-stages", action="store_true", help="stop gradients between stages")
+    a("--step-embed", action="store_true", help="learned per-step embedding (ablation)")
+    a("--gap", action="store_true", help="global average pooling instead of a class token")
+    a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III) (default: off)")
+    a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
+    a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
+      "init: default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
+      "a 3x3 impulse (shift) filter on the position embedding")
+    a = p.add_argument_group('model: SR-ViT', 'srvit.py').add_argument
+    a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
+      "applied, outputs mixed per token; --eval-depths then counts recursions")
+    a = p.add_argument_group('model: reViT', 'revit.py, revit_moe.py').add_argument
+    a("--experts", type=positive(int), default=4, help="revit: FFN experts merged per step by "
+      "normalized depth (1 = the tied bViT block)")
+    a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
+      "dropping each step in training (elastic depth; dropped = identity), in [0, 1), 0 = off")
+    a("--routing", default="depth", choices=["depth", "smear", "lory", "token", "mixture"], help="revit: "
+      "how experts are chosen (revit_moe.py): depth = reViT; smear / lory = one FFN merged per image "
+      "from the step's FFN input / the previous state; token = top-1 of E routed + 1 shared expert "
+      "(hidden ratio 2); mixture = all E experts per token (compute grows with E)")
+    a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
+      "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
+    a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the expert usage "
+      "balance loss E*sum_e mean_k(g_e)^2 (E > 1 only)")
+    a("--lambda-z", type=non_negative, default=1e-3, help="revit: weight of the router z-loss "
+      "mean_k logsumexp(logits)^2 (E > 1 only)")
+    a("--lambda-div", type=non_negative, default=1e-3, help="revit: weight of the mean pairwise "
+      "cosine similarity of the experts' parameters (E > 1 only)")
+    a = p.add_argument_group('model: ODEViT', 'odevit.py').add_argument
+    a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
+      "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
+    a("--ode-steps", type=positive(int), help="odevit: solver steps (default: --depth); for odevit "
+      "a depth (--depth, --eval-depths) counts solver steps, not block evaluations")
+    a("--horizon", type=positive(float), help="odevit: integration horizon T (default: the number "
+      "of steps, so h = T/steps = 1, which with euler is the bViT recurrence)")
+    a("--field", default="subtracted", choices=["subtracted", "blackbox"], help="odevit: "
+      "subtracted = dz/dt = F(z) - z; blackbox = dz/dt = F(z)")
+    a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
+      "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
+      "over the trained T (h = T/L)")
+    a = p.add_argument_group('model: LoopVAE', 'loopvae.py: a tokenizer, trained to reconstruct its images '
+                             '(Stage 1); --size, --embed-dim, --num-blocks (K), --mlp-ratio and --num-heads '
+                             '(--operator vit) apply; the classification flags are refused').add_argument
+    a("--loops", type=int_list, default="1,2,4", help="loopvae: passes of the core at each scale in traversal "
+      "order (encoder 2x, 4x, 8x; decoder 8x, 4x, 2x), one scale per entry; K x their sum block applications "
+      "per branch")
+    a("--share", default="global", choices=["global", "scale", "none"], help="loopvae: which passes share "
+      "the core's K blocks: global = all (K stored), scale = the passes of one scale (S x K), none = no "
+      "two passes (K x sum of --loops); the same block applications")
+    a("--operator", default="cnn", choices=["cnn", "vit"], help="loopvae: the core's block: cnn = AdaGN "
+      "ConvNeXt-style (the paper's main model); vit = AdaLN attention with 2-D RoPE, --num-heads heads (its "
+      "ablation)")
+    a("--latent-dim", type=positive(int), default=16, help="loopvae: latent channels, at 1/2^len(--loops) "
+      "of the image side (f8d16: 16 at 1/8)")
+    a("--kl-weight", type=non_negative, default=1e-6, help="loopvae: lambda_KL, the weight of the KL term")
+    a("--perceptual", default="none", choices=["none", "lpips"], help="loopvae: the perceptual term of the "
+      "Stage-1 loss: lpips = LPIPS-VGG through the lpips package (an optional extra: pip install lpips), "
+      "with ImageNet weights that torchvision downloads or --lpips-weights gives; none = L1 + KL only")
+    a("--perceptual-weight", type=non_negative, default=1.0, help="loopvae: lambda_p, the weight of "
+      "--perceptual lpips")
+    a("--lpips-weights", metavar="FILE", help=f"loopvae --perceptual lpips: torchvision's VGG16 ImageNet "
+      f"weights, {VGG16_FILE}, for a machine that cannot download them (default: torchvision's cache, "
+      "$TORCH_HOME/hub/checkpoints, else a download)")
+    a("--rfid", action="store_true", help="loopvae: also the validation rFID of each evaluation (reconstructions "
+      "against their images, Inception features), through torchmetrics' FrechetInceptionDistance, an optional "
+      "extra (pip install 'torchmetrics[image]') whose Inception weights torch-fidelity downloads once")
+    a = p.add_argument_group('model: LoopVAE Stage 2', 'training/adversarial.py; sec. 3.5 and App. A.1 of the paper: '
+                             'the Stage-1 loss + an adaptive hinge GAN term').add_argument
+    a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights "
+      "and architecture flags (unless given); optimizer, schedule and step count start fresh (as --finetune), "
+      "the discriminator is new; the paper's Stage-2 lr is 5e-5 (--lr). --resume a Stage-2 run with the same "
+      "flags: one ckpt.pt holds generator and discriminator")
+    a("--disc", default="conv", choices=["conv", "dinov2"], help="--stage2: the discriminator: conv = a small "
+      "PatchGAN (loopvae.PatchDiscriminator, our default: no weights to fetch); dinov2 = frozen DINOv2-small "
+      "features + a trained head (the paper's main run), from --disc-weights")
+    a("--disc-weights", metavar="FILE", help="--disc dinov2: DINOv2-small weights in timm's ViT-S/14 layout "
+      "(vit_small_patch14_dinov2), a local file read with weights_only")
+    a("--gan-weight", type=non_negative, default=0.5, help="--stage2: the adaptive weight's multiplier (the "
+      "paper's 0.5)")
+    a("--gan-start", type=count, default=5000, help="--stage2: the Stage-2 step from which the adversarial "
+      "term is on (the paper's 5,000; before it the discriminator warms up)")
+    a("--r1-gamma", type=non_negative, default=10.0, help="--stage2: lazy R1 weight (the paper's 10)")
+    a("--r1-every", type=positive(int), default=16, help="--stage2: R1 every N discriminator updates (the "
+      "paper's 16)")
+    a("--disc-lr", type=positive(float), help="--stage2: the discriminator's constant learning rate (default: "
+      "--lr; the paper gives one Stage-2 rate, 5e-5)")
+    a("--diffaug", type=diffaug_policy, default=",".join(adversarial.DIFFAUG), help="--stage2: DiffAugment-style "
+      "augmentation of what the discriminator sees, comma-separated of color, translation, cutout, or none "
+      "(the paper: probability 1, cutout 0.2; the policy is our choice, DiffAugment's)")
+    a = p.add_argument_group('data').add_argument
+    a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
+    a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
+    a("--download", action="store_true", help="download CIFAR-100 through torchvision")
+    a("--img-size", type=positive(int), help="(default: 32 for cifar100 and synthetic, 224 for imagenet)")
+    a("--workers", type=count, help="data loader processes per rank (default: 2 on CPU; on CUDA the "
+      "machine's cores / processes per node, at most 16)")
+    a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
+      "transforms instead of the batched crop/flip loader (chosen on CUDA, and on CPU with --workers "
+      "0, unless --randaug or --three-augment is set); image folders on CUDA: decode and augment "
+      "in the CPU workers instead of decoding JPEGs and augmenting on the GPU")
+    a("--val-labels", metavar="FILE", help="image folders: labels of a flat val/ folder, lines "
+      "'<file name> <class>' (whitespace or comma separated; class = a train/ folder name)")
+    a("--max-bad-images", type=count, default=100, help="image folders: undecodable files are skipped "
+      "with a warning; stop (exit 2) once more than this many were skipped in the run")
+    a("--val-subset", type=positive(int), help="evaluate on N validation images only: the first N for "
+      "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class)")
+    a = p.add_argument_group('optimization').add_argument
+    a("--epochs", type=positive(int), default=100, help="training epochs")
+    a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
+      "warmup + cosine schedule is compressed to end there")
+    a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
+    a("--grad-accum", type=positive(int), default=1, help="split each process's share of the batch "
+      "into N micro-batches whose gradients add up to one optimizer step (same global batch)")
+    a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
+    a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
+    a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
+    a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
+    a("--weight-decay", type=non_negative, default=0.05, help="decoupled weight decay (none on 1-D parameters)")
+    a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
+    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon (loopvae: ignored, "
+      "no labels reach its loss)")
+    a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
+      "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
+      "mix (targets > 0), as DeiT's code does")
+    a("--ema", type=below_one, default=0.0, help="EMA decay of the weights, e.g. 0.9999; 0 = off")
+    a("--max-nonfinite", type=positive(int), default=20,
+      help="stop after N consecutive steps with a non-finite gradient (those steps are skipped)")
+    a = p.add_argument_group('augmentation').add_argument
+    a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
+    a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
+    a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
+    a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
+      "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
+    a = p.add_argument_group('distillation', 'training/distill.py').add_argument
+    a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
+      "same augmented images (training/distill.py); the loss becomes the task loss + --distill-weight x the term")
+    a("--distill", choices=["feature", "logits"], help="with --teacher: feature: match the final "
+      "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
+      "final-feature objective; logits: soft KD, KL at --distill-temperature (default: feature)")
+    a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
+      "x the distillation term")
+    a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
+    a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
+    a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
+    a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
+      help="autocast dtype; auto = bf16 on CUDA, none on CPU")
+    a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
+    a("--compile-scope", choices=list(kernels.SCOPES), help="with --compile: blocks = each distinct "
+      "block compiled once, the step loop eager (regional compilation); model = the whole training "
+      "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
+      "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
+      "depth or token routing; auto = model where it applies, else blocks (kernels.py) (default: auto; "
+      "blocks for loopvae, whose unrolled forward takes minutes to compile)")
+    a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
+      "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
+      "instead of all its activations, at the cost of about one more forward")
+    a("--dist-timeout", type=positive(float), default=600.0,
+      help="seconds a process waits for its peers before failing (DDP)")
+    a = p.add_argument_group('checkpoints', 'training/checkpoints.py; docs/cluster.md "Resuming and failures"').add_argument
+    a("--out-dir", help="where log.jsonl, ckpt.pt and args.json are written (default: a new folder per run, "
+      "runs/MODEL-YYYYmmdd-HHMMSS; --resume auto needs it given)")
+    a("--resume", help="checkpoint to continue from (exactly: same data order and RNG streams); "
+      "'auto': OUT/ckpt.pt when it exists, else start fresh (one command for every requeue); a "
+      "flag that differs from the checkpoint's is printed, and refused where it breaks the run "
+      "(README \"Resuming and failures\")")
+    a("--finetune", metavar="PATH", help="start from these model weights only (optimizer, schedule "
+      "and epochs start fresh): an rvits checkpoint, whose architecture flags are used unless given, "
+      "or a state-dict file (timm, DeiT); a head with another number of classes is re-initialized "
+      "and pos_embed resized to the patch grid (README \"Fine-tuning\"); ignored with --resume")
+    a("--save-every", type=positive(int), help="also checkpoint every N optimizer steps mid-epoch")
+    a = p.add_argument_group('evaluation').add_argument
+    a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
+    a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
+      "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
+      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
+    a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
+      "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
+      "another --img-size interpolates the position embedding (dynamic_img_size); "
+      "writes only depth_eval.json (+ PNG) in --out-dir; loopvae: its validation PSNR, SSIM, L1, KL and "
+      "out-of-range pixels, written to reconstruction_eval.json")
+    a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
+      "(a run trained with --ema)")
+    return p
+
+
+# ----------------------------------------------------------------------------- resolving
+def resolve(args, p, img_size):
+    """Fill size defaults and check every flag combination, naming the flag on error."""
+    dim, heads = SIZES[args.size or ("s" if args.model == "loopvae" else "ti")]
+    args.embed_dim = args.embed_dim or dim
+    args.num_heads = args.num_heads or heads
+    resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
+    if args.model == "loopvae":
+        resolve_loopvae(args, p)
+    else:
+        args.depth = args.depth or (24 if args.size == "l" else 12)
+        args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
+        if img_size % args.patch_size:
+            ok = [d for d in range(1, img_size + 1) if img_size % d == 0]
+            p.error(f"--patch-size {args.patch_size} does not divide the image size {img_size}; "
+                    f"allowed: {', '.join(map(str, ok))}")
+        if args.embed_dim % args.num_heads:
+            p.error(f"--embed-dim {args.embed_dim} is not divisible by --num-heads {args.num_heads}")
+        if args.num_blocks and args.num_blocks > args.depth:
+            p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
+        if args.depth % args.stages:
+            p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+    if args.randaug > 30:
+        p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
+    if args.min_lr > args.lr:
+        p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    if args.model != "revit" and (args.routing != "depth" or args.lora_rank):
+        p.error("--routing and --lora-rank are reViT options; add --model revit")
+    if args.lora_rank and args.routing != "depth":
+        p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
+    if args.lora_rank and args.experts != 1:
+        p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
+    if args.lora_rank < 0:
+        p.error(f"--lora-rank must be >= 0, got {args.lora_rank}")
+    if args.distill and not args.teacher:
+        p.error("--distill needs --teacher CKPT, the checkpoint to distill from")
+    args.distill = args.distill or ("feature" if args.teacher else None)
+    if args.stage_weights and len(args.stage_weights) != args.stages:
+        p.error(f"--stage-weights needs {args.stages} values (one per stage)")
+    return args
+
+
+def changed_flags(args, names):
+    """The flags (--name) among `names` whose value differs from the parser's default (not a preset's)."""
+    plain = vars(get_parser().parse_args([]))
+    return [f"--{k.replace('_', '-')}" for k in names if getattr(args, k) != plain[k]]
+
+
+STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
+
+
+def resolve_stage2(args, p):
+    """Check the flags of LoopVAE's Stage 2 (--stage2) and --rfid, naming the flag (p.error, one line)."""
+    if args.rfid and args.model != "loopvae":
+        p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
+    if not args.stage2:
+        on = changed_flags(args, STAGE2_FLAGS)
+        if on:
+            p.error(f"{', '.join(on)}: Stage-2 flags; add --stage2 CKPT, the Stage-1 loopvae checkpoint to continue")
+        return
+    if args.model != "loopvae":
+        p.error(f"--stage2 {args.stage2}: Stage 2 continues a loopvae checkpoint; this run is --model {args.model} "
+                "(the checkpoint's, or given)")
+    if args.finetune:
+        p.error("--stage2 starts from its checkpoint's weights; leave out --finetune")
+    if args.disc == "dinov2" and not args.disc_weights:
+        p.error("--disc dinov2 needs --disc-weights FILE: DINOv2-small weights in timm's ViT-S/14 layout "
+                "(vit_small_patch14_dinov2), downloaded on a connected machine")
+    if args.disc_weights and args.disc != "dinov2":
+        p.error(f"--disc-weights is for --disc dinov2; this run has --disc {args.disc}")
+    if args.grad_accum > 1:
+        p.error("--grad-accum with --stage2: the discriminator steps once per micro-batch; use --grad-accum 1")
+    if args.amp == "fp16":
+        p.error("--amp fp16 with --stage2: the discriminator has no GradScaler; use --amp bf16 or none")
+
+
+# Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
+# depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
+CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "stages", "stage_weights", "detach_stages",
+                    "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher")
+
+
+def resolve_loopvae(args, p):
+    """loopvae's part of resolve: --num-blocks is K (default 4), args.depth becomes the block
+    applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
+    compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
+    flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
+    on = changed_flags(args, CLASSIFIER_FLAGS)
+    if on:
+        p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
+                "no classes, patches or depths to vary), leave them out")
+    args.num_blocks = args.num_blocks or 4
+    depth = args.num_blocks * sum(args.loops)
+    if args.depth not in (None, depth):
+        p.error(f"--depth {args.depth} (given, or a checkpoint's): loopvae's depth is --num-blocks x the sum of "
+                f"--loops = {args.num_blocks} x {sum(args.loops)} = {depth} block applications per branch; leave "
+                "--depth out")
+    args.depth = depth
+    if args.compile and not args.compile_scope:  # the whole unrolled model compiles for minutes
+        args.compile_scope = "blocks"
+
+
+def parse_args(p, argv=None):
+    """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
+    flags given on the command line override them. --list-presets describes them and exits."""
+    args = p.parse_args(argv)
+    if args.list_presets:
+        list_presets()
+        sys.exit(0)
+    if args.preset is not None:
+        if args.preset not in PRESETS:
+            p.error(f"--preset {args.preset} is unknown; allowed: {', '.join(PRESETS)}")
+        p.set_defaults(**PRESETS[args.preset][1])
+        args = p.parse_args(argv)
+    return args
+
+
+def configure(p, argv):
+    """The run's flags: parsed (with --preset), run folders resolved to their ckpt.pt, and what a
+    checkpoint gives (docs/cluster.md "Resuming and failures", "Which value a flag takes"). Returns None when
+    --print-config printed the resolved configuration instead."""
+    args = parse_args(p, argv)
+    if args.resume == "auto":  # a requeued job: continue the previous attempt's checkpoint if any
+        if not args.out_dir:
+            p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
+        auto = os.path.join(args.out_dir, "ckpt.pt")
+        args.resume = auto if os.path.exists(auto) else None
+    for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
+        setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
+    # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
+    # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
+    # architecture), else the default.
+    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
+    if args.eval_only:
+        if not args.resume:
+            p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
+        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
+    elif args.resume or args.finetune or args.stage2:  # with --resume, --finetune/--stage2 are ignored: the run continues
+        source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
+        if not (args.print_config and source[0] == "--stage2" and not os.path.exists(source[1])):
+            # (a preset's Stage 2 printed before its Stage-1 run exists: the preset's flags describe the model)
+            args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
+        if args.resume and not args.out_dir:  # a run continues in its own folder
+            args.out_dir = os.path.dirname(args.resume) or "."
+    if args.print_config:  # what this command would train; reads no data, builds no model
+        args.img_size = default_img_size(args)
+        print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
+        return None
+    return args
+
+
+def list_presets():
+    """--list-presets: one line per preset: its name, what it reproduces, the model (built on the meta
+    device: shapes only, no memory, no init), the paper's number (presets.PAPER) and the time a run
+    takes (presets.TIMES, which says where each figure comes from)."""
+    print("# NAME  what it reproduces | model | the paper's number | time on CPU-2 (2 cores), on one H200: "
+          "measured, est. = estimated, ? = not measured (presets.TIMES)")
+    for name, (what, flags) in PRESETS.items():
+        args = resolved(["--preset", name])
+        img_size = default_img_size(args)
+        with torch.device("meta"):
+            model = build_model(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}),
+                                img_size, 1000 if args.data == "imagenet" else 100)
+        cpu, gpu = TIMES[name]
+        shape = (f"patch {args.patch_size} depth {args.depth}" if args.model != "loopvae" else
+                 f"K={args.num_blocks} loops {','.join(map(str, args.loops))} share {args.share} (depth {args.depth}), "
+                 f"latent {args.latent_dim}x{img_size >> len(args.loops)}x{img_size >> len(args.loops)}")
+        print(f"{name}  {what} | {args.model} D={args.embed_dim} {shape}, "
+              f"{model.num_params() / 1e6:.3g} M params | paper: {PAPER[name]} | CPU-2 {cpu}, H200 {gpu}")
+
+
+def default_img_size(args):
+    """--img-size, else the data's: 224 for image folders (imagenet), 32 for CIFAR-100 and synthetic."""
+    return args.img_size or (224 if args.data == "imagenet" else 32)
+
+
+def resolved(argv, img_size=None):
+    """The flags of the command line `argv` (a list; --preset applied) resolved as train.py resolves
+    them, at `img_size` (default: default_img_size), reading no data and no checkpoint: the recipe of
+    a tool that builds train.py's model of a command line (registry.build_model(args, img_size,
+    classes)). A bad flag: one line, exit status 2, as train.py."""
+    p = get_parser()
+    args = parse_args(p, argv)
+    return resolve(args, p, img_size or default_img_size(args))

@@ -1,0 +1,319 @@
+"""How a run goes and how it ends: what the loop does around its steps, and the run's lines.
+
+- Monitor: the progress bar, the estimated time (pace_point, estimate_line), the reads of the device
+  (loss, non-finite steps), the stop requests and the --save-every checkpoints;
+  EpochSums: an epoch's running sums (kept in a mid-epoch checkpoint).
+- Stop: the handler of SIGINT / SIGTERM / SIGUSR1; `stopping` agrees on a stop across the processes.
+- The exit statuses of train.py's cli(): Fail (a problem the user can fix, one line, 2), Preempted
+  (stopped at a safe point, PREEMPTED = 75), a second Ctrl-C (INTERRUPTED = 130).
+- The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
+  values in log.jsonl), say (a line on stderr below a bar).
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from presets import PAPER, PRESETS, TIMES
+
+# ----------------------------------------------------------------------------- how a run ends
+class Fail(Exception):
+    """A problem the user can fix: printed as one line, exit status 2."""
+
+
+class Preempted(Exception):
+    """A stop request (Stop) was honoured: the step in flight finished and a checkpoint was written,
+    or an evaluation was cut short; printed as one line, exit status PREEMPTED."""
+
+
+PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
+INTERRUPTED = 130  # 128 + SIGINT, the shell's status of a process ended by Ctrl-C
+
+
+class Stop:
+    """The run's stop requests and what a stopped run keeps (docs/cluster.md "Resuming and failures").
+
+    As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
+    --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
+    the run honours it at its next safe point: after the optimizer step in flight (with a
+    checkpoint), after a checkpoint being written, after the evaluation batch in flight (one
+    process; under DDP the processes agree between depths). A second Ctrl-C stops at once
+    (KeyboardInterrupt), when it comes AGAIN_S or more after the first: torchrun relays the
+    terminal's Ctrl-C to processes that the terminal has signalled already. `checkpoint`, `step`
+    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    AGAIN_S = 1.0
+
+    def __init__(self):
+        self.got, self.first_int = [], None
+        self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
+
+    def __call__(self, signum, frame):
+        now = time.monotonic()
+        if signum == signal.SIGINT:
+            if self.first_int is not None and now - self.first_int >= self.AGAIN_S:
+                raise KeyboardInterrupt
+            self.first_int = self.first_int or now
+        self.got.append(signum)
+
+    def __bool__(self):
+        return bool(self.got)
+
+    def line(self, when):
+        """The one line of a run stopped `when` (e.g. "after step 40"): the signal, what is kept."""
+        name = signal.Signals(self.got[0]).name if self.got else "a stop signal to another process"
+        name += " (Ctrl-C)" if name == "SIGINT" else ""
+        return f"stopped by {name} {when}; {self.kept()}"
+
+    def kept(self):
+        """The last checkpoint and how to continue from it, in words."""
+        if self.eval_only:
+            return "nothing was written; run the same command again"
+        if self.checkpoint is None:
+            return "no checkpoint was written; run the command again"
+        return f"checkpoint {self.checkpoint} (step {self.step}); {self.hint}"
+
+
+def stopping(stop, ddp, device):
+    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1). The flag
+    is all-reduced, so every rank stops after the same step and takes part in the checkpoint; the
+    training loop asks every CHECK_EVERY steps on a GPU."""
+    if not ddp:
+        return bool(stop)
+    flag = torch.tensor(float(bool(stop)), device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
+
+
+def say(line):
+    """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
+    tqdm.write(line, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- around the steps
+CHECK_EVERY = 20  # optimizer steps between the loop's reads of a GPU (loss, non-finite count, DDP stop flag)
+
+
+class EpochSums:
+    """The running sums of one epoch, restored from a checkpoint's `progress` when a run resumes
+    mid-epoch: seconds and images so far, undecodable images skipped, and, on the device (read at the
+    epoch's end only), the loss sum of the good (finite) steps and their count."""
+
+    def __init__(self, progress, device):
+        self.t_spent, self.images = progress.get("time", 0.0), progress.get("imgs", 0)
+        self.skipped = progress.get("skipped", 0)
+        self.loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
+        self.steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
+        self.device, self.t0 = device, time.time()
+
+    def add(self, step_loss, bad):
+        """One optimizer step's loss; `bad` (0-d, device): 1 when it was skipped as non-finite."""
+        self.loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
+        self.steps += 1 - bad
+
+    def seconds(self):
+        return self.t_spent + time.time() - self.t0
+
+    def state(self):
+        """What a mid-epoch checkpoint keeps of the epoch (its `progress`)."""
+        return {"time": self.seconds(), "imgs": self.images, "steps": int(self.steps.item()),
+                "loss_sum": self.loss_sum.item(), "skipped": self.skipped}
+
+    def mean_loss(self, world, ddp):
+        """The epoch's mean training loss over the good steps of every rank."""
+        total = self.loss_sum.clone()
+        if ddp:
+            dist.all_reduce(total)
+        return total.item() / max(1, self.steps.item() * world)
+
+    def total_skipped(self, ddp):
+        """Undecodable images skipped in the epoch, summed over the ranks."""
+        n = torch.tensor(float(self.skipped), device=self.device, dtype=torch.float64)
+        if ddp:
+            dist.all_reduce(n)
+        return int(n.item())
+
+
+class Monitor:
+    """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
+    checkpoints.Saver), the paths of its checkpoint and log, its length in steps), and everything the
+    loop does between optimizer steps that is not training: the progress bar (on a
+    terminal; written to a file, a line every tenth of the epoch instead), the loader-bottleneck note,
+    the host's reads of the device (the loss and the count of consecutive non-finite steps: every
+    CHECK_EVERY steps on a GPU, every step on the CPU where a read costs nothing, at the end of an
+    epoch and before a checkpoint, so that the host queues steps ahead of the GPU), the estimated
+    time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
+    stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
+
+    def __init__(self, args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
+                 ckpt_path, log_path):
+        self.args, self.device, self.ddp, self.world, self.master = args, device, ddp, world, master
+        self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        self.check_every = CHECK_EVERY if device.type == "cuda" else 1
+        self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
+        self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
+        self.pace = []  # (step, time) at the first two checks 10+ steps or 30+ s apart: the estimated time
+        self.tty = sys.stderr.isatty()
+
+    def epoch(self, epoch, first, left, loader):
+        """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
+        timing the waits for them."""
+        self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
+        self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
+                        dynamic_ncols=True)
+        return self._timed(iter(loader))
+
+    def _timed(self, batches):
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            self.waited += time.perf_counter() - t
+            yield batch
+
+    def note(self, line):
+        """A line below the bar (or alone, without a terminal), rank 0 only."""
+        if not self.master:
+            return
+        if self.bar.disable:
+            print(line, flush=True)
+        else:
+            self.bar.write(line)
+
+    def after_step(self, step, epoch, done, loss, bad, sums):
+        """After optimizer step `step` (the `done`-th of this epoch; `bad`: optimizer_step's non-finite
+        flag, None when no step was taken; `loss`: the last micro-batch's): the checks of the class
+        docstring."""
+        args, probe = self.args, self.probe
+        i = done - 1 - self.first  # this epoch's steps since the start (or the resume)
+        if bad is not None:
+            self.bad_run = (self.bad_run + 1) * bad
+        self.bar.update()
+        if self.master and step == probe[0] + 50 and self.waited > 0.2 * (time.perf_counter() - probe[1]):
+            self.note(f"note: the data loader is the bottleneck: {self.waited / (time.perf_counter() - probe[1]):.0%} "
+                      f"of the first 50 steps waited for images with --workers {args.workers}; raise --workers, or "
+                      "leave out per-image augmentations (CIFAR then uses the batched loader)")
+        saving = args.save_every and step % args.save_every == 0 and done < self.steps_per_epoch \
+            and step < self.total_steps
+        if not (i % self.check_every == 0 or i == self.left - 1 or saving or (self.stop and not self.ddp)):
+            return  # (one process reads its signal flag every step: a host list, no sync)
+        last_loss, nonfinite = torch.stack([loss.detach().float(), self.bad_run]).tolist()
+        now = time.perf_counter()  # (the device has caught up: a synced time)
+        if self.master and pace_point(self.pace, step, now):
+            self.pace.append((step, now))
+            if len(self.pace) == 2 and step < self.total_steps:  # (nothing to estimate at the last step)
+                self.note(estimate_line(args, self.device, self.pace, self.total_steps))
+        if nonfinite >= args.max_nonfinite:
+            self.bar.close()
+            kept = (f"the last good checkpoint is {self.ckpt_path}" if os.path.exists(self.ckpt_path)
+                    else "no checkpoint was written before them")
+            raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); {kept}; "
+                       "lower --lr or use --amp bf16/none")
+        if self.master:
+            self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
+            if not self.tty and i + 1 >= self.next_line:  # a log file: a line per tenth (at the next check)
+                print(f"epoch {epoch}: step {done} of {self.steps_per_epoch}, loss {last_loss:.3f}", flush=True)
+                self.next_line = i + 1 + max(1, self.left // 10)
+        stopped = stopping(self.stop, self.ddp, self.device)  # preempted: keep this step, exactly where it is
+        if stopped or (saving and nonfinite == 0):
+            self.save(epoch, done, sums.state(), step)
+            if stopped or stopping(self.stop, self.ddp, self.device):  # (or the request came during the save)
+                self.bar.close()
+                raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
+
+    def end_epoch(self, step, val_images):
+        """Close the epoch's bar; with steps left, the estimated time again at this epoch's pace (so the
+        figure sharpens as the run goes, not only from its first steps); then say that the evaluation
+        of `val_images` images runs (it has no bar)."""
+        self.bar.close()
+        if self.master and self.left and step < self.total_steps and len(self.pace) == 2:
+            per_step = (time.perf_counter() - self.t_epoch) / self.left
+            line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
+            self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
+        self.note(f"epoch {self.epoch_no}: evaluating on {val_images} validation images")
+
+
+# The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
+# GPU-sized run starts on a CPU.
+CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
+               "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler", "loopvae": "c100-mini-loopvae-global"}
+
+
+def pace_point(pace, step, now):
+    """Whether a synced check at `step` (time `now`, seconds) is one of the two (step, time) points
+    the estimated time is measured between: the first check, then one 10+ steps later, or 30+ s
+    later for slow steps (a GPU-sized model on a CPU: 11 steps can take minutes)."""
+    return len(pace) < 2 and (not pace or step - pace[0][0] >= 10 or (step > pace[0][0] and now - pace[0][1] >= 30))
+
+
+def estimate_line(args, device, pace, total_steps):
+    """One line: the time the rest of the run should take at the pace measured between the two
+    (step, seconds) points of `pace`, evaluation not included; on a CPU, when that is more than
+    3 hours, the model's CPU-sized preset."""
+    (s0, t0), (s1, t1) = pace
+    per_step = (t1 - t0) / (s1 - s0)
+    left = per_step * (total_steps - s1)
+    d, rest = divmod(int(left), 86400)
+    h, rest = divmod(rest, 3600)
+    took = (f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s")
+    line = (f"estimated time: {took} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
+            "evaluations not included)")
+    if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
+        cpu = CPU_PRESETS[args.model]
+        said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
+        line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
+                 f"({TIMES[cpu][0]} on 2 cores{said}; --list-presets)")
+    return line
+
+
+# ----------------------------------------------------------------------------- the run's lines
+def announce(args, model, world, device, compiled, total_steps, steps_per_epoch, warmup, distilling, step,
+             start_epoch, start_batch):
+    """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
+    compilation and schedule, where a resumed run continues, the run folder; writes OUT/args.json
+    (not for --eval-only, which leaves the training run's files alone)."""
+    if args.preset:
+        print(f"preset {args.preset}: {PRESETS[args.preset][0]}; paper: {PAPER[args.preset]}")
+    flops = model.flops_per_image()
+    print(f"{args.model}: {model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
+          f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
+          + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
+          + (f", distilling from {args.teacher} ({args.distill})" if distilling else "")
+          + (f", Stage 2 from {args.stage2} (--disc {args.disc}, adversarial term from step {args.gan_start})"
+             if args.stage2 and not args.eval_only else ""))
+    if args.resume and not args.eval_only:
+        print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
+              + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
+    print(f"run folder: {args.out_dir}")
+    if not args.eval_only:  # --eval-only leaves the training run's files alone
+        with open(os.path.join(args.out_dir, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=1)
+
+
+def epoch_line(epoch, rec, step, total_steps):
+    """The line printed after an epoch's evaluation (`rec`: its log.jsonl record): top-1/top-5 of a
+    classifier, PSNR/SSIM/L1 of a tokenizer."""
+    if "val_psnr" in rec:
+        said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}" + (
+            f", rFID {rec['val_rfid']:.3f}" if "val_rfid" in rec else "")
+    else:
+        said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
+    return f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
+
+
+def model_log(model):
+    """Model-specific values for log.jsonl: the last step's auxiliary terms (`model.aux`, e.g. the
+    per-stage losses) and whatever `model.log_extras()` returns (e.g. reViT's gate table)."""
+    out = {k: float(v) for k, v in getattr(model, "aux", {}).items()}
+    if hasattr(model, "log_extras"):
+        out.update(model.log_extras())
+    return out
