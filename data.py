@@ -11,7 +11,7 @@
 The data root defaults to $RVITS_DATA, else ./data. Each DDP rank sees a
 disjoint shard. Loaders yield `(images, labels)` batches: images float (B, 3, H, W) normalized
 (by the dataset's mean and std, or as the model asks: LoopVAE's [-1, 1], `build_datasets`' mean_std),
-labels int64 (B,). A GPU-resident CIFAR loader plugs in at `build_loader`.
+labels int64 (B,). `build_loaders` picks the loaders of a run (below).
 
 Which path augments a training image (`build_loaders`; train.py's flags):
 - the batched path, `random_crop_flip` inside `DeviceCIFARLoader` (crop + flip only, on the whole
