@@ -447,6 +447,9 @@ def main(argv=None):
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     model, val_set, run = load(args)
     if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
+        if args.depth is not None:
+            raise Fail(f"--depth {args.depth}: {args.resume} is a LoopVAE checkpoint, analysed at its trained loops "
+                       "(every pass, truncated and bypassed); leave out --depth")
         n = min(args.num_images, len(val_set))
         images = torch.stack([val_set[i][0] for i in range(n)]).to(args.device)
         res = loop_interventions(model, images, args.batch_size)

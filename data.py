@@ -16,7 +16,8 @@ labels int64 (B,). `build_loaders` picks the loaders of a run (below).
 Which path augments a training image (`build_loaders`; train.py's flags):
 - the batched path, `random_crop_flip` inside `DeviceCIFARLoader` (crop + flip only, on the whole
   batch): CIFAR-100 at 32 px on CUDA (the c100-gpu-* presets), and on the CPU with `--workers 0`
-  (the c100-mini-* presets), unless --randaug, --three-augment, another --img-size or --cpu-loader;
+  (the c100-mini-* presets), unless the run's `build_transform` holds anything else (--randaug,
+  --three-augment, another --img-size; `batched_loader` reads the pipeline itself) or --cpu-loader;
 - the per-image path, `build_transform` in a DataLoader: every other CIFAR run (the c100-* presets,
   with RandAugment; the CPU default --workers 2), ImageNet-style folders on the CPU or with
   --cpu-loader, synthetic images (no augmentation);
@@ -792,15 +793,24 @@ def batched_eval_loader(args, device):
     return args.data == "cifar100" and device.type == "cuda" and args.img_size in (None, 32)
 
 
+# What the batched CIFAR path reproduces of build_transform's training pipeline: the crop and flip
+# (random_crop_flip, the same draws), the conversion and the normalization (DeviceCIFARLoader).
+BATCHED_OPS = (v2.ToImage, v2.RandomCrop, v2.RandomHorizontalFlip, v2.ToDtype, v2.Normalize)
+
+
 def batched_loader(args, device):
     """train.py's loader rule, given its flags (argparse namespace) and the device. True: train on
     DeviceCIFARLoader (the whole uint8 CIFAR on `device`, batched crop + flip
     there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
-    training process). Never when the run asks for an augmentation only the per-image DataLoader
-    has (--randaug, --three-augment, an --img-size other than 32), or for --cpu-loader."""
-    per_image_aug = args.randaug or args.three_augment or args.img_size not in (None, 32)  # resize
-    return (args.data == "cifar100" and not (args.cpu_loader or per_image_aug)
-            and (device.type == "cuda" or args.workers == 0))
+    training process), and only when the run's per-image pipeline (build_transform, the one place
+    that defines a run's augmentation) holds nothing but BATCHED_OPS: an augmentation only the
+    per-image DataLoader has (--randaug, --three-augment, a resize to another --img-size, or one
+    added to build_transform later) sends the run there, never silently off. Never for --cpu-loader."""
+    if args.data != "cifar100" or args.cpu_loader or not (device.type == "cuda" or args.workers == 0):
+        return False
+    ops = build_transform(True, args.img_size or 32, CIFAR_MEAN, CIFAR_STD, "cifar100", int(args.randaug),
+                          three_aug=args.three_augment).transforms
+    return all(type(op) in BATCHED_OPS for op in ops)
 
 
 def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device):

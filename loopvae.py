@@ -529,7 +529,10 @@ def gaussian_window(size=11, sigma=1.5):
     return g[:, None] * g[None, :]  # float64
 
 
-def ssim(u, y, size=11, sigma=1.5):
+SSIM_WINDOW = 11  # SSIM's Gaussian window, 11x11 (Wang et al. 2004; App. A.4): images must be at least this big
+
+
+def ssim(u, y, size=SSIM_WINDOW, sigma=1.5):
     """SSIM per image (Wang et al. 2004, eq. 13; C1 = 0.01^2, C2 = 0.03^2 for data range 1) with a
     valid size x size Gaussian window (App. A.4), averaged over positions and channels:
     u, y (B, C, H, W) in [0, 1] (u clipped) -> (B,). ValueError for images smaller than the window."""

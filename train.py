@@ -31,8 +31,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 import kernels
 from training import checkpoints, evaluation, flags, optim, perceptual, registry
-from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, Preempted, Stop, announce,
-                              epoch_line, model_log, say, stopping)
+from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, PeerFailed, Preempted, Stop, announce,
+                              epoch_line, model_log, say, stopping, write)
 
 
 def main(argv=None, stop=None):
@@ -43,7 +43,7 @@ def main(argv=None, stop=None):
     args = flags.configure(p, argv)  # the command line over a --preset over a checkpoint's flags
     if args is None:  # --print-config printed them
         return
-    stop.eval_only = args.eval_only
+    stop.eval_only, stop.running = args.eval_only, True
 
     # 1. processes, device, precision
     ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
@@ -97,7 +97,7 @@ def main(argv=None, stop=None):
     model, distiller, compiled = compile_and_wrap(args, model, distiller, scope, why, ddp, device, local_rank)
     if master:
         announce(args, raw_model, world, device, compiled, total_steps, steps_per_epoch, warmup,
-                 distiller is not None, start[2], start[0], start[1])
+                 distiller is not None, start[2], start[0], start[1], stop)
 
     # 8. the loop
     step = start[2]
@@ -181,10 +181,11 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         monitor.end_epoch(step, len(val_loader.dataset))
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
         # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
-        extras = model_log(raw_model)
+        extras = model_log(raw_model, ddp)
         inside = first + left < steps_per_epoch  # stopped inside the epoch by --max-steps: resumable there
         position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
-        rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp)}
+        rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp),
+               "nonfinite_steps": sums.nonfinite_steps()}
         try:
             rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
             if ema is not None:
@@ -195,12 +196,11 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
+        save(*position, step)  # the epoch's training first: a log line that cannot be written loses nothing
         if monitor.master:
-            with open(monitor.log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            write(monitor.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
             print(epoch_line(epoch, rec, step, total_steps), flush=True)
-        save(*position, step)
         if inside:
             break
         epoch += 1
@@ -306,9 +306,16 @@ def start_processes(args, ddp, device, master):
                        "and WORLD_SIZE to run one process")
         if device.type == "cuda":  # bind the device first: NCCL's communicator then uses it
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                timeout=datetime.timedelta(seconds=args.dist_timeout),
-                                device_id=device if device.type == "cuda" else None)
+        try:
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    timeout=datetime.timedelta(seconds=args.dist_timeout),
+                                    device_id=device if device.type == "cuda" else None)
+        except (dist.DistError, RuntimeError, ValueError) as e:  # a peer that never came, an address in use
+            where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+            raise PeerFailed(f"rank {os.environ['RANK']}: the {os.environ['WORLD_SIZE']} processes did not meet at {where} "
+                             f"within --dist-timeout {args.dist_timeout:g} s ({type(e).__name__}: "
+                             f"{(str(e).strip().splitlines() or [''])[0][:160]}); start every process (torchrun does), "
+                             "or raise --dist-timeout")
     if not args.out_dir:
         name = [checkpoints.new_run_dir(args.model, "eval" if args.eval_only else None) if master else None]
         if ddp:
@@ -388,6 +395,18 @@ def cli(argv=None):
     except Preempted as e:
         say(f"train.py: {e}")
         return PREEMPTED
+    except PeerFailed as e:
+        say(f"train.py: error: {e}")
+        return 1
+    except BrokenPipeError:  # the reader of its output went away (`| head`): a normal way to read it
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+        except (OSError, ValueError):  # a stdout without a file descriptor (in-process)
+            pass
+        if not stop.running:  # --list-presets, --print-config, --help: done
+            return 0
+        say(f"train.py: error: its output was closed (the reader of a pipe ended); {stop.kept()}")
+        return 2
     except KeyboardInterrupt:
         say(f"train.py: stopped at once by a second Ctrl-C; {stop.kept()}")
         return INTERRUPTED

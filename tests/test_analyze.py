@@ -294,3 +294,6 @@ def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path)
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "a"), "--num-images", "4"]) == 0
     res = json.loads((tmp_path / "a" / "loops.json").read_text())
     assert set(res["prefix"]) == set(res["stages"]) and set(res["stages"]) == {"enc_f4", "dec_f2"} and len(res["prefix"]["dec_f2"]) == 2
+    # --depth means nothing to a tokenizer's analysis: refused by name, not ignored (issue 37)
+    assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "b"), "--depth", "3"]) == 2
+    assert not (tmp_path / "b").exists()

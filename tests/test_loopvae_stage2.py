@@ -179,7 +179,7 @@ def test_bad_stage2_inputs_are_one_line_exit_2(stage1, tmp_path, capsys):
                     "Stage 2 from it in a new --out-dir", capsys)
     torch.save({"model": {}, "args": {"model": "bvit"}}, tmp_path / "bvit.pt")
     one_line_exit_2(job(stage1, tmp_path / "o") + ["--stage2", str(tmp_path / "bvit.pt")],
-                    "not a LoopVAE checkpoint (a --model bvit run)", capsys)
+                    "a --model bvit checkpoint, not a LoopVAE one", capsys)
     (tmp_path / "junk.pth").write_bytes(b"not weights")
     one_line_exit_2(job(stage1, tmp_path / "o", "--disc", "dinov2", "--disc-weights", str(tmp_path / "junk.pth")),
                     f"--disc-weights {tmp_path / 'junk.pth'}: not a checkpoint", capsys)
@@ -209,3 +209,9 @@ def test_rfid_without_its_package_or_its_weights_is_one_line_exit_2(stage1, tmp_
     one_line_exit_2(argv, "the FID Inception weights are not cached and could not be downloaded", capsys)
     one_line_exit_2(argv + ["--model", "bvit"], "--rfid is a tokenizer's metric", capsys)
     assert not (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_a_stage2_run_that_ends_before_gan_start_says_so_at_its_start(stage1, tmp_path, capsys):
+    assert train.cli(job(stage1, tmp_path / "o", "--max-steps", "1", "--gan-start", "5", "--val-subset", "8")) == 0
+    assert "note: this Stage-2 run ends at step 1, not after --gan-start 5: it trains the discriminator alone" \
+        in capsys.readouterr().out

@@ -124,7 +124,8 @@ def test_eval_only_prints_the_metrics_the_run_logged_for_its_checkpoint(trained,
 @pytest.mark.parametrize("flags,says", [
     (["--mixup", "0.8"], "--mixup"), (["--eval-depths", "2,4"], "--eval-depths"), (["--bce"], "--bce"),
     (["--patch-size", "4"], "--patch-size"), (["--drop-path", "0.1", "--gap"], "--gap, --drop-path"),
-    (["--preset", "c100-mini-bvit", "--model", "loopvae"], "--init, --eval-depths"),  # a classifier's preset
+    (["--preset", "c100-mini-bvit", "--model", "loopvae"],  # a classifier's preset: every flag it gives
+     "--patch-size, --gap, --drop-path, --init, --mixup, --cutmix, --bce, --eval-depths: classification flags"),
     (["--depth", "12"], "--depth 12 (given, or a checkpoint's): loopvae's depth is --num-blocks x"),
     (["--embed-dim", "48"], "embed_dim 48 is not divisible by num_groups 32"),
 ])
@@ -173,3 +174,13 @@ def test_a_cpu_preset_trains_one_step_and_a_loopvae_moves_between_devices_and_dt
     assert (saved["loops"], saved["share"], saved["perceptual"], saved["depth"]) == ([1, 1, 1], "scale", "none", 12)
     m = loopvae.LoopVAE(img_size=16, embed_dim=32, num_blocks=1, loops=(1, 2), latent_dim=4).to("cpu", torch.float64)
     assert m(torch.zeros(1, 3, 16, 16, dtype=torch.float64))[0].dtype == torch.float64
+
+
+def test_a_missing_dependency_of_lpips_is_named_not_lpips_itself(tmp_path, monkeypatch):
+    """The lpips package is there but cannot import scipy: the line names scipy (issue 37)."""
+    (tmp_path / "lpips").mkdir()
+    (tmp_path / "lpips" / "__init__.py").write_text("raise ImportError(\"No module named 'scipy'\", name='scipy')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lpips", raising=False)
+    with pytest.raises(monitor.Fail, match="the lpips package needs scipy, which is not installed: pip install scipy"):
+        perceptual.lpips_loss()

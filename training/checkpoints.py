@@ -1,7 +1,7 @@
 """Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG states,
 restoring a run's objects; Saver, the run's save, and resume_or_start), the --resume policy and how
 to continue a stopped run (continue_hint), --finetune / --stage2 weights (head and position embedding
-adapted; start_weights, check_stage1), flags taken from a checkpoint (--eval-only, --finetune), and
+adapted; start_weights, check_source), flags taken from a checkpoint (--eval-only, --finetune), and
 the run folder (new_run_dir; writable; locked to one run).
 
 Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
@@ -339,24 +339,22 @@ def linked(named):
     return out
 
 
-def checkpoint_args(p, args, argv, path, keep, flag, preset=()):
+def checkpoint_args(p, args, path, keep, flag):
     """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line or by the `preset` (its flags) always win,
-    and so do the flags LINKED to them. --eval-only takes all but the
+    `keep(flag)` is true; flags given on the command line or by the preset (`p.given`, flags.parse_args)
+    always win, and so do the flags LINKED to them. --eval-only takes all but the
     run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
     architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
     another --img-size is built at it with dynamic_img_size=True), and for --eval-only
-    args.model_classes its class names (None for CIFAR, synthetic data and older checkpoints)."""
-    unset = object()
-    given = argparse.Namespace(**{k: unset for k in vars(args)})
-    p.parse_args(argv, namespace=given)  # argparse fills no default where an attribute exists
+    args.model_classes its class names (None for CIFAR, synthetic data and older checkpoints).
+    Before a flag is copied, the source's kind is checked (check_source): a checkpoint of the wrong
+    kind is named as what it is, not blamed on a flag it would bring. Raises Fail."""
     ck = read_weights(path, flag)  # a bad file is reported before anything else (e.g. the data)
+    named = set(getattr(p, "given", ()))
+    check_source(ck, path, flag, args.model if "model" in named else None)
     if not (isinstance(ck, dict) and isinstance(ck.get("args"), dict)):
-        if flag == "--resume":
-            raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
         return args  # --finetune from a plain state dict: the command line describes the model
     saved = ck["args"]
-    named = {k for k in vars(given) if getattr(given, k) is not unset} | set(preset)  # a preset's count as given
     through = linked(named)  # set through a flag that was given
     for k, v in saved.items():
         if hasattr(args, k) and k not in named and k not in through and keep(k):
@@ -451,20 +449,37 @@ def continue_hint(p, argv, ddp, ckpt_path):
 
 def start_weights(args, model):
     """--finetune / --stage2 without --resume: the weights to start from, loaded into `model` on the CPU
-    (finetune_weights; --stage2 checked to be a LoopVAE run first). Returns the report line."""
-    if args.stage2:
-        check_stage1(args.stage2)
+    (finetune_weights; the source's kind was checked with its flags: check_source). Returns the report
+    line."""
     flag, path = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
     return finetune_weights(path, model, flag)
 
 
-def check_stage1(path):
-    """Raise Fail unless `path` (--stage2) is an rvits checkpoint of a LoopVAE run."""
-    ck = read_weights(path, "--stage2")
-    model = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
-    if model != "loopvae":
-        raise Fail(f"--stage2 {path}: not a LoopVAE checkpoint ({f'a --model {model} run' if model else 'no rvits run flags'}); "
-                   "Stage 2 continues the ckpt.pt of a train.py --model loopvae run")
+def check_source(ck, path, flag, model=None):
+    """What a --resume / --finetune / --stage2 / --eval-only source `ck` (read from `path`) is, checked
+    before its flags are used: --resume needs an rvits training checkpoint; --stage2 a Stage-1 LoopVAE
+    one (a Stage-2 checkpoint is continued with --resume, not restarted with a new discriminator); and
+    a `model` given on the command line must be of the checkpoint's kind (a tokenizer, loopvae, or a
+    classifier). Raises Fail naming what the checkpoint is."""
+    saved = ck["args"] if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    kind = saved.get("model") if saved else None
+    said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
+    if flag == "--resume" and saved is None:
+        raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
+    if flag == "--stage2":
+        if model and model != "loopvae" and kind == "loopvae":
+            raise Fail(f"--stage2 {path}: Stage 2 continues a loopvae checkpoint; this run is --model {model} (given): "
+                       "leave out --model")
+        if kind != "loopvae":
+            raise Fail(f"--stage2 {path}: {said}, not a LoopVAE one; Stage 2 continues the ckpt.pt of a train.py "
+                       "--model loopvae run")
+        if ck.get("adversary") is not None:
+            raise Fail(f"--stage2 {path}: a Stage-2 checkpoint (its run had --stage2 {saved.get('stage2')}); continue "
+                       f"it with --resume {path}, or start Stage 2 again from its Stage-1 checkpoint")
+    if model and kind and (model == "loopvae") != (kind == "loopvae"):
+        what = "a LoopVAE (tokenizer) one" if model == "loopvae" else f"a classifier one (--model {model})"
+        raise Fail(f"{flag} {path}: {said}, not {what}; give a checkpoint of a --model {model} run, or leave out "
+                   f"--model (the checkpoint's is used)")
 
 
 def new_run_dir(model, kind=None):

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data
-from training.monitor import Fail, Preempted, stopping
+from training.monitor import Fail, Preempted, stopping, write
 
 
 @torch.no_grad()
@@ -132,11 +132,10 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
         # block evaluations per image: counted by the model if it can (odevit), else the depth
         rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
         if master and not args.eval_only:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            write(log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
     if master and rows:
-        depth_report(args, raw_model, rows, step)
+        depth_report(args, raw_model, rows, step, stop.kept())
 
 
 def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid=None):
@@ -154,8 +153,7 @@ def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, mas
           f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %" + (f", rFID {r['val_rfid']:.3f}" if rfid else ""))
     res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
            "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
-    with open(os.path.join(args.out_dir, "reconstruction_eval.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    write(os.path.join(args.out_dir, "reconstruction_eval.json"), json.dumps(res, indent=1), stop.kept())
 
 
 def trained_depth(args):
@@ -164,9 +162,10 @@ def trained_depth(args):
     return args.recursions if args.model == "srvit" else args.depth
 
 
-def depth_report(args, model, rows, step):
+def depth_report(args, model, rows, step, kept):
     """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
-    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}]."""
+    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}].
+    A write that fails raises Fail saying what the run keeps (`kept`, e.g. Stop.kept())."""
     print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
     for r in rows:
         print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
@@ -175,8 +174,7 @@ def depth_report(args, model, rows, step):
            "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
            "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
            "weights": rows[0].get("weights") if rows else None, "results": rows}
-    with open(os.path.join(args.out_dir, "depth_eval.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    write(os.path.join(args.out_dir, "depth_eval.json"), json.dumps(res, indent=1), kept)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -190,5 +188,10 @@ def depth_report(args, model, rows, step):
     what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
     ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
     ax.legend()
-    fig.savefig(os.path.join(args.out_dir, "depth_eval.png"), dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    png = os.path.join(args.out_dir, "depth_eval.png")
+    try:
+        fig.savefig(png, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise Fail(f"writing {png} failed ({e.strerror or e}); free space in {args.out_dir}; {kept}")
+    finally:
+        plt.close(fig)

@@ -319,7 +319,7 @@ def resolve(args, p, img_size):
     args.num_heads = args.num_heads or heads
     resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
     if args.model == "loopvae":
-        resolve_loopvae(args, p)
+        resolve_loopvae(args, p, img_size)
     else:
         args.depth = args.depth or (24 if args.size == "l" else 12)
         args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
@@ -333,12 +333,18 @@ def resolve(args, p, img_size):
             p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
         if args.depth % args.stages:
             p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+        if args.step_embed and max(args.eval_depths or [0]) > args.depth:  # checked before training, not after it
+            p.error(f"--eval-depths {max(args.eval_depths)}: --step-embed learns one embedding per step, {args.depth} "
+                    f"(--depth); evaluate at depths up to {args.depth}")
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
         p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
-    if args.model != "revit" and (args.routing != "depth" or args.lora_rank):
-        p.error("--routing and --lora-rank are reViT options; add --model revit")
+    for flag, models in MODEL_FLAGS.items():
+        if args.model not in models and given(p, [flag]):
+            which = f"{', '.join(models[:-1])} or {models[-1]}" if len(models) > 1 else models[0]
+            p.error(f"--{flag.replace('_', '-')} is a flag of --model {which}; --model {args.model} does not use it "
+                    "(it would change nothing): leave it out")
     if args.lora_rank and args.routing != "depth":
         p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
     if args.lora_rank and args.experts != 1:
@@ -353,12 +359,14 @@ def resolve(args, p, img_size):
     return args
 
 
-def changed_flags(args, names):
-    """The flags (--name) among `names` whose value differs from the parser's default (not a preset's)."""
-    plain = vars(get_parser().parse_args([]))
-    return [f"--{k.replace('_', '-')}" for k in names if getattr(args, k) != plain[k]]
-
-
+# The flags only some models read (training/registry.py's builders); resolve refuses one given for another.
+MODEL_FLAGS = {"num_blocks": ("vit", "bvit", "loopvae"), "stages": ("vit", "bvit", "odevit"),
+               "stage_weights": ("vit", "bvit", "odevit"), "detach_stages": ("vit", "bvit"), "step_embed": ("vit", "bvit"),
+               "recursions": ("srvit",), **{k: ("revit",) for k in ("experts", "depth_dropout", "routing", "lora_rank",
+                                                                  "lambda_bal", "lambda_z", "lambda_div")},
+               **{k: ("odevit",) for k in ("solver", "ode_steps", "horizon", "field", "extend")},
+               **{k: ("loopvae",) for k in ("loops", "share", "operator", "latent_dim", "kl_weight", "perceptual",
+                                           "perceptual_weight", "lpips_weights")}}
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
 
 
@@ -367,7 +375,7 @@ def resolve_stage2(args, p):
     if args.rfid and args.model != "loopvae":
         p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
     if not args.stage2:
-        on = changed_flags(args, STAGE2_FLAGS)
+        on = given(p, STAGE2_FLAGS)
         if on:
             p.error(f"{', '.join(on)}: Stage-2 flags; add --stage2 CKPT, the Stage-1 loopvae checkpoint to continue")
         return
@@ -393,15 +401,19 @@ CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "st
                     "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher")
 
 
-def resolve_loopvae(args, p):
+def resolve_loopvae(args, p, img_size):
     """loopvae's part of resolve: --num-blocks is K (default 4), args.depth becomes the block
     applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
     compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
     flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
-    on = changed_flags(args, CLASSIFIER_FLAGS)
+    on = given(p, CLASSIFIER_FLAGS)
     if on:
         p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
                 "no classes, patches or depths to vary), leave them out")
+    import loopvae
+    if img_size < loopvae.SSIM_WINDOW:  # each evaluation's SSIM: checked now, not after the first epoch
+        p.error(f"--img-size {img_size}: loopvae's validation SSIM needs images of at least {loopvae.SSIM_WINDOW}x"
+                f"{loopvae.SSIM_WINDOW} (its window); use --img-size {loopvae.SSIM_WINDOW} or more")
     args.num_blocks = args.num_blocks or 4
     depth = args.num_blocks * sum(args.loops)
     if args.depth not in (None, depth):
@@ -415,7 +427,9 @@ def resolve_loopvae(args, p):
 
 def parse_args(p, argv=None):
     """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
-    flags given on the command line override them. --list-presets describes them and exits."""
+    flags given on the command line override them. --list-presets describes them and exits. Records
+    on `p` which flags the command line or the preset gave (`p.given`, their dests): a value that
+    came from a checkpoint, or a default, is never refused as if someone had given it (`given`)."""
     args = p.parse_args(argv)
     if args.list_presets:
         list_presets()
@@ -425,7 +439,19 @@ def parse_args(p, argv=None):
             p.error(f"--preset {args.preset} is unknown; allowed: {', '.join(PRESETS)}")
         p.set_defaults(**PRESETS[args.preset][1])
         args = p.parse_args(argv)
+    unset = object()
+    probe = argparse.Namespace(**{k: unset for k in vars(args)})
+    p.parse_args(argv, namespace=probe)  # argparse fills no default where an attribute exists
+    p.given = {k for k, v in vars(probe).items() if v is not unset} | set(PRESETS[args.preset][1] if args.preset else ())
     return args
+
+
+def given(p, names):
+    """The flags (--name) among `names` that the command line or the preset gave (parse_args' p.given;
+    none for a parser it did not run, e.g. flags rebuilt from a checkpoint): the flags a check may
+    refuse. A given flag counts whatever its value: one the run cannot use is refused even at its
+    default."""
+    return [f"--{k.replace('_', '-')}" for k in names if k in getattr(p, "given", ())]
 
 
 def configure(p, argv):
@@ -443,16 +469,15 @@ def configure(p, argv):
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
     # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
     # architecture), else the default.
-    preset = PRESETS[args.preset][1] if args.preset else {}  # a preset's flags count as given
-    if args.eval_only:
+    if args.eval_only:  # (a preset's flags count as given: p.given)
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
-        args = checkpoint_args(p, args, argv, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume", preset)
+        args = checkpoint_args(p, args, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
     elif args.resume or args.finetune or args.stage2:  # with --resume, --finetune/--stage2 are ignored: the run continues
         source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
         if not (args.print_config and source[0] == "--stage2" and not os.path.exists(source[1])):
             # (a preset's Stage 2 printed before its Stage-1 run exists: the preset's flags describe the model)
-            args = checkpoint_args(p, args, argv, source[1], lambda k: k in ARCH_FLAGS, source[0], preset)
+            args = checkpoint_args(p, args, source[1], lambda k: k in ARCH_FLAGS, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
     if args.print_config:  # what this command would train; reads no data, builds no model

@@ -26,6 +26,11 @@ class Fail(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
 
 
+class PeerFailed(Exception):
+    """The DDP processes could not start together (a peer that never came within --dist-timeout): one
+    line, exit status 1, as for a peer that fails later."""
+
+
 class Preempted(Exception):
     """A stop request (Stop) was honoured: the step in flight finished and a checkpoint was written,
     or an evaluation was cut short; printed as one line, exit status PREEMPTED."""
@@ -52,6 +57,7 @@ class Stop:
     def __init__(self):
         self.got, self.first_int = [], None
         self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
+        self.running = False  # set once the flags are read: a run (not --list-presets or --print-config)
 
     def __call__(self, signum, frame):
         now = time.monotonic()
@@ -90,6 +96,17 @@ def stopping(stop, ddp, device):
     return flag.item() > 0
 
 
+def write(path, text, kept, append=False):
+    """Write (append: add) `text` to the run's file `path`. A write that fails (a full disk, a folder
+    that became read-only) raises Fail: one line naming the file, what the run keeps (`kept`, e.g.
+    Stop.kept()) and how to continue, never a traceback."""
+    try:
+        with open(path, "a" if append else "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise Fail(f"writing {path} failed ({e.strerror or e}); free space in {os.path.dirname(path) or '.'}; {kept}")
+
+
 def say(line):
     """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
     tqdm.write(line, file=sys.stderr)
@@ -102,19 +119,22 @@ CHECK_EVERY = 20  # optimizer steps between the loop's reads of a GPU (loss, non
 class EpochSums:
     """The running sums of one epoch, restored from a checkpoint's `progress` when a run resumes
     mid-epoch: seconds and images so far, undecodable images skipped, and, on the device (read at the
-    epoch's end only), the loss sum of the good (finite) steps and their count."""
+    epoch's end only), the loss sum of the good (finite) steps, their count and the count of the steps
+    skipped as non-finite."""
 
     def __init__(self, progress, device):
         self.t_spent, self.images = progress.get("time", 0.0), progress.get("imgs", 0)
         self.skipped = progress.get("skipped", 0)
         self.loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
         self.steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
+        self.nonfinite = torch.tensor(float(progress.get("nonfinite", 0)), device=device, dtype=torch.float64)
         self.device, self.t0 = device, time.time()
 
     def add(self, step_loss, bad):
         """One optimizer step's loss; `bad` (0-d, device): 1 when it was skipped as non-finite."""
         self.loss_sum += torch.where(bad > 0, 0.0, step_loss)  # (a NaN loss times 0 would still be NaN)
         self.steps += 1 - bad
+        self.nonfinite += bad
 
     def seconds(self):
         return self.t_spent + time.time() - self.t0
@@ -122,14 +142,20 @@ class EpochSums:
     def state(self):
         """What a mid-epoch checkpoint keeps of the epoch (its `progress`)."""
         return {"time": self.seconds(), "imgs": self.images, "steps": int(self.steps.item()),
-                "loss_sum": self.loss_sum.item(), "skipped": self.skipped}
+                "loss_sum": self.loss_sum.item(), "skipped": self.skipped, "nonfinite": int(self.nonfinite.item())}
 
     def mean_loss(self, world, ddp):
-        """The epoch's mean training loss over the good steps of every rank."""
+        """The epoch's mean training loss over the good steps of every rank; None when the epoch had
+        none (every step skipped as non-finite): a mean over no steps is not a loss of 0."""
         total = self.loss_sum.clone()
         if ddp:
             dist.all_reduce(total)
-        return total.item() / max(1, self.steps.item() * world)
+        good = self.steps.item()
+        return total.item() / (good * world) if good else None
+
+    def nonfinite_steps(self):
+        """The epoch's steps skipped as non-finite (the same on every rank: the gradients are all-reduced)."""
+        return int(self.nonfinite.item())
 
     def total_skipped(self, ddp):
         """Undecodable images skipped in the epoch, summed over the ranks."""
@@ -277,10 +303,11 @@ def estimate_line(args, device, pace, total_steps):
 
 # ----------------------------------------------------------------------------- the run's lines
 def announce(args, model, world, device, compiled, total_steps, steps_per_epoch, warmup, distilling, step,
-             start_epoch, start_batch):
+             start_epoch, start_batch, stop):
     """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
-    compilation and schedule, where a resumed run continues, the run folder; writes OUT/args.json
-    (not for --eval-only, which leaves the training run's files alone)."""
+    compilation and schedule, where a resumed run continues, a Stage-2 run too short for its adversarial
+    term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the training run's
+    files alone; `stop`, the run's Stop, says what is kept if that write fails)."""
     if args.preset:
         print(f"preset {args.preset}: {PRESETS[args.preset][0]}; paper: {PAPER[args.preset]}")
     flops = model.flops_per_image()
@@ -293,10 +320,13 @@ def announce(args, model, world, device, compiled, total_steps, steps_per_epoch,
     if args.resume and not args.eval_only:
         print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
               + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
+    if args.stage2 and not args.eval_only and total_steps <= args.gan_start:
+        print(f"note: this Stage-2 run ends at step {total_steps}, not after --gan-start {args.gan_start}: it trains "
+              "the discriminator alone and the generator on the Stage-1 loss (no adversarial term); lower "
+              "--gan-start or train longer")
     print(f"run folder: {args.out_dir}")
     if not args.eval_only:  # --eval-only leaves the training run's files alone
-        with open(os.path.join(args.out_dir, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=1)
+        write(os.path.join(args.out_dir, "args.json"), json.dumps(vars(args), indent=1), stop.kept())
 
 
 def epoch_line(epoch, rec, step, total_steps):
@@ -307,13 +337,27 @@ def epoch_line(epoch, rec, step, total_steps):
             f", rFID {rec['val_rfid']:.3f}" if "val_rfid" in rec else "")
     else:
         said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
-    return f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
+    line = f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
+    if rec.get("train_loss", 0) is None:
+        line += f"; no finite training step: all {rec['nonfinite_steps']} of this epoch were skipped as non-finite"
+    elif rec.get("nonfinite_steps"):
+        line += f"; {rec['nonfinite_steps']} step(s) skipped as non-finite"
+    return line
 
 
-def model_log(model):
+def model_log(model, ddp=False):
     """Model-specific values for log.jsonl: the last step's auxiliary terms (`model.aux`, e.g. the
-    per-stage losses) and whatever `model.log_extras()` returns (e.g. reViT's gate table)."""
-    out = {k: float(v) for k, v in getattr(model, "aux", {}).items()}
+    per-stage losses, Stage 2's adaptive weight and R1), under DDP their mean over the processes (each
+    computed them from its own share of the batch), and whatever `model.log_extras()` returns (e.g.
+    reViT's gate table)."""
+    aux = getattr(model, "aux", {})
+    values = [float(v) for v in aux.values()]
+    if ddp and values:  # every rank calls this at the same point (the end of an epoch)
+        device = next((v.device for v in aux.values() if torch.is_tensor(v)), torch.device("cpu"))
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        values = (t / dist.get_world_size()).tolist()
+    out = dict(zip(aux, values))
     if hasattr(model, "log_extras"):
         out.update(model.log_extras())
     return out

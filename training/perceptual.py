@@ -29,7 +29,10 @@ def lpips_loss(weights_file=None):
     network with random weights."""
     try:
         import lpips
-    except ImportError:
+    except ImportError as e:
+        if e.name and e.name.split(".")[0] != "lpips":  # lpips is there; a package it imports is not (scipy)
+            raise Fail(f"--perceptual lpips: the lpips package needs {e.name}, which is not installed: pip install "
+                       f"{e.name.split('.')[0]} (or train with --perceptual none)")
         raise Fail("--perceptual lpips needs the lpips package, an optional extra not in requirements.txt: "
                    "pip install lpips (or train with --perceptual none)")
     import hashlib
@@ -38,6 +41,7 @@ def lpips_loss(weights_file=None):
     how = (f"download {VGG16_URL} on a connected machine, then pass --lpips-weights FILE or put the file in "
            f"{cache} (torchvision's cache, $TORCH_HOME/hub/checkpoints)")
     path = weights_file or os.path.join(cache, VGG16_FILE)
+    what = "--lpips-weights" if weights_file else "LPIPS's VGG16 weights in torchvision's cache,"  # who named the file
     if weights_file is None and not os.path.isfile(path):
         try:
             with warnings.catch_warnings():  # as below
@@ -48,18 +52,18 @@ def lpips_loss(weights_file=None):
                        f"downloaded ({getattr(e, 'reason', None) or e}); {how}")
     else:
         try:
-            weights = read_weights(path, "--lpips-weights")
+            weights = read_weights(path, what)
         except Fail as e:
             raise Fail(f"{e}; {how}")
         vgg = torchvision.models.vgg16()  # the architecture only: no weights, no download
         try:
             vgg.load_state_dict(weights)
         except (RuntimeError, AttributeError, TypeError) as e:
-            raise Fail(f"--lpips-weights {path}: not torchvision's VGG16 weights ({type(e).__name__}); {how}")
+            raise Fail(f"{what} {path}: not torchvision's VGG16 weights ({type(e).__name__}); {how}")
         with open(path, "rb") as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
         if not digest.startswith(VGG16_SHA256):
-            raise Fail(f"--lpips-weights {path}: VGG16 weights, but not torchvision's ImageNet ones (SHA-256 "
+            raise Fail(f"{what} {path}: VGG16 weights, but not torchvision's ImageNet ones (SHA-256 "
                        f"{digest[:8]}..., expected {VGG16_SHA256}...); {how}")
         with warnings.catch_warnings():  # torchvision's notice that lpips uses its old `pretrained` argument
             warnings.simplefilter("ignore", UserWarning)
