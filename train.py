@@ -196,7 +196,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
-        save(*position, step)  # the epoch's training first: a log line that cannot be written loses nothing
+        save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
         if monitor.master:
             write(monitor.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))

@@ -44,6 +44,13 @@ def test_a_full_disk_at_the_log_keeps_the_epoch_in_the_checkpoint(tmp_path, caps
     assert len(err) == 1 and "log.jsonl failed (No space left on device)" in err[0], err
     assert f"checkpoint {out / 'ckpt.pt'} (step 4)" in err[0] and "--resume" in err[0]
     assert load(out / "ckpt.pt")["step"] == 4  # the epoch's training was saved before the log line
+    monkeypatch.undo()  # space again: the continue command writes the epoch's record that the run could not
+    assert train.cli(SYNTH + ["--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
+    assert "added the record of epoch 0 (step 4)" in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["step"]) for r in records] == [(0, 4)] and "val_acc1" in records[0]
+    assert train.cli(SYNTH + ["--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0  # once only
+    assert len((out / "log.jsonl").read_text().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name,flag,kept", [("depth_eval.json", ["--eval-depths", "1"], "(step 4)"),

@@ -7,6 +7,7 @@ the run folder (new_run_dir; writable; locked to one run).
 Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
 """
 import argparse
+import json
 import math
 import os
 import pickle
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from training.monitor import Fail
+from training.monitor import Fail, write
 
 
 def rng_state():
@@ -379,7 +380,9 @@ class Saver:
         self.path, self.objects, self.args, self.classes, self.stop = path, objects, args, classes, stop
         self.ddp, self.world, self.master = ddp, world, master
 
-    def __call__(self, epoch, batch, progress, step):
+    def __call__(self, epoch, batch, progress, step, record=None):
+        """`record`: the epoch's log.jsonl record (at an epoch's end), kept so that a resume writes it
+        if the run could not (its log write failed, or it died between the save and the write)."""
         rngs = [None] * self.world
         if self.ddp:
             dist.all_gather_object(rngs, rng_state())
@@ -389,7 +392,7 @@ class Saver:
             state = {k: v.state_dict() if v is not None else None for k, v in self.objects.items()}
             try:
                 save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress, "rng": rngs,
-                             "args": vars(self.args), "classes": self.classes}, self.path)
+                             "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
                            f"{self.path}.tmp was removed; free space in {self.args.out_dir}; {self.stop.kept()}")
@@ -425,11 +428,30 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
                    f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
     if adversary is not None:
         adversary.load_state_dict(ck["adversary"])
+    if rank == 0 and not args.eval_only and ck.get("record"):
+        log_the_saved_epoch(ck, args.resume, args.out_dir)
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
     return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+
+
+def log_the_saved_epoch(ck, path, out_dir):
+    """A run resumed in its own folder whose checkpoint holds an epoch's log record that log.jsonl lacks
+    (the write failed after the save, or the run ended between the two): append it, and say so."""
+    if os.path.abspath(os.path.dirname(path)) != os.path.abspath(out_dir):
+        return  # another folder: its log starts afresh
+    log, rec = os.path.join(out_dir, "log.jsonl"), ck["record"]
+    try:
+        with open(log) as f:
+            seen = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        seen = []
+    if not any(r.get("epoch") == rec["epoch"] and r.get("step") == rec["step"] and "train_loss" in r for r in seen):
+        write(log, json.dumps(rec) + "\n", f"checkpoint {path} (step {ck['step']}) is intact", append=True)
+        print(f"log.jsonl: added the record of epoch {rec['epoch']} (step {rec['step']}), which its checkpoint held and "
+              "the stopped run had not written")
 
 
 def continue_hint(p, argv, ddp, ckpt_path):

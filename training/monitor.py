@@ -9,6 +9,7 @@
 - The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
   values in log.jsonl), say (a line on stderr below a bar).
 """
+import errno
 import json
 import os
 import signal
@@ -104,7 +105,9 @@ def write(path, text, kept, append=False):
         with open(path, "a" if append else "w") as f:
             f.write(text)
     except OSError as e:
-        raise Fail(f"writing {path} failed ({e.strerror or e}); free space in {os.path.dirname(path) or '.'}; {kept}")
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        fix = f"free space in {os.path.dirname(path) or '.'}" if full else f"make {path} a file the run can write"
+        raise Fail(f"writing {path} failed ({e.strerror or e}); {fix}; {kept}")
 
 
 def say(line):
