@@ -166,8 +166,12 @@ def crop_padding(img_size):
     return img_size // 8
 
 
-def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False):
+def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False, reconstruct=False):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
+
+    `reconstruct` (a tokenizer, LoopVAE: arXiv 2609.11516, sec. 4.1) on image folders: the short side
+    resized to img_size (bicubic), then a random crop of img_size (training) or the centre crop
+    (evaluation); no zoomed-in RandomResizedCrop and no 0.875 crop. CIFAR keeps its pipeline.
 
     CIFAR (bicubically resized first when img_size is not 32) training: random crop with
     crop_padding(img_size) zero padding + horizontal flip (the same draws as the batched
@@ -179,7 +183,10 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
     ops = [v2.ToImage()]
     if dataset == "cifar100" and img_size != 32:  # upsampled, as when fine-tuning at 224 px (DeiT)
         ops.append(v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True))
-    if train and augment:
+    if dataset == "imagenet" and reconstruct:
+        ops += [v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True),
+                v2.RandomCrop(img_size) if train and augment else v2.CenterCrop(img_size)]
+    elif train and augment:
         if three_aug:
             ops += three_augment(img_size, dataset)
         elif dataset == "imagenet":
@@ -557,7 +564,7 @@ class DeviceDecodeLoader:
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
-                   val_labels=None, train=True, classes=None, mean_std=None):
+                   val_labels=None, train=True, classes=None, mean_std=None, reconstruct=False):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
@@ -565,7 +572,8 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     a checkpoint's class names, stand in for train/'s). train=False: no training set is read
     (train_set None), for --eval-only. mean_std: the (mean, std) per channel images are normalized
     with, the model's choice (LoopVAE: ((0.5,) * 3, (0.5,) * 3), i.e. [0, 1] -> [-1, 1]); None: the
-    dataset's own statistics. Raises DataError for a missing/corrupt dataset and ValueError for an
+    dataset's own statistics. reconstruct: a tokenizer's crops for image folders (build_transform).
+    Raises DataError for a missing/corrupt dataset and ValueError for an
     unknown name.
     """
     root = data_dir or default_root()
@@ -580,8 +588,8 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     if name == "imagenet":
         img_size = img_size or 224
         mean, std = mean_std or (IMAGENET_MEAN, IMAGENET_STD)
-        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug)
-        t_val = build_transform(False, img_size, mean, std, name)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct)
+        t_val = build_transform(False, img_size, mean, std, name, reconstruct=reconstruct)
         classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
         return (ImageFiles(train_samples, classes, t_train, img_size) if train else None,
                 ImageFiles(val_samples, classes, t_val, img_size), len(classes), img_size)

@@ -36,7 +36,7 @@ Stored vs executed (our `loopvae_cnn_f8d16()` at 256 px, from num_params() and m
 The paper does not specify the transitions and heads; ours are marked "our choice". Its Transformer
 is 32.46M - 29.07M = 3.39M larger, which is 8 x (ViT block - CNN block) = 8 x 424,320 = 3.39M: its
 ablation apparently keeps the CNN's transitions and heads, as `operator="vit"` does here.
-Measured: not yet measured (README.md will hold the CPU study with commands and hardware).
+Measured: the CPU study of the four sharing arms (README.md "LoopVAE", docs/models.md, results/loopvae/).
 """
 import math
 
@@ -126,6 +126,10 @@ class WindowAttention(nn.Module):
         qkv = self.qkv(x).view(B, H, W, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(3, 0, 4, 1, 2, 5).unbind(0)  # 3 x (B, h, H, W, d)
         q, k = rope_2d(q), rope_2d(k)  # absolute positions; inside a window only offsets matter
+        if window is not None and window < max(H, W) and (H % window or W % window):
+            raise ValueError(f"a {H}x{W} token grid does not split into {window}x{window} windows: the Transformer "
+                             "operator runs at the image size it was built for (img_size), or one that keeps each "
+                             "windowed scale a multiple of window_size")
         if window is None or window >= max(H, W):
             o = F.scaled_dot_product_attention(*(t.flatten(2, 3) for t in (q, k, v))).view(q.shape)
         else:
@@ -186,12 +190,13 @@ class Interventions:
 
     def __init__(self, truncate=None, bypass=None, trace=None, states=None):
         self.truncate, self.trace, self.states = dict(truncate or {}), trace, states
-        if isinstance(bypass, tuple) and bypass and isinstance(bypass[0], str):
-            bypass = [bypass]  # one (stage, t) pair
+        if isinstance(bypass, (tuple, list)) and len(bypass) == 2 and isinstance(bypass[0], str):
+            bypass = [bypass]  # one (stage, t) pair, as a tuple or a list
         self.bypass = {tuple(b) for b in bypass or ()}
 
     def check(self, schedule):
-        """ValueError for a stage not in schedule {stage: passes}, k outside 1..passes, t outside 0..passes-1."""
+        """ValueError for a stage not in schedule {stage: passes}, k outside 1..passes, t outside 0..passes-1,
+        or a bypass of a pass that the truncation of its stage removes (it would be silently ignored)."""
         for name in list(self.truncate) + [b[0] for b in self.bypass]:
             if name not in schedule:
                 raise ValueError(f"unknown stage {name!r}; the stages are {list(schedule)}")
@@ -201,6 +206,9 @@ class Interventions:
         for name, t in self.bypass:
             if not 0 <= t < schedule[name]:
                 raise ValueError(f"bypass pass t={t} of {name!r}: need 0 <= t < {schedule[name]}")
+            if name in self.truncate and t >= self.truncate[name]:
+                raise ValueError(f"bypass pass t={t} of {name!r}: the truncation to k={self.truncate[name]} passes "
+                                 "removes it")
         return self
 
 
@@ -580,7 +588,8 @@ def loopvae_vit_f8d16(**kw):
 
 
 def loopvae_cnn_mini(**kw):
-    """CPU size for 32 px images (CIFAR): width 64, the f8d16 latent 16 x 4 x 4 (the paper's 12x compression)."""
+    """CPU size for 32 px images (CIFAR): width 64, the f8d16 latent 16 x 4 x 4 (the paper's 12x compression).
+    (The c100-mini-loopvae-* presets train width 32 through train.py's flags: presets.py.)"""
     return LoopVAE(**{**dict(img_size=32, embed_dim=64, num_blocks=4, loops=(1, 2, 4), latent_dim=16), **kw})
 
 
@@ -590,8 +599,8 @@ def loopvae_vit_mini(**kw):
 
 
 # ============================================================================= Stage 2 (sec. 3.5, App. A.1)
-# Pure tensor math for the adversarial stage; the training loop that alternates generator and
-# discriminator steps lives in train.py.
+# Pure tensor math for the adversarial stage; the step that alternates generator and discriminator
+# updates is training/adversarial.py's, called from train.py's loop.
 def hinge_d_loss(real_logits, fake_logits):
     """Discriminator hinge loss 0.5 (mean relu(1 - D(x)) + mean relu(1 + D(x_hat))) (sec. 3.5; the 1/2
     as VQGAN, Esser et al. 2021: our choice)."""

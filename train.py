@@ -283,7 +283,7 @@ def load_data(args, p):
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
             classes=getattr(args, "model_classes", None) if args.eval_only else None,
-            mean_std=registry.NORMALIZATION.get(args.model))
+            mean_std=registry.NORMALIZATION.get(args.model), reconstruct=args.model in registry.RECONSTRUCTS)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = flags.resolve(args, p, img_size)

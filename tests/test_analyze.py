@@ -294,6 +294,16 @@ def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path)
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "a"), "--num-images", "4"]) == 0
     res = json.loads((tmp_path / "a" / "loops.json").read_text())
     assert set(res["prefix"]) == set(res["stages"]) and set(res["stages"]) == {"enc_f4", "dec_f2"} and len(res["prefix"]["dec_f2"]) == 2
+    # every stage's bypasses (single-pass ones too: the paper's 14 per image), and per image, so that a
+    # verdict can count images (issue 38): the per-image values average to the means
+    assert set(res["stages"]) < set(res["bypass"]) and all(len(v) == 1 for k, v in res["bypass"].items()
+                                                           if k not in res["stages"])
+    per = res["per_image"]
+    for s, lost in res["bypass"].items():
+        assert [len(v) for v in per["bypass"][s]] == [4] * len(lost)
+        assert all(abs(sum(v) / 4 - m) < 1e-3 for v, m in zip(per["bypass"][s], lost))
+    assert [len(v) for v in per["prefix"]["dec_f2"]["psnr_raw"]] == [4, 4] and len(res["prefix_psnr_raw"]["dec_f2"]) == 2
+    assert abs(sum(per["full"]["psnr"]) / 4 - res["full"]["psnr"]) < 1e-3 and len(per["update"]["dec_f2"]) == 2
     # --depth means nothing to a tokenizer's analysis: refused by name, not ignored (issue 37)
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "b"), "--depth", "3"]) == 2
     assert not (tmp_path / "b").exists()

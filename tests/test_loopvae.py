@@ -175,6 +175,22 @@ def test_bad_interventions_raise_one_line_errors():
             tiny(**kw)
     with pytest.raises(ValueError):
         m(images(size=20))
+    # a bypass the truncation removes would change nothing: refused (issue 37's review of LoopVAE, issue 38)
+    with pytest.raises(ValueError, match="removes it"):
+        m(x, truncate={"dec_f2": 1}, bypass=("dec_f2", 1))
+
+
+def test_a_bypass_pair_as_a_list_is_the_pair_not_its_characters():
+    m, x = tiny(), images()
+    m.eval()
+    with torch.no_grad():
+        assert torch.equal(m(x, bypass=["dec_f2", 1])[0], m(x, bypass=("dec_f2", 1))[0])
+
+
+def test_attention_at_a_grid_its_windows_do_not_tile_is_a_value_error():
+    attn = lv.WindowAttention(16, 2)
+    with pytest.raises(ValueError, match="does not split into 8x8 windows"):
+        attn(torch.randn(1, 12, 12, 16), 8)
 
 
 # ----------------------------------------------------------------------------- attention

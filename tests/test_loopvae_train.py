@@ -184,3 +184,44 @@ def test_a_missing_dependency_of_lpips_is_named_not_lpips_itself(tmp_path, monke
     monkeypatch.delitem(sys.modules, "lpips", raising=False)
     with pytest.raises(monitor.Fail, match="the lpips package needs scipy, which is not installed: pip install scipy"):
         perceptual.lpips_loss()
+
+
+def test_num_groups_reaches_every_groupnorm_and_is_refused_where_it_does_nothing(capsys):
+    """--num-groups (issue 38): the AdaGN blocks and both heads normalize in that many groups; it must
+    divide the width; a classifier refuses it by name."""
+    from training import flags, registry
+    args = flags.resolved(TINY + ["--num-groups", "8"], 16)
+    norms = [m for m in registry.build_model(args, 16, 100).modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert norms and {m.num_groups for m in norms} == {8}
+    default = [m for m in registry.build_model(flags.resolved(TINY, 16), 16, 100).modules()
+               if isinstance(m, torch.nn.GroupNorm)]
+    assert {m.num_groups for m in default} == {32}  # as before the flag: one channel per group at width 32
+    with pytest.raises(monitor.Fail, match="not divisible by num_groups 5"):
+        registry.build_model(flags.resolved(TINY + ["--num-groups", "5"], 16), 16, 100)
+    with pytest.raises(SystemExit):
+        flags.resolved(["--model", "bvit", "--num-groups", "8"])
+    assert "--num-groups is a flag of --model loopvae" in capsys.readouterr().err
+
+
+def test_a_tokenizer_on_image_folders_resizes_and_crops_instead_of_zooming_in(tmp_path):
+    """Image folders for loopvae (issue 38): the short side resized (bicubic), a random crop in training
+    and the centre crop in evaluation (the paper's preprocessing), where a classifier takes
+    RandomResizedCrop and Resize(img/0.875) + CenterCrop. Through train.load_data, as a run reads them."""
+    from torchvision.transforms import v2
+    from test_presets import fake_imagenet
+    from training import flags
+    root = fake_imagenet(tmp_path / "folders")
+    kinds = {}
+    for model in ("loopvae", "bvit"):
+        p = flags.get_parser()
+        argv = (TINY if model == "loopvae" else ["--model", "bvit", "--embed-dim", "32", "--num-heads", "2",
+                                                 "--depth", "2", "--patch-size", "8"]) + \
+            ["--data", "imagenet", "--data-dir", root, "--img-size", "32"]
+        _, train_set, val_set, _, _ = train.load_data(parse_args(p, argv), p)
+        kinds[model] = [[type(op) for op in s.transform.transforms] for s in (train_set, val_set)]
+        kinds[model + " resize"] = val_set.transform.transforms[1].size
+        assert train_set[0][0].shape == val_set[0][0].shape == (3, 32, 32)
+    (tr, ev), (ctr, cev) = kinds["loopvae"], kinds["bvit"]
+    assert v2.Resize in tr and v2.RandomCrop in tr and v2.RandomResizedCrop not in tr
+    assert ev[1:3] == [v2.Resize, v2.CenterCrop] and kinds["loopvae resize"] == [32] and kinds["bvit resize"] == [36]
+    assert v2.RandomResizedCrop in ctr and v2.RandomCrop not in ctr and cev[1:3] == [v2.Resize, v2.CenterCrop]

@@ -317,7 +317,7 @@ EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "am
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
-              "field", "extend", "routing", "lora_rank", "loops", "share", "operator", "latent_dim"}
+              "field", "extend", "routing", "lora_rank", "loops", "share", "operator", "latent_dim", "num_groups"}
 
 
 # Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the

@@ -178,6 +178,9 @@ def get_parser():
     a("--operator", default="cnn", choices=["cnn", "vit"], help="loopvae: the core's block: cnn = AdaGN "
       "ConvNeXt-style (the paper's main model); vit = AdaLN attention with 2-D RoPE, --num-heads heads (its "
       "ablation)")
+    a("--num-groups", type=positive(int), default=32, help="loopvae --operator cnn: GroupNorm groups of the AdaGN "
+      "blocks and both heads; must divide --embed-dim. The paper's width 384 has 12 channels per group; at width 32 "
+      "(the c100-mini-loopvae-* presets) 32 groups are one channel each, an InstanceNorm")
     a("--latent-dim", type=positive(int), default=16, help="loopvae: latent channels, at 1/2^len(--loops) "
       "of the image side (f8d16: 16 at 1/8)")
     a("--kl-weight", type=non_negative, default=1e-6, help="loopvae: lambda_KL, the weight of the KL term")
@@ -365,7 +368,7 @@ MODEL_FLAGS = {"num_blocks": ("vit", "bvit", "loopvae"), "stages": ("vit", "bvit
                "recursions": ("srvit",), **{k: ("revit",) for k in ("experts", "depth_dropout", "routing", "lora_rank",
                                                                   "lambda_bal", "lambda_z", "lambda_div")},
                **{k: ("odevit",) for k in ("solver", "ode_steps", "horizon", "field", "extend")},
-               **{k: ("loopvae",) for k in ("loops", "share", "operator", "latent_dim", "kl_weight", "perceptual",
+               **{k: ("loopvae",) for k in ("loops", "share", "operator", "num_groups", "latent_dim", "kl_weight", "perceptual",
                                            "perceptual_weight", "lpips_weights")}}
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
 

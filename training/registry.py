@@ -73,6 +73,7 @@ def build_loopvae(args, common):
     # --num-blocks is K, and args.depth = K sum(--loops), the block applications per branch (resolve).
     model = loopvae.LoopVAE(img_size=common["img_size"], embed_dim=args.embed_dim, num_blocks=args.num_blocks,
                             loops=args.loops, latent_dim=args.latent_dim, share=args.share, operator=args.operator,
+                            num_groups=args.num_groups,
                             mlp_ratio=args.mlp_ratio, num_heads=args.num_heads, lambda_kl=args.kl_weight,
                             lambda_p=args.perceptual_weight)
     if args.perceptual == "lpips" and not args.eval_only:  # a loss term: an evaluation needs none
@@ -85,6 +86,8 @@ MODELS = {"vit": build_bvit, "bvit": build_bvit, "revit": build_revit, "srvit": 
           "loopvae": build_loopvae}
 # How a model's images are normalized, when not by the dataset's mean and std (data.build_datasets).
 NORMALIZATION = {"loopvae": ((0.5,) * 3, (0.5,) * 3)}  # [0, 1] -> [-1, 1], LoopVAE's image range (App. A.4)
+# The models that reconstruct their images (tokenizers): image folders resize and crop, not zoom in.
+RECONSTRUCTS = {"loopvae"}
 
 
 def build_model(args, img_size, num_classes, dynamic_img_size=False):
