@@ -403,31 +403,43 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True):
     channels and `img` px. Per arm: stored parameters (all; the core alone), stored blocks and block
     applications per branch, analytic MACs/img (LoopVAE.macs_per_image), training img/s of one AdamW
     step at `batch` (measured side by side: the arms take turns for `repeats` rounds of 2 steps, the
-    median round counts) and its peak step memory (MiB, step_memories). paper=True adds the analytic
-    parameters and MACs of the paper's f8d16 configuration (width 384, 256 px) for each arm."""
+    median round counts) and its peak step memory (MiB, step_memories); eval_ms_b8: the latency of an
+    encode-decode forward in evaluation mode at batch 8, as the paper times it (sec. 4.7), in turns
+    the same way. paper=True adds the analytic parameters and MACs of the paper's f8d16 configuration
+    (width 384, 256 px) for each arm."""
     import loopvae
     import presets
     arms = {arm: dict(share=f["share"], loops=tuple(f["loops"])) for arm, (_, f) in presets.LOOPVAE_ARMS.items()}
     kws = {arm: dict(img_size=img, embed_dim=width, num_blocks=4, latent_dim=16, **a) for arm, a in arms.items()}
-    out, steps = {}, {}
+    out, steps, forwards = {}, {}, {}
     for arm, kw in kws.items():
         torch.manual_seed(0)
         m = loopvae.LoopVAE(**kw).to(device).train()
         steps[arm] = train_step_fn(m, batch, img, 10, device, amp, True)
+        e = loopvae.LoopVAE(**kw).to(device).eval()
+        x8 = torch.randn(8, 3, img, img, device=device)
+
+        def forward(e=e, x8=x8):
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                e.reconstruct(x8)
+        forwards[arm] = forward
         out[arm] = dict(params=m.num_params(), core_params=m.num_params(core_only=True),
                         stored_blocks=len(m.encoder.core.blocks), applications=4 * sum(kw["loops"]),
-                        macs=m.macs_per_image(), seconds=[])
+                        macs=m.macs_per_image(), seconds=[], eval_seconds=[])
         if paper:
             big = loopvae.loopvae_cnn_f8d16(**arms[arm])
             out[arm].update(paper_params=big.num_params(), paper_macs=big.macs_per_image())
     for arm in steps:
         timed(steps[arm], device, warmup, 0)
+        timed(forwards[arm], device, warmup, 0)
     for _ in range(repeats):  # in turns: a slow patch of a shared machine falls on every arm
         for arm in steps:
             out[arm]["seconds"].append(timed(steps[arm], device, 0, 1, calls=2))
+            out[arm]["eval_seconds"].append(timed(forwards[arm], device, 0, 1, calls=2))
     mems = step_memories([("loopvae", kw, batch, 10, device, amp) for kw in kws.values()], device)
     for (arm, r), mem in zip(out.items(), mems):
-        r.update(img_per_s=batch / statistics.median(r.pop("seconds")), step_mib=mem)
+        r.update(img_per_s=batch / statistics.median(r.pop("seconds")), step_mib=mem,
+                 eval_ms_b8=1000 * statistics.median(r.pop("eval_seconds")))
     return out
 
 

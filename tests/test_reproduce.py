@@ -526,7 +526,7 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
 
 
 # ----------------------------------------------------------------------------- LoopVAE's study
-def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0):
+def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0, per_image=False, gain=False):
     d = root / f"loopvae-{arm}" / f"seed{seed}"
     d.mkdir(parents=True)
     (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": 1000, "val_subset": None}))
@@ -542,7 +542,45 @@ def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0):
              "prefix_out_of_range": {s: [0.3 - 0.05 * k for k in range(n - 1)] + [0.02] for s, n in stages.items()},
              "bypass": {s: [3.0] * (n - 1) + [last_pass_loses] for s, n in stages.items()},
              "most_sensitive": {s: 0 for s in stages}, "update": {s: [0.3] * (n - 1) + [0.05] for s, n in stages.items()}}
+    if per_image:  # 4 images, each near its stage's mean (+-0.1 dB); `gain`: one image gains from one bypass
+        jitter = [-0.1, 0.0, 0.05, 0.05]
+        bypass = {s: [[b + j for j in jitter] for b in loops["bypass"][s]] for s in stages}
+        bypass["enc_f2"] = [[1.0 + j for j in jitter]]  # a single-pass stage: counted too
+        if gain:
+            bypass["dec_f2"][1][0] = -0.3
+        loops["bypass"]["enc_f2"] = [1.0]
+        loops["per_image"] = {"bypass": bypass}
     (d / "loops.json").write_text(json.dumps(loops))
+
+
+@pytest.mark.parametrize("case", ["agree", "disagree"])
+def test_summarize_loopvae_per_image_and_scale_free_rules_come_out_either_way(tmp_path, case):
+    """Claims 3, 4 and 6 (issue 38) on synthetic results: per-image bypass counts, the most sensitive pass
+    called only beyond the seed spread, the smallest-update pass's rank among its stage's costs, and the
+    latency ratio against the MAC ratio, each where it agrees and where it disagrees."""
+    import summarize_loopvae as sl
+    root, agree = tmp_path / "runs", case == "agree"
+    for seed in (0, 1):
+        for arm in sl.LOOPED:  # agree: the last pass (the smallest update) loses 5 dB, more than the others' 3
+            fake_loopvae_run(root, arm, seed, 19.0 + 0.1 * seed, last_pass_loses=5.0 + 0.1 * seed if agree else 0.5,
+                             per_image=True, gain=not agree)
+    runs = sl.load_runs(str(root))
+    for arm in sl.LOOPED:
+        for r in runs[arm]:
+            r["loops"] = json.loads(open(os.path.join(r["dir"], "loops.json")).read())
+    four = ["enc_f8", "dec_f2"]
+    claim, _, here, v = sl.bypass_row(sl.looped(runs), runs, four)
+    # 6 runs x (2+4+2+4 stage passes + 1 single-pass) x 4 images = 312 image-pass bypasses
+    assert ("312 of 312" if agree else "306 of 312") in here  # disagree: one image of each run gains
+    assert ("the last pass most sensitive in 48 of 48" if agree else "in 0 of 48") in here
+    assert v == ("agree that every bypass loses, disagree that the last is not the most sensitive" if agree else
+                 "disagree that every bypass loses, agree that the last is not the most sensitive")
+    _, _, here, v = sl.small_update_row(runs, four)
+    assert v == ("agree" if agree else "disagree") and f"{6 if agree else 0} of 6 arm-stages agree" in here
+    led = lambda macs, ms: dict(macs=macs, eval_ms_b8=ms, params=1, img_per_s=1.0)
+    _, _, here, v = sl.cost_row(led(2e6, 30.0 if agree else 15.0), led(1e6, 10.0))
+    assert v == ("agree" if agree else "disagree") and "eval forward latency (batch 8)" in here
+    assert sl.cost_row(led(2e6, 21.0), led(1e6, 10.0))[3] == "cannot tell"  # 2.1x vs 2.0x: within the margin
 
 
 def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_markers(tmp_path, monkeypatch, capsys):
@@ -567,11 +605,13 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
     assert "19.10 ± 0.10 vs 18.10 ± 0.10 dB (+1.00, noise 0.20) | agree" in claims[0]  # beyond both spreads
     assert claims[1].endswith("| cannot tell |")  # 19.10 vs 19.10: within the noise
     assert rows["2."].endswith("| agree on the mean, not on every image |") and "90%-100%" in rows["2."]
-    assert "72 of 72 lose" in rows["3."] and "in 0 of 12 four-pass" in rows["3."] and rows["3."].endswith("| agree |")
-    assert "0.20-0.50 dB" in rows["4."] and rows["4."].endswith("| disagree (>= 1 dB) |")  # none's pass: 0.2 dB
+    assert "not measured per image" in rows["3."] and rows["3."].endswith("| not judged |")  # means only
+    # the smallest-update pass (the last: 5 %) costs less than every larger-update pass in every arm-stage
+    assert "0 of 6 arm-stages agree" in rows["4."] and rows["4."].endswith("| disagree |")
     assert rows["5."].endswith("| agree |") and "30.0 ± 0.0 / 25.0 ± 0.0 / 20.0 ± 0.0 % vs 2.0 ± 0.0 % full" in rows["5."]
-    assert "0.41x the weights, 1.82x the MACs, 2.50x the training step time | agree" in rows["6."]
-    assert "old" not in readme.read_text() and readme.read_text().endswith("prose\n")
+    assert "1.82x the MACs, 2.50x the training step time (this ledger has no eval latency)" in rows["6."]
+    assert "by construction" in rows["6."] and rows["6."].endswith("| agree |")  # 2.50 > 1.82 x 1.1
+    assert "\nold\n" not in readme.read_text() and readme.read_text().endswith("prose\n")
     assert "| `c100-mini-loopvae-none` | 2 | 19.10 ± 0.20 |" in (root / "summary.md").read_text()
     with pytest.raises(SystemExit) as e:
         summarize_loopvae.main([str(tmp_path / "nothing")])

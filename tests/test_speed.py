@@ -588,4 +588,4 @@ def test_loopvae_ledger_counts_blocks_applications_and_macs_of_each_arm(monkeypa
     assert [led[a]["applications"] for a in ("global", "scale", "none", "unlooped")] == [28, 28, 28, 12]
     assert led["global"]["macs"] == led["scale"]["macs"] == led["none"]["macs"] > led["unlooped"]["macs"]
     assert led["global"]["params"] < led["unlooped"]["params"] < led["none"]["params"]
-    assert all(r["img_per_s"] > 0 and r["step_mib"] == 1.0 for r in led.values())
+    assert all(r["img_per_s"] > 0 and r["step_mib"] == 1.0 and r["eval_ms_b8"] > 0 for r in led.values())
