@@ -204,7 +204,7 @@ PAPER["c100-mini-loopvae-gan"] = ("none at 32 px (Table 1, ImageNet-256 after St
                                   "LPIPS 0.048, SSIM 0.91)")
 # The paper's main model and Stage-1 recipe (App. A.1, Table 6) on ImageNet at 256 px: 600k steps of 32
 # (15 epochs), LPIPS weight 1.0 (LPIPS-VGG: our choice of backbone). Our choices as above except lr 1e-4
-# (a common autoencoder rate at batch 32) and 0.1 epoch of warmup; train.py's ImageNet crops.
+# (a common autoencoder rate at batch 32) and 0.1 epoch of warmup; a tokenizer's crops (data.build_transform).
 PRESETS["in256-loopvae-cnn"] = (
     "LoopVAE-CNN f8d16 (the paper's main model: width 384, K=4, loops 1,2,4, latent 16x32x32), Stage 1 on "
     "ImageNet-256: 600k steps of 32, L1 + LPIPS + 1e-6 KL, bf16; est. 560 H200-hours (~70 h on 8): the "
@@ -213,6 +213,17 @@ PRESETS["in256-loopvae-cnn"] = (
          latent_dim=16, share="global", operator="cnn", kl_weight=1e-6, perceptual="lpips", perceptual_weight=1.0,
          epochs=15, max_steps=600_000, batch_size=32, opt="adamw", lr=1e-4, min_lr=1e-6, weight_decay=0.0,
          warmup_epochs=0.1, clip_grad=1.0, amp="bf16", ema=0.0, randaug=0.0, three_augment=False, save_every=5000))
+# The paper's Stage 2 (sec. 3.5, App. A.1): from the Stage-1 run above, lr 5e-5 for both networks, the frozen
+# DINOv2-small discriminator (its weights a local file, --disc-weights), LPIPS 1.0, batch 32, bf16, the GAN term
+# from step 5,000; ~610k steps (our reading of its schedule).
+PRESETS["in256-loopvae-cnn-gan"] = (
+    "LoopVAE-CNN f8d16, Stage 2 on ImageNet-256 from the in256-loopvae-cnn run (runs/in256-loopvae-cnn): lr 5e-5 "
+    "(generator and discriminator), frozen DINOv2-small discriminator (weights/vit_small_patch14_dinov2.pth, or "
+    "--disc-weights FILE), LPIPS 1.0, batch 32, bf16, GAN term from step 5,000, 610k steps; est. 840 H200-hours",
+    {**PRESETS["in256-loopvae-cnn"][1], "stage2": "runs/in256-loopvae-cnn", "max_steps": 610_000, "epochs": 16,
+     "lr": 5e-5, "min_lr": 1e-6, "disc": "dinov2", "disc_weights": "weights/vit_small_patch14_dinov2.pth",
+     "disc_lr": 5e-5, "gan_weight": 0.5, "gan_start": 5000, "r1_gamma": 10.0, "r1_every": 16})
+PAPER["in256-loopvae-cnn-gan"] = "ImageNet-256 (Table 1): rFID 0.28, PSNR 32.54 dB, LPIPS 0.048, SSIM 0.91"
 PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, PSNR 32.54 dB, LPIPS 0.048, SSIM 0.91; "
                               "no Stage-1 number")
 
@@ -247,3 +258,4 @@ TIMES.update({"c100-mini-loopvae-global": ("32.4 min", "?"), "c100-mini-loopvae-
               "c100-mini-loopvae-none": ("35.9 min", "?"), "c100-mini-loopvae-unlooped": ("17.2 min", "?"),
               "c100-mini-loopvae-gan": ("10.2 min", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")
+TIMES["in256-loopvae-cnn-gan"] = ("?", "est. 840 h")

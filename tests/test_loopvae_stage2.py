@@ -215,3 +215,21 @@ def test_a_stage2_run_that_ends_before_gan_start_says_so_at_its_start(stage1, tm
     assert train.cli(job(stage1, tmp_path / "o", "--max-steps", "1", "--gan-start", "5", "--val-subset", "8")) == 0
     assert "note: this Stage-2 run ends at step 1, not after --gan-start 5: it trains the discriminator alone" \
         in capsys.readouterr().out
+
+
+def test_stage2_carries_the_stage1_runs_loss_and_data_flags_unless_given(stage1, tmp_path):
+    """--stage2 (issue 38): the Stage-1 run's --kl-weight and data come with its architecture; a flag on
+    the command line still wins; the optimization flags stay the preset's or the defaults."""
+    from training import flags
+    cifar, s1 = stage1
+    ck = torch.load(s1 / "ckpt.pt", weights_only=True)
+    ck["args"]["kl_weight"] = 1e-3  # a Stage-1 loss other than the default
+    torch.save(ck, tmp_path / "s1.pt")
+    p = flags.get_parser()
+    args = flags.configure(p, ["--model", "loopvae", "--stage2", str(tmp_path / "s1.pt"), "--out-dir", str(tmp_path / "o")])
+    assert args.data_dir == cifar and args.embed_dim == ck["args"]["embed_dim"] and args.kl_weight == 1e-3
+    assert args.lr == 1e-3  # the default, not Stage 1's 2e-3: the optimization flags start fresh
+    p = flags.get_parser()
+    args = flags.configure(p, ["--model", "loopvae", "--stage2", str(tmp_path / "s1.pt"), "--kl-weight", "0.5",
+                               "--data", "synthetic"])
+    assert args.kl_weight == 0.5 and args.data == "synthetic"

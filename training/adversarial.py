@@ -97,6 +97,10 @@ class Adversary:
         # fused: a non-finite update is skipped on the device (found_inf), as optim.optimizer_step does
         self.optimizer = torch.optim.AdamW(self.trainable, lr=lr, betas=(0.5, 0.9), weight_decay=0.0, fused=True)
         self.lr, self.d_steps, self.r1 = lr, 0, torch.zeros((), device=self.trainable[0].device)
+        if dist.is_initialized():  # every rank starts from rank 0's discriminator (as DDP does for the model)
+            with torch.no_grad():
+                for t in self.disc.state_dict().values():
+                    dist.broadcast(t, 0)
 
     def augment(self, x):
         return loopvae.diff_augment(x, self.policy) if self.policy else x
@@ -104,6 +108,8 @@ class Adversary:
     def __call__(self, real, fake, rec_loss, step):
         d_loss = self.discriminator_step(real, fake.detach())
         terms = {"d_loss": d_loss, "r1": self.r1}
+        # `step` counts Stage-2 optimizer steps, one discriminator update each; the paper's 5,000 (App. A.1)
+        # may count the updates of both networks, which would be 2,500 of these steps
         if step < self.start:  # lambda_a = 0 (App. A.1): the discriminator warms up
             terms["gan_weight"] = torch.zeros((), device=real.device)
             return rec_loss, terms

@@ -314,6 +314,10 @@ def lock_out_dir(out_dir):
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
                   "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
+# Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
+# a term to it: sec. 3.5, eq. 11) and the data it was trained on.
+STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
+                "val_labels"}
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
               "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",

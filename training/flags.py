@@ -15,7 +15,7 @@ import data
 import kernels
 from presets import PAPER, PRESETS, TIMES
 from training import adversarial
-from training.checkpoints import ARCH_FLAGS, EVAL_RUN_FLAGS, checkpoint_args, checkpoint_file
+from training.checkpoints import ARCH_FLAGS, EVAL_RUN_FLAGS, STAGE1_FLAGS, checkpoint_args, checkpoint_file
 from training.perceptual import VGG16_FILE
 from training.registry import MODELS, build_model
 
@@ -197,8 +197,8 @@ def get_parser():
       "extra (pip install 'torchmetrics[image]') whose Inception weights torch-fidelity downloads once")
     a = p.add_argument_group('model: LoopVAE Stage 2', 'training/adversarial.py; sec. 3.5 and App. A.1 of the paper: '
                              'the Stage-1 loss + an adaptive hinge GAN term').add_argument
-    a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights "
-      "and architecture flags (unless given); optimizer, schedule and step count start fresh (as --finetune), "
+    a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights, "
+      "and its architecture, loss (--kl-weight, --perceptual ...) and data flags (unless given); optimizer, schedule and step count start fresh (as --finetune), "
       "the discriminator is new; the paper's Stage-2 lr is 5e-5 (--lr). --resume a Stage-2 run with the same "
       "flags: one ckpt.pt holds generator and discriminator")
     a("--disc", default="conv", choices=["conv", "dinov2"], help="--stage2: the discriminator: conv = a small "
@@ -480,7 +480,8 @@ def configure(p, argv):
         source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
         if not (args.print_config and source[0] == "--stage2" and not os.path.exists(source[1])):
             # (a preset's Stage 2 printed before its Stage-1 run exists: the preset's flags describe the model)
-            args = checkpoint_args(p, args, source[1], lambda k: k in ARCH_FLAGS, source[0])
+            carried = ARCH_FLAGS | (STAGE1_FLAGS if source[0] == "--stage2" else set())  # Stage 2: its loss and data too
+            args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
     if args.print_config:  # what this command would train; reads no data, builds no model
