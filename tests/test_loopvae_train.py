@@ -225,3 +225,18 @@ def test_a_tokenizer_on_image_folders_resizes_and_crops_instead_of_zooming_in(tm
     assert v2.Resize in tr and v2.RandomCrop in tr and v2.RandomResizedCrop not in tr
     assert ev[1:3] == [v2.Resize, v2.CenterCrop] and kinds["loopvae resize"] == [32] and kinds["bvit resize"] == [36]
     assert v2.RandomResizedCrop in ctr and v2.RandomCrop not in ctr and cev[1:3] == [v2.Resize, v2.CenterCrop]
+
+
+def test_validation_lpips_is_measured_when_the_run_has_the_perceptual_network():
+    """--perceptual lpips (issue 38): each evaluation also reports val_lpips, the network's mean over the
+    validation images (here a stand-in with a known value, the L1); without the network, no such key."""
+    from contextlib import nullcontext
+    from training import evaluation
+    torch.manual_seed(0)
+    m = loopvae.LoopVAE(img_size=16, embed_dim=32, num_blocks=1, loops=(1, 2), latent_dim=4)
+    batches = [(torch.rand(b, 3, 16, 16) * 2 - 1, torch.zeros(b, dtype=torch.long)) for b in (4, 2)]
+    assert "val_lpips" not in evaluation.evaluate_reconstruction(m, batches, torch.device("cpu"), nullcontext())
+    m.set_perceptual(lambda x_hat, x: (x_hat - x).abs().mean())
+    r = evaluation.evaluate_reconstruction(m, batches, torch.device("cpu"), nullcontext())
+    assert abs(r["val_lpips"] - r["val_l1"]) < 1e-6  # weighted by batch size, as every other metric
+    assert "LPIPS " in monitor.epoch_line(0, {**r, "train_loss": 1.0}, 1, 1)

@@ -51,11 +51,14 @@ def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None, rfid=None
     in [-1, 1] units), val_psnr and val_psnr_raw (dB, output clipped to the valid range or not),
     val_ssim, val_kl (per latent element) and val_out_of_range (fraction of pixels); with `rfid`
     (rfid_metric) val_rfid, the FID of the clipped reconstructions against their images (App. A.3: the
-    validation images are both the real set and the sources). Raises EmptyEvaluation when no rank had
-    a usable image; None once `stop` holds a request (as evaluate)."""
+    validation images are both the real set and the sources); with the model's perceptual network
+    (--perceptual lpips: LPIPS-VGG) val_lpips, as Table 1 reports it. Raises EmptyEvaluation when no rank
+    had a usable image; None once `stop` holds a request (as evaluate)."""
     import loopvae
     model.eval()
-    sums, count = torch.zeros(len(RECONSTRUCTION), device=device, dtype=torch.float64), 0
+    lpips = getattr(model, "perceptual", None)  # (--eval-only builds none: no weights needed to evaluate)
+    keys = RECONSTRUCTION + (("lpips",) if lpips is not None else ())
+    sums, count = torch.zeros(len(keys), device=device, dtype=torch.float64), 0
     if rfid is not None:
         rfid.reset()
     for x, _ in eval_batches(loader, device):
@@ -68,11 +71,13 @@ def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None, rfid=None
         if rfid is not None:  # images in [0, 1] (normalize=True)
             rfid.update(loopvae.to_unit(x), real=True)
             rfid.update(loopvae.to_unit(x_hat).clamp(0, 1), real=False)
-        sums += torch.stack([m[k].double().sum() for k in RECONSTRUCTION])
+        if lpips is not None:  # the network's mean over the batch, as a sum
+            m["lpips"] = lpips(x_hat.float(), x.float()) * len(x)
+        sums += torch.stack([m[k].double().sum() for k in keys])
         count += len(x)
     model.train()
     *totals, n = summed_over_ranks(sums, count)
-    out = {f"val_{k}": v / n for k, v in zip(RECONSTRUCTION, totals)}
+    out = {f"val_{k}": v / n for k, v in zip(keys, totals)}
     if rfid is not None:  # (torchmetrics gathers the features of every rank)
         out["val_rfid"] = float(rfid.compute())
     return out

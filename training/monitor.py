@@ -337,6 +337,7 @@ def epoch_line(epoch, rec, step, total_steps):
     classifier, PSNR/SSIM/L1 of a tokenizer."""
     if "val_psnr" in rec:
         said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}" + (
+            f", LPIPS {rec['val_lpips']:.4f}" if "val_lpips" in rec else "") + (
             f", rFID {rec['val_rfid']:.3f}" if "val_rfid" in rec else "")
     else:
         said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
