@@ -136,10 +136,10 @@ def claims(runs, ledger):
     return rows
 
 
-def argmax_beyond_noise(runs, stage, key="bypass"):
-    """The pass of `stage` whose mean (over an arm's seeds) `key` loss is largest, when it beats the
+def argmax_beyond_noise(runs, stage):
+    """The pass of `stage` whose mean (over an arm's seeds) bypass loss is largest, when it beats the
     runner-up beyond the seed spread (summarize_mini.verdict); else None. runs: one arm's runs."""
-    per_seed = [r["loops"][key][stage] for r in runs]
+    per_seed = [r["loops"]["bypass"][stage] for r in runs]
     means = [statistics.mean(v) for v in zip(*per_seed)]
     top, second = sorted(range(len(means)), key=means.__getitem__)[::-1][:2]
     v, _, _ = verdict([p[top] for p in per_seed], [p[second] for p in per_seed], ">", 0.0)

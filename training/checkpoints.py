@@ -492,17 +492,14 @@ def check_source(ck, path, flag, model=None):
     said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
     if flag == "--resume" and saved is None:
         raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
-    if flag == "--stage2":
-        if model and model != "loopvae" and kind == "loopvae":
-            raise Fail(f"--stage2 {path}: Stage 2 continues a loopvae checkpoint; this run is --model {model} (given): "
-                       "leave out --model")
+    if flag == "--stage2":  # (a LoopVAE checkpoint with another --model given: flags.resolve_stage2 says so)
         if kind != "loopvae":
             raise Fail(f"--stage2 {path}: {said}, not a LoopVAE one; Stage 2 continues the ckpt.pt of a train.py "
                        "--model loopvae run")
         if ck.get("adversary") is not None:
             raise Fail(f"--stage2 {path}: a Stage-2 checkpoint (its run had --stage2 {saved.get('stage2')}); continue "
                        f"it with --resume {path}, or start Stage 2 again from its Stage-1 checkpoint")
-    if model and kind and (model == "loopvae") != (kind == "loopvae"):
+    elif model and kind and (model == "loopvae") != (kind == "loopvae"):
         what = "a LoopVAE (tokenizer) one" if model == "loopvae" else f"a classifier one (--model {model})"
         raise Fail(f"{flag} {path}: {said}, not {what}; give a checkpoint of a --model {model} run, or leave out "
                    f"--model (the checkpoint's is used)")

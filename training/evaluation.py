@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data
-from training.monitor import Fail, Preempted, stopping, write
+from training.monitor import Fail, Preempted, cannot_write, stopping, write
 
 
 @torch.no_grad()
@@ -197,6 +197,6 @@ def depth_report(args, model, rows, step, kept):
     try:
         fig.savefig(png, dpi=120, bbox_inches="tight")
     except OSError as e:
-        raise Fail(f"writing {png} failed ({e.strerror or e}); free space in {args.out_dir}; {kept}")
+        raise cannot_write(png, e, kept)
     finally:
         plt.close(fig)

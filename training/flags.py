@@ -198,9 +198,9 @@ def get_parser():
     a = p.add_argument_group('model: LoopVAE Stage 2', 'training/adversarial.py; sec. 3.5 and App. A.1 of the paper: '
                              'the Stage-1 loss + an adaptive hinge GAN term').add_argument
     a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights, "
-      "and its architecture, loss (--kl-weight, --perceptual ...) and data flags (unless given); optimizer, schedule and step count start fresh (as --finetune), "
-      "the discriminator is new; the paper's Stage-2 lr is 5e-5 (--lr). --resume a Stage-2 run with the same "
-      "flags: one ckpt.pt holds generator and discriminator")
+      "and its architecture, loss (--kl-weight, --perceptual ...) and data flags (unless given); optimizer, "
+      "schedule and step count start fresh (as --finetune), the discriminator is new; the paper's Stage-2 lr is "
+      "5e-5 (--lr). --resume a Stage-2 run with the same flags: one ckpt.pt holds generator and discriminator")
     a("--disc", default="conv", choices=["conv", "dinov2"], help="--stage2: the discriminator: conv = a small "
       "PatchGAN (loopvae.PatchDiscriminator, our default: no weights to fetch); dinov2 = frozen DINOv2-small "
       "features + a trained head (the paper's main run), from --disc-weights")

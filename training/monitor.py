@@ -105,9 +105,15 @@ def write(path, text, kept, append=False):
         with open(path, "a" if append else "w") as f:
             f.write(text)
     except OSError as e:
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        fix = f"free space in {os.path.dirname(path) or '.'}" if full else f"make {path} a file the run can write"
-        raise Fail(f"writing {path} failed ({e.strerror or e}); {fix}; {kept}")
+        raise cannot_write(path, e, kept)
+
+
+def cannot_write(path, e, kept):
+    """The Fail of a write of `path` that raised OSError `e`: the file, the cause, the fix (free space
+    for a full disk or quota), what the run keeps (`kept`)."""
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = f"free space in {os.path.dirname(path) or '.'}" if full else f"make {path} a file the run can write"
+    return Fail(f"writing {path} failed ({e.strerror or e}); {fix}; {kept}")
 
 
 def say(line):
