@@ -160,7 +160,8 @@ for size in "sbl":
 # LoopVAE Stage 1 (loopvae.py; arXiv 2609.11516, sec. 3.5 and App. A.1: L1 + 1.0 LPIPS + 1e-6 KL, global
 # batch 32, clip 1.0, bf16, 600k steps; the optimizer and the Stage-1 learning rate are not given).
 # CPU scale: CIFAR-100 at 32 px with the paper's f8d16 latent (16 x 4 x 4: 3072 / 256 = the paper's 12x
-# compression), K = 4 blocks, width 32 (the smallest for 32 GroupNorm groups), batch 32, 1000 steps
+# compression), K = 4 blocks, width 32 in 4 GroupNorm groups (8 channels per group, the nearest at this width to
+# the paper's 384 / 32 = 12; 32 groups would be one channel per group, InstanceNorm), batch 32, 1000 steps
 # (0.64 epoch: what fits 10-25 minutes, est. in TIMES), one evaluation at the end on all 10k
 # validation images. Our choices: AdamW without weight decay (plain Adam, as latent-diffusion
 # autoencoders train), lr 2e-3 (of 1e-3 and 3e-3 over 150 steps, 3e-3 reconstructed better: 15.5 vs
@@ -169,10 +170,11 @@ for size in "sbl":
 # this CPU machine cannot download, so the loss is L1 + 1e-6 KL only. Arms: the three sharing scopes
 # of Table 2 (same 28 block applications per branch, 4 / 12 / 28 stored blocks) and an unlooped
 # hierarchy, one pass per scale with a stage per scale (12 applications, 12 stored blocks).
-LOOPVAE_MINI = dict(model="loopvae", data="cifar100", embed_dim=32, num_heads=4, num_blocks=4, latent_dim=16,
-                    operator="cnn", kl_weight=1e-6, perceptual="none", epochs=1, max_steps=1000, batch_size=32,
-                    opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.0, warmup_epochs=0.05, clip_grad=1.0, ema=0.0,
-                    randaug=0.0, three_augment=False, workers=0, save_every=100, eval_batch_size=250)
+LOOPVAE_MINI = dict(model="loopvae", data="cifar100", embed_dim=32, num_heads=4, num_blocks=4, num_groups=4,
+                    latent_dim=16, operator="cnn", kl_weight=1e-6, perceptual="none", epochs=1, max_steps=1000,
+                    batch_size=32, opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.0, warmup_epochs=0.05,
+                    clip_grad=1.0, ema=0.0, randaug=0.0, three_augment=False, workers=0, save_every=100,
+                    eval_batch_size=250)
 LOOPVAE_ARMS = {"global": ("global sharing: one 4-block core for every scale and pass (4 stored blocks)",
                            dict(share="global", loops=[1, 2, 4])),
                 "scale": ("scale-wise sharing: a 4-block core per scale (12 stored blocks)",
@@ -182,7 +184,7 @@ LOOPVAE_ARMS = {"global": ("global sharing: one 4-block core for every scale and
                              "12 applications)", dict(share="scale", loops=[1, 1, 1]))}
 for arm, (what, flags) in LOOPVAE_ARMS.items():
     PRESETS[f"c100-mini-loopvae-{arm}"] = (
-        f"LoopVAE mini study arm: {what}; Stage 1 at 32 px, latent 16x4x4, width 32, 1000 steps of 32, "
+        f"LoopVAE mini study arm: {what}; Stage 1 at 32 px, latent 16x4x4, width 32 in 4 groups, 1000 steps of 32, "
         "perceptual term off (L1 + KL)", {**LOOPVAE_MINI, **flags})
     PAPER[f"c100-mini-loopvae-{arm}"] = (
         "none at 32 px (Table 2, Transformer, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
