@@ -181,13 +181,19 @@ LOOPVAE_ARMS = {"global": ("global sharing: one 4-block core for every scale and
                           dict(share="scale", loops=[1, 2, 4])),
                 "none": ("no sharing: 4 blocks per pass (28 stored blocks)", dict(share="none", loops=[1, 2, 4])),
                 "unlooped": ("the unlooped hierarchy: one pass per scale, 4 blocks per scale (12 stored blocks, "
-                             "12 applications)", dict(share="scale", loops=[1, 1, 1]))}
+                             "12 applications)", dict(share="scale", loops=[1, 1, 1])),
+                # Table 2's operator: the Transformer core (4 heads of 8, 8 x 8 windows at the two finest scales,
+                # loopvae.py's defaults); ~1.5x a CNN arm's step on the CPU (NOTES.md, 2026-12-01)
+                "vit-global": ("global sharing, Transformer core (4 stored blocks)",
+                               dict(share="global", loops=[1, 2, 4], operator="vit")),
+                "vit-none": ("no sharing, Transformer core (28 stored blocks)",
+                             dict(share="none", loops=[1, 2, 4], operator="vit"))}
 for arm, (what, flags) in LOOPVAE_ARMS.items():
     PRESETS[f"c100-mini-loopvae-{arm}"] = (
         f"LoopVAE mini study arm: {what}; Stage 1 at 32 px, latent 16x4x4, width 32 in 4 groups, 1000 steps of 32, "
         "perceptual term off (L1 + KL)", {**LOOPVAE_MINI, **flags})
     PAPER[f"c100-mini-loopvae-{arm}"] = (
-        "none at 32 px (Table 2, Transformer, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
+        "none at 32 px (Table 2, Transformer core, ImageNet-256 Stage 1: PSNR global 31.163, scale-wise 30.412, "
         "unshared 31.043 dB)" if arm != "unlooped" else
         "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
 # LoopVAE Stage 2 (training/adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1

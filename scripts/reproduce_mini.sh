@@ -32,25 +32,30 @@ CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
-# same seed: it runs after every other arm of the call, and its teacher must be done or in ARMS.
+# same seed: it runs after the arms it does not need, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
-# LoopVAE's study (docs/models.md): ARMS=loopvae runs its four arms into runs/mini-loopvae and
-# summarizes them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger).
-LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped"
+# LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
+# them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
+# Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
+# Table 2 (loopvae-vit-*, ~1.5x a CNN arm's time).
+LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped loopvae-gan loopvae-vit-global loopvae-vit-none"
 ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 OUT=${OUT:-runs/mini}
-distilled() { case "$1" in *+feature|*+logits) return 0 ;; esac; return 1; }  # ARM+feature|logits
+needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
+  case "$1" in *+feature|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;; esac
+}
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
   case " $FIRST $REST $MOE $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
 done
-for arm in $ARMS; do  # a distilled arm's teacher: finished, or trained in this call
-  distilled "$arm" || continue
+for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call
+  src=$(needs "$arm")
+  [ -n "$src" ] || continue
   for seed in $SEEDS; do
-    if [ ! -f "$OUT/vit/seed$seed/done.json" ] && [[ " $ARMS " != *" vit "* ]]; then
-      echo "reproduce_mini.sh: error: ARMS: '$arm' seed $seed distils the vit arm of seed $seed, which has not finished in $OUT; add vit to ARMS" >&2
+    if [ ! -f "$OUT/$src/seed$seed/done.json" ] && [[ " $ARMS " != *" $src "* ]]; then
+      echo "reproduce_mini.sh: error: ARMS: '$arm' seed $seed starts from the $src arm of seed $seed, which has not finished in $OUT; add $src to ARMS" >&2
       exit 2
     fi
   done
@@ -62,12 +67,16 @@ fi
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
-  if distilled "$arm"; then  # ARM+feature|logits: distilled from the vit arm of the same seed
-    if [ ! -f "$OUT/vit/seed$2/done.json" ]; then  # its teacher failed in this call
-      echo "FAILED $arm seed $2: its teacher, the vit arm of seed $2, has not finished ($OUT/vit/seed$2); run it first" >&2
-      return 1
-    fi
+  local src
+  src=$(needs "$arm")
+  if [ -n "$src" ] && [ ! -f "$OUT/$src/seed$2/done.json" ]; then  # it failed in this call
+    echo "FAILED $arm seed $2: it starts from the $src arm of seed $2, which has not finished ($OUT/$src/seed$2); run it first" >&2
+    return 1
+  fi
+  if [ "$src" = vit ]; then  # ARM+feature|logits: distilled from the vit arm of the same seed
     flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${arm#*+}")
+  elif [ "$src" = loopvae-global ]; then  # Stage 2 of the global arm's Stage-1 run of the same seed
+    flags+=(--stage2 "$OUT/loopvae-global/seed$2")
   elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the preset with --init INIT
     flags+=(--init "${arm#*+}")
   fi
@@ -98,11 +107,12 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
 }
 
 queue=()
-for group in first rest distilled; do
+for group in first rest dependent last; do  # last: LoopVAE's Transformer-core arms, the longest
   for seed in $SEEDS; do
     for arm in $ARMS; do
       case " $FIRST " in *" $arm "*) g=first ;; *) g=rest ;; esac
-      distilled "$arm" && g=distilled
+      [ -n "$(needs "$arm")" ] && g=dependent
+      case "$arm" in loopvae-vit-*) g=last ;; esac
       [ "$g" = "$group" ] || continue
       [ -f "$OUT/$arm/seed$seed/done.json" ] && { echo "skip $arm seed $seed (done)"; continue; }
       queue+=("$arm $seed")
@@ -111,8 +121,9 @@ for group in first rest distilled; do
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
 for job in "${queue[@]}"; do
-  if distilled "${job% *}"; then  # its teacher may still be training in this call
-    while [ ! -f "$OUT/vit/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
+  src=$(needs "${job% *}")
+  if [ -n "$src" ]; then  # the arm it starts from may still be training in this call
+    while [ ! -f "$OUT/$src/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
   fi
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   # shellcheck disable=SC2086

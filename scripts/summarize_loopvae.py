@@ -28,9 +28,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from summarize_mini import fmt, stats, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
 
-ARMS = ["global", "scale", "none", "unlooped"]  # presets.LOOPVAE_ARMS, in table order
-LOOPED = ARMS[:3]  # the sharing scopes: one 28-application graph, loops 1,2,4
+ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
+LOOPED = ARMS[:3]  # the sharing scopes (CNN core): one 28-application graph, loops 1,2,4; Stage 1
+STAGE2 = ["gan"]  # Stage 2 of the global arm (c100-mini-loopvae-gan, from the global run of its seed)
 RATIO_MARGIN = 0.10  # claim 6: latency and MAC ratios within 10 % of each other cannot be told apart (one
 # timing per arm, in turns; our choice, printed in the row)
 MEANS_ONLY = "not measured per image (these runs' loops.json hold means only: re-run analyze.py)"
@@ -57,14 +59,15 @@ def load_runs(root):
             runs.setdefault(arm, []).append(dict(
                 seed=args["seed"], dir=d, psnr=last["val_psnr"], ssim=last["val_ssim"], l1=last["val_l1"],
                 oor=100 * last["val_out_of_range"], wall_s=done["wall_s"], commit=done.get("commit", "?"),
-                cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset")) or args.get("max_steps") != 1000))
+                cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset"))
+                or args.get("max_steps") != PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
     return runs
 
 
 def measure_loops(runs, num_images):
     """run["loops"] = the run's loop interventions (analyze.py, cached in its folder's loops.json)."""
     import analyze
-    for arm in LOOPED:
+    for arm in LOOPED + STAGE2:
         for r in runs.get(arm, []):
             path = os.path.join(r["dir"], "loops.json")
             if not os.path.isfile(path) or json.load(open(path))["num_images"] != num_images:
@@ -95,26 +98,50 @@ def pm(values, scale=1.0, digits=2):
     return f"{m:.{digits}f} ± {s / 2:.{digits}f}" if n > 1 else f"{m:.{digits}f}"
 
 
-def looped(runs):
-    return [r for arm in LOOPED for r in runs.get(arm, []) if "loops" in r]
+def looped(runs, arms=LOOPED):
+    return [r for arm in arms for r in runs.get(arm, []) if "loops" in r]
 
 
 def claims(runs, ledger):
-    """The six claims: a list of (claim, the paper, here, verdict) rows."""
+    """The six claims: a list of (claim, the paper, here, verdict) rows. Claim 1 on each core (the paper's
+    Table 2 is a Transformer core; the mini arms are CNN, and the vit-* arms the Transformer core); claims
+    2-5 on the Stage-1 checkpoints of the looped CNN arms, with the Stage-2 (gan) runs' verdicts beside."""
     rows, floor = [], max((stats([r["psnr"] for r in rs])[1] for rs in runs.values() if len(rs) >= 2), default=0.0)
-    g = [r["psnr"] for r in runs.get("global", [])]
-    for other, paper in (("scale", "31.16 vs 30.41 dB"), ("none", "31.16 vs 31.04 dB")):
-        o = [r["psnr"] for r in runs.get(other, [])]
-        if not g or not o:
-            rows.append((f"1. sharing: global beats {other} (PSNR)", paper, "", "not run"))
-            continue
-        v, diff, noise = verdict(g, o, ">", floor)
-        rows.append((f"1. sharing: global (4 blocks) beats {other} ({12 if other == 'scale' else 28} blocks), PSNR",
-                     f"{paper} (Table 2, ImageNet-256)", f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, noise {noise:.2f})", v))
-    lr = looped(runs)
-    if not lr:
+    for core, pre in (("CNN", ""), ("Transformer", "vit-")):
+        g = [r["psnr"] for r in runs.get(pre + "global", [])]
+        for other, paper in (("scale", "31.16 vs 30.41 dB"), ("none", "31.16 vs 31.04 dB")):
+            o = [r["psnr"] for r in runs.get(pre + other, [])]
+            if pre and other == "scale":
+                continue  # (the Transformer arms are global and none, Table 2's closest pair)
+            claim = (f"1. sharing, {core} core: global (4 blocks) beats {other} ({12 if other == 'scale' else 28} "
+                     "blocks), PSNR")
+            paper_cell = f"{paper} (Table 2, Transformer core, ImageNet-256)"
+            if not g or not o:
+                rows.append((claim, paper_cell, f"c100-mini-loopvae-{pre}global / -{pre}{other}", "not run"))
+                continue
+            v, diff, noise = verdict(g, o, ">", floor)
+            rows.append((claim, paper_cell, f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, noise {noise:.2f})", v))
+    stage1, stage2 = intervention_rows(runs, LOOPED), intervention_rows(runs, STAGE2)
+    if not stage1:
         return rows + [("2-5. loop interventions", "", "", "not run")]
-    multi = list(lr[0]["loops"]["stages"])
+    n1, n2 = len(looped(runs)), len(looped(runs, STAGE2))
+    for (claim, paper, here, v), other in zip(stage1, stage2 or [None] * len(stage1)):
+        here, v = f"Stage 1 ({n1} runs): {here}", f"Stage 1: {v}"
+        if other:
+            v += f"; Stage 2 ({n2} run{'s' * (n2 > 1)}): {other[3]}"
+        rows.append((claim, paper, here, v))
+    if ledger:
+        rows.append(cost_row(ledger["global"], ledger["unlooped"]))
+    return rows
+
+
+def intervention_rows(runs, arms):
+    """Claims 2-5 (sec. 4.4) on the loop interventions of `arms`' runs: a list of (claim, the paper, here,
+    verdict) rows, empty when none of them has its loops.json."""
+    lr = looped(runs, arms)
+    if not lr:
+        return []
+    rows, multi = [], list(lr[0]["loops"]["stages"])
     four = [s for s in multi if lr[0]["loops"]["stages"][s] == 4]
     mean_mono = all(all(b >= a - 1e-4 for a, b in zip(p, p[1:])) for r in lr for p in r["loops"]["prefix"].values())
     frac = [min(r["loops"]["monotone"].values()) for r in lr]
@@ -122,8 +149,8 @@ def claims(runs, ledger):
     rows.append(("2. completing the schedule: PSNR rises with every pass kept, on every image",
                  "monotone on every image (16)", f"mean monotone in every stage of {len(lr)} run(s): "
                  f"{'yes' if mean_mono else 'no'}; images monotone in the worst stage {min(frac):.0%}-{max(frac):.0%}", v))
-    rows.append(bypass_row(lr, runs, four))
-    rows.append(small_update_row(runs, four))
+    rows.append(bypass_row(lr, runs, four, arms))
+    rows.append(small_update_row(runs, four, arms))
     fine = multi[-1]  # the decoder's finest stage (dec_f2)
     trunc = [[100 * x for x in r["loops"]["prefix_out_of_range"][fine]] for r in lr]
     v = "agree" if all(min(t[:-1]) > t[-1] for t in trunc) else "disagree"
@@ -131,8 +158,6 @@ def claims(runs, ledger):
                  "dec 2x, 1/2/3 of 4 passes: 96.7 / 93.4 / 68.3 % vs 6.1 % full",
                  " / ".join(pm([t[k] for t in trunc], digits=1) for k in range(len(trunc[0]) - 1))
                  + f" % vs {pm([t[-1] for t in trunc], digits=1)} % full", v))
-    if ledger:
-        rows.append(cost_row(ledger["global"], ledger["unlooped"]))
     return rows
 
 
@@ -146,7 +171,7 @@ def argmax_beyond_noise(runs, stage):
     return top if v == "agree" else None
 
 
-def bypass_row(lr, runs, four):
+def bypass_row(lr, runs, four, arms=LOOPED):
     """Claim 3, per image (the paper counts image-pass bypasses: 224 of 224 lose, and the last pass is
     the most sensitive in 0 of its 16 image-stages): k of N image-pass bypasses lose PSNR, over every
     stage (single-pass ones included); the fraction of (image, four-pass stage) whose most sensitive
@@ -159,7 +184,7 @@ def bypass_row(lr, runs, four):
     last = [max(range(len(b)), key=lambda t: b[t][i]) == len(b) - 1
             for r in lr for s in four for b in [r["loops"]["per_image"]["bypass"][s]] for i in range(len(b[0]))]
     called = []  # (arm, stage, the pass called most sensitive beyond the seed spread, or None)
-    for arm in LOOPED:
+    for arm in arms:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         called += [(arm, s, argmax_beyond_noise(rs, s)) for s in four] if rs else []
     at_last = [(a, s) for a, s, t in called if t is not None and t == lr[0]["loops"]["stages"][s] - 1]
@@ -172,7 +197,7 @@ def bypass_row(lr, runs, four):
     return claim, paper, here, f"{h1} that every bypass loses, {h2} that the last is not the most sensitive"
 
 
-def small_update_row(runs, four):
+def small_update_row(runs, four, arms=LOOPED):
     """Claim 4, scale-free (the paper: the pass with the smallest update, < 10 %, still costs more when
     bypassed than a pass with a larger update): per arm and four-pass stage, the smallest-update pass t*
     (mean over seeds) agrees when some pass with a larger update costs less than t* beyond the seed
@@ -180,7 +205,7 @@ def small_update_row(runs, four):
     claim = "4. small updates matter: the pass that changes the features least costs more than a larger-update pass"
     paper = "4th enc 8x pass: 7.5-9.4 % update, costs more than passes with larger updates"
     results = []
-    for arm in LOOPED:
+    for arm in arms:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         for s in four if rs else []:
             upd = [statistics.mean(v) for v in zip(*(r["loops"]["update"][s] for r in rs))]
@@ -228,7 +253,7 @@ def details(runs, ledger):
                  [[f"`c100-mini-loopvae-{arm}`", len(rs), pm([r["psnr"] for r in rs]), pm([r["ssim"] for r in rs], digits=3),
                    pm([r["l1"] for r in rs], digits=4), pm([r["oor"] for r in rs], digits=1),
                    pm([r["wall_s"] for r in rs], 1 / 60, 0)] for arm in ARMS if (rs := runs.get(arm))])]
-    for arm in LOOPED:
+    for arm in LOOPED + STAGE2:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         if not rs:
             continue
@@ -241,6 +266,11 @@ def details(runs, ledger):
         out += ["", f"`{arm}` ({len(rs)} seed(s), first {L['num_images']} validation images; pass k = 1..L):", "",
                 table(["stage", "PSNR keeping k passes (dB)", "images monotone (worst seed)", "PSNR lost bypassing pass k",
                        "relative update of pass k (%)", "out of range keeping k (%)"], rows)]
+    stage2 = intervention_rows(runs, STAGE2)
+    if stage2:  # claims 2-5 again on the Stage-2 checkpoints, in full
+        out += ["", f"Claims 2-5 on the Stage-2 checkpoints (`c100-mini-loopvae-gan`, "
+                f"{len(looped(runs, STAGE2))} seed(s), each from the global arm's Stage-1 run of its seed):", "",
+                table(["claim", "paper", "here: Stage 2", "verdict"], stage2)]
     if ledger:
         u = ledger["unlooped"]
         rows = [[arm, f"{r['params']:,}", f"{r['core_params']:,}", r["stored_blocks"], r["applications"],
@@ -267,7 +297,7 @@ def figures(runs, root):
     stages = list(lr[0]["loops"]["stages"])
     fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 3), sharey=True)
     for ax, s in zip(axes, stages):
-        for arm in LOOPED:
+        for arm in LOOPED + STAGE2:
             rs = [r["loops"]["prefix"][s] for r in runs.get(arm, []) if "loops" in r]
             if rs:
                 m = [statistics.mean(c) for c in zip(*rs)]

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+import presets
 from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
@@ -111,7 +112,7 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
         r = subprocess.run(["bash", script], env=dict(env, ARMS=bad), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ARMS" in r.stderr
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature"), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "distils the vit arm of seed 0, which has not finished" in r.stderr
+    assert r.returncode == 2 and "starts from the vit arm of seed 0, which has not finished" in r.stderr
     assert not (tmp_path / "mini" / "bvit+feature").exists()  # refused before anything ran
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature vit", JOBS="2"), capture_output=True,
                        text=True, timeout=300)  # distilled from the vit arm of the same seed, after it
@@ -529,11 +530,12 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
 def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0, per_image=False, gain=False):
     d = root / f"loopvae-{arm}" / f"seed{seed}"
     d.mkdir(parents=True)
-    (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": 1000, "val_subset": None}))
+    steps = presets.PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]  # the arm's protocol (gan: 200)
+    (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": steps, "val_subset": None}))
     (d / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_psnr": psnr, "val_ssim": 0.5, "val_l1": 0.2,
                                              "val_out_of_range": 0.02}) + "\n")
     (d / "done.json").write_text(json.dumps({"wall_s": 1200, "commit": "abc1234", "cpu": "AMD EPYC"}))
-    if arm == "unlooped":
+    if arm == "unlooped" or arm.startswith("vit-"):  # (no interventions measured)
         return
     stages = {"enc_f4": 2, "enc_f8": 4, "dec_f4": 2, "dec_f2": 4}
     up = lambda n: [psnr - 2 * (n - 1 - k) for k in range(n)]
@@ -591,6 +593,10 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
         fake_loopvae_run(root, "scale", seed, s)
         fake_loopvae_run(root, "none", seed, n, last_pass_loses=0.2)
         fake_loopvae_run(root, "unlooped", seed, 18.5)
+    for seed in (0, 1):  # Stage 2: its smallest-update pass costs 5 dB, more than the others' 3
+        fake_loopvae_run(root, "gan", seed, 19.0, monotone=0.5, last_pass_loses=5.0 + 0.1 * seed)
+    fake_loopvae_run(root, "vit-global", 0, 20.0)  # the Transformer core: one seed each, so no spread
+    fake_loopvae_run(root, "vit-none", 0, 19.0)
     arm = lambda params, macs, ips: dict(params=params, core_params=params // 2, stored_blocks=4, applications=28,
                                          macs=macs, img_per_s=ips, step_mib=100)
     (root / "ledger.json").write_text(json.dumps({"info": {"loopvae_ledger": {
@@ -602,17 +608,26 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
     summarize_loopvae.main([str(root), "--readme", str(readme)])
     rows = {ln.split(" | ")[0][2:4]: ln for ln in readme.read_text().splitlines() if ln.startswith("| ")}
     claims = [ln for ln in readme.read_text().splitlines() if ln.startswith("| 1. sharing")]
+    assert "CNN core" in claims[0] and "Transformer core, ImageNet-256" in claims[0]  # what each side measured
     assert "19.10 ± 0.10 vs 18.10 ± 0.10 dB (+1.00, noise 0.20) | agree" in claims[0]  # beyond both spreads
     assert claims[1].endswith("| cannot tell |")  # 19.10 vs 19.10: within the noise
-    assert rows["2."].endswith("| agree on the mean, not on every image |") and "90%-100%" in rows["2."]
-    assert "not measured per image" in rows["3."] and rows["3."].endswith("| not judged |")  # means only
-    # the smallest-update pass (the last: 5 %) costs less than every larger-update pass in every arm-stage
-    assert "0 of 6 arm-stages agree" in rows["4."] and rows["4."].endswith("| disagree |")
-    assert rows["5."].endswith("| agree |") and "30.0 ± 0.0 / 25.0 ± 0.0 / 20.0 ± 0.0 % vs 2.0 ± 0.0 % full" in rows["5."]
+    assert "Transformer core: global (4 blocks) beats none" in claims[2] and "20.00 vs 19.00 dB" in claims[2]
+    assert claims[2].endswith("| agree |")  # +1.00 beyond the largest spread of the study (0.40)
+    assert "Stage 1 (6 runs)" in rows["2."] and "90%-100%" in rows["2."]
+    assert rows["2."].endswith("| Stage 1: agree on the mean, not on every image; Stage 2 (2 runs): agree on the mean, "
+                               "not on every image |")
+    assert "not measured per image" in rows["3."] and "Stage 1: not judged; Stage 2 (2 runs): not judged" in rows["3."]
+    # the smallest-update pass (the last: 5 %) costs less than every larger-update pass in every arm-stage;
+    # in the Stage-2 run it costs more (5 dB against 3)
+    assert "0 of 6 arm-stages agree" in rows["4."] and rows["4."].endswith("| Stage 1: disagree; Stage 2 (2 runs): agree |")
+    assert rows["5."].endswith("| Stage 1: agree; Stage 2 (2 runs): agree |")
+    assert "30.0 ± 0.0 / 25.0 ± 0.0 / 20.0 ± 0.0 % vs 2.0 ± 0.0 % full" in rows["5."]
     assert "1.82x the MACs, 2.50x the training step time (this ledger has no eval latency)" in rows["6."]
     assert "by construction" in rows["6."] and rows["6."].endswith("| agree |")  # 2.50 > 1.82 x 1.1
     assert "\nold\n" not in readme.read_text() and readme.read_text().endswith("prose\n")
-    assert "| `c100-mini-loopvae-none` | 2 | 19.10 ± 0.20 |" in (root / "summary.md").read_text()
+    summary = (root / "summary.md").read_text()
+    assert "| `c100-mini-loopvae-none` | 2 | 19.10 ± 0.20 |" in summary and "| `c100-mini-loopvae-gan` | 2 |" in summary
+    assert "Claims 2-5 on the Stage-2 checkpoints (`c100-mini-loopvae-gan`, 2 seed(s)" in summary
     with pytest.raises(SystemExit) as e:
         summarize_loopvae.main([str(tmp_path / "nothing")])
     assert e.value.code == 2 and "ARMS=loopvae bash scripts/reproduce_mini.sh" in capsys.readouterr().err
