@@ -562,6 +562,12 @@ class DeviceDecodeLoader:
         return torch.stack(out), torch.tensor(labels)
 
 
+def normalization(name):
+    """The (mean, std) per channel that dataset `name` is normalized with unless a model asks for its own
+    (build_datasets' mean_std): CIFAR-100's statistics, ImageNet's (for image folders), or 0.5."""
+    return {"cifar100": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD)}.get(name, ((0.5,) * 3,) * 2)
+
+
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
                    val_labels=None, train=True, classes=None, mean_std=None, reconstruct=False):
@@ -579,7 +585,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     root = data_dir or default_root()
     if name == "cifar100":
         img_size = img_size or 32
-        mean, std = mean_std or (CIFAR_MEAN, CIFAR_STD)
+        mean, std = mean_std or normalization(name)
         t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug)
         t_val = build_transform(False, img_size, mean, std, name)
         train_set = TensorImages(*load_cifar100(root, True, download), t_train, (mean, std)) if train else None
@@ -587,7 +593,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         return train_set, val, 100, img_size
     if name == "imagenet":
         img_size = img_size or 224
-        mean, std = mean_std or (IMAGENET_MEAN, IMAGENET_STD)
+        mean, std = mean_std or normalization(name)
         t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct)
         t_val = build_transform(False, img_size, mean, std, name, reconstruct=reconstruct)
         classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
@@ -597,7 +603,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         img_size = img_size or 32
         # No augmentation: random images gain nothing from it, and without it a run is a pure
         # function of the seed (the 1-process vs 2-process DDP test relies on that).
-        mean, std = mean_std or ((0.5,) * 3, (0.5,) * 3)
+        mean, std = mean_std or normalization(name)
         t_train = build_transform(False, img_size, mean, std, name)
         t_val = build_transform(False, img_size, mean, std, name)
         n_train, n_val = synthetic_size

@@ -61,23 +61,10 @@ class DINOv2Discriminator(nn.Module):
 
 def dinov2_backbone(path, img_size=224):
     """bvit.BViT holding the DINOv2 weights of `path` (--disc-weights): a state dict in timm's ViT layout
-    (vit_small_patch14_dinov2: patch 14, width 384, 12 blocks, LayerScale, a class token, no head),
-    width and depth read from the file, heads of width 64 (DINOv2's), loaded by checkpoints.
-    finetune_weights (weights_only; pos_embed resized to the img_size / 14 grid). Raises Fail."""
-    from bvit import BViT
-    from training.checkpoints import finetune_weights, read_weights
-    from training.monitor import Fail
-    sd = read_weights(path, "--disc-weights")
-    proj = sd.get("patch_embed.proj.weight") if isinstance(sd, dict) else None
-    if proj is None or proj.ndim != 4:
-        raise Fail(f"--disc-weights {path}: not a ViT state dict in timm's layout (no patch_embed.proj.weight); "
-                   "give timm's vit_small_patch14_dinov2 weights")
-    dim, patch = proj.shape[0], proj.shape[-1]
-    depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-    vit = BViT(img_size=img_size // patch * patch, patch_size=patch, num_classes=1, embed_dim=dim, depth=depth,
-               num_heads=max(1, dim // 64), num_blocks=depth, layer_scale=1e-5)  # (its 1-class head: unused)
-    finetune_weights(path, vit, "--disc-weights")
-    return vit
+    (vit_small_patch14_dinov2: patch 14, width 384, 12 blocks, LayerScale, a class token, no head), read by
+    training/registry.py's timm_vit (weights_only; pos_embed resized to the img_size / 14 grid). Raises Fail."""
+    from training.registry import timm_vit  # (registry imports this file)
+    return timm_vit(path, "--disc-weights", img_size=img_size)
 
 
 class Adversary:

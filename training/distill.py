@@ -8,9 +8,12 @@ feature: the student's final post-LayerNorm tokens are matched to the teacher's 
 logits: soft knowledge distillation (Hinton et al. 2015): KL(softmax(t / T) || softmax(s / T)) * T^2.
 
 The teacher sees the same images as the student, after augmentation, in eval mode without
-gradients. The tokens are read with a forward hook on each model's final `norm`: the class-token
-models of rvits normalize every token there; GAP models (norm = Identity, timm's fc_norm after
-pooling) get a LayerNorm without affine parameters instead.
+gradients, resized (bicubic) to its own image size when that differs (training/registry.py's teacher
+builds it so that its patch grid is the student's: a DINOv2 ViT-S/14 sees a 32-px student's images at
+8 x 14 = 112 px) and renormalized to its mean and std when they differ. When only one of the two has a
+class token, the patch tokens alone are matched. The tokens are read with a forward hook on each
+model's final `norm`: the class-token models of rvits normalize every token there; GAP models
+(norm = Identity, timm's fc_norm after pooling) get a LayerNorm without affine parameters instead.
 """
 import torch
 import torch.nn as nn
@@ -34,29 +37,56 @@ class Distiller(nn.Module):
     forward pass on the same images. Its parameters (the projection, when the widths differ) train
     with the student. Raises ValueError when teacher and student cannot be compared."""
 
-    def __init__(self, student, teacher, kind="feature", temperature=3.0):
+    def __init__(self, student, teacher, kind="feature", temperature=3.0, renormalize=None):
+        """renormalize: None, or ((mean, std) of the student's images, (mean, std) the teacher expects),
+        per channel. `matched` says in words which tokens the feature term compares."""
         super().__init__()
         if kind not in ("feature", "logits"):
             raise ValueError(f"--distill {kind}: allowed: feature, logits")
+        if kind == "logits" and not getattr(teacher, "has_head", True):
+            raise ValueError("--distill logits: the teacher file has no classifier head (a feature extractor such "
+                             "as DINOv2); use --distill feature")
         if kind == "logits" and teacher.head.out_features != student.head.out_features:
             raise ValueError(f"--distill logits: the teacher has {teacher.head.out_features} classes and the "
                              f"student {student.head.out_features}; use --distill feature")
-        tokens = [(student.img_size // m.patch_size) ** 2 + int(m.cls_token is not None) for m in (student, teacher)]
-        if kind == "feature" and tokens[0] != tokens[1]:
-            raise ValueError(f"--distill feature: the student has {tokens[0]} tokens and the teacher {tokens[1]}; give "
-                             "both the same patch grid and class token (--patch-size, --gap), or use --distill logits")
+        self.size = getattr(teacher, "input_size", teacher.img_size)  # (a dynamic-size teacher: set by its builder)
+        grids = [student.img_size // student.patch_size, self.size // teacher.patch_size]
+        if kind == "feature" and grids[0] != grids[1]:
+            raise ValueError(f"--distill feature: the student's patch grid is {grids[0]}x{grids[0]} and the teacher's "
+                             f"{grids[1]}x{grids[1]}; give both the same grid (--patch-size, --img-size), or use "
+                             "--distill logits")
+        cls = [m.cls_token is not None for m in (student, teacher)]
+        self.skip = [int(c and not all(cls)) for c in cls]  # (student, teacher) leading tokens left out
+        self.matched = ("" if kind == "logits" else "; matching all tokens" if all(cls) or not any(cls) else
+                        f"; matching the {grids[0] ** 2} patch tokens (only the {'student' if cls[0] else 'teacher'} "
+                        "has a class token)")
+        if renormalize is not None:  # x_teacher = (x * std_s + mean_s - mean_t) / std_t, per channel
+            (ms, ss), (mt, st) = [[torch.tensor(v, dtype=torch.float32).view(1, 3, 1, 1) for v in pair]
+                                  for pair in renormalize]
+            self.register_buffer("scale", ss / st, persistent=False)
+            self.register_buffer("shift", (ms - mt) / st, persistent=False)
+        self.renormalize = renormalize is not None
         self.kind, self.temperature = kind, temperature
         self.teacher = [teacher.eval().requires_grad_(False)]  # a list: not a submodule (no state, no DDP)
         self.student_tokens, self.teacher_tokens = FinalTokens(student), FinalTokens(teacher)
         ds, dt = student.embed_dim, teacher.embed_dim
         self.proj = nn.Linear(ds, dt) if kind == "feature" and ds != dt else nn.Identity()
 
+    def teacher_input(self, images):
+        """The student's images (B, 3, H, W) as the teacher expects them: renormalized, then resized."""
+        if self.renormalize:
+            images = images * self.scale + self.shift
+        if images.shape[-1] != self.size or images.shape[-2] != self.size:
+            images = F.interpolate(images, size=(self.size, self.size), mode="bicubic", align_corners=False)
+        return images
+
     def forward(self, images, student_logits):
         teacher = self.teacher[0]
         with torch.no_grad():
-            teacher_logits, _ = teacher(images)
+            teacher_logits, _ = teacher(self.teacher_input(images))
         if self.kind == "logits":
             t = self.temperature
             return F.kl_div(F.log_softmax(student_logits.float() / t, -1), F.log_softmax(teacher_logits.float() / t, -1),
                             reduction="batchmean", log_target=True) * t * t
-        return F.mse_loss(self.proj(self.student_tokens.tokens).float(), self.teacher_tokens.tokens.float())
+        s, t = self.student_tokens.tokens[:, self.skip[0]:], self.teacher_tokens.tokens[:, self.skip[1]:]
+        return F.mse_loss(self.proj(s).float(), t.float())

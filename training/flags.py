@@ -263,8 +263,9 @@ def get_parser():
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
       "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
     a = p.add_argument_group('distillation', 'training/distill.py').add_argument
-    a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint: frozen, in eval mode, on the "
-      "same augmented images (training/distill.py); the loss becomes the task loss + --distill-weight x the term")
+    a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint or timm-layout ViT state dict (DINOv2's): "
+      "frozen, in eval mode, on the same augmented images resized to its patch grid = the student's "
+      "(training/distill.py); the loss becomes the task loss + --distill-weight x the term")
     a("--distill", choices=["feature", "logits"], help="with --teacher: feature: match the final "
       "post-LayerNorm tokens (MSE; a learned projection when the widths differ), the reViT paper's "
       "final-feature objective; logits: soft KD, KL at --distill-temperature (default: feature)")
