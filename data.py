@@ -847,3 +847,109 @@ def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device
     else:
         val = build_loader(val_set, args.eval_batch_size, False, rank, world_size, workers=args.workers)
     return train, val
+
+
+# ----------------------------------------------------------------------------- dense probes (probe.py)
+class Mosaics(Dataset):
+    """Our CPU-scale analogue of the reViT paper's dense probes (A.3; not ADE20k, not NYUv2): 2 x 2
+    mosaics of CIFAR-100 images at `size` px, each quadrant one image shown at half resolution after a
+    centre zoom by z in `zooms` (a centre crop of 32 / z px, resized; bilinear, antialiased). Mosaic i
+    is a pure function of (seed, i). Item: (image (3, size, size) normalized with mean_std, seg
+    (size, size) int64: the class of each pixel's image, the segmentation target, zoom (size, size)
+    float32: log2 z of each pixel's image, the dense regression target standing in for depth (how
+    near the camera a surface is sets how large it looks))."""
+
+    def __init__(self, images, labels, n, size=32, seed=0, mean_std=(CIFAR_MEAN, CIFAR_STD), zooms=(1, 1.5, 2, 3)):
+        if size % 2:
+            raise ValueError(f"mosaic size {size} must be even (2 x 2 quadrants)")
+        self.images, self.labels, self.n, self.size, self.seed, self.zooms = images, labels, n, size, seed, zooms
+        self.mean, self.std = (torch.tensor(v).view(3, 1, 1) for v in mean_std)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        pick = torch.randint(0, len(self.labels), (4,), generator=g)
+        zoom = torch.randint(0, len(self.zooms), (4,), generator=g)
+        h = self.size // 2
+        img, seg, z = torch.zeros(3, self.size, self.size), torch.zeros(self.size, self.size, dtype=torch.int64), \
+            torch.zeros(self.size, self.size)
+        for q in range(4):
+            src = self.images[pick[q]].float() / 255
+            side = self.images.shape[-1]
+            c = max(1, round(side / self.zooms[zoom[q]]))
+            o = (side - c) // 2
+            part = F.interpolate(src[None, :, o:o + c, o:o + c], size=(h, h), mode="bilinear", antialias=True,
+                                 align_corners=False)[0]
+            r, col = divmod(q, 2)
+            img[:, r * h:(r + 1) * h, col * h:(col + 1) * h] = part
+            seg[r * h:(r + 1) * h, col * h:(col + 1) * h] = self.labels[pick[q]]
+            z[r * h:(r + 1) * h, col * h:(col + 1) * h] = math.log2(self.zooms[zoom[q]])
+        return (img - self.mean) / self.std, seg, z
+
+
+class DenseFolder(Dataset):
+    """The real dense probes' data, resized (short side to `size`, bicubic; targets nearest) and
+    centre-cropped to size x size, normalized with mean_std. kind "ade20k": ADE20k's layout,
+    ROOT/images/{training,validation}/NAME.jpg + ROOT/annotations/{...}/NAME.png (0 = "other",
+    ignored: -1; 1..150 -> 0..149); kind "nyu": NYUv2 as image and depth files, ROOT/{train,test}/
+    (any depth of folders) NAME.{jpg,png} beside NAME_depth.png (16-bit, millimetres) or
+    NAME_depth.npy (metres); depth 0 = no reading (ignored: nan). Item: (image, target (size, size)).
+    Raises DataError for a folder without pairs, naming what it looked for."""
+
+    def __init__(self, root, kind, train, size, mean_std=(IMAGENET_MEAN, IMAGENET_STD)):
+        self.kind, self.size = kind, size
+        self.mean, self.std = (torch.tensor(v).view(3, 1, 1) for v in mean_std)
+        if kind == "ade20k":
+            split = "training" if train else "validation"
+            img_dir, ann_dir = os.path.join(root, "images", split), os.path.join(root, "annotations", split)
+            names = sorted(os.path.splitext(f)[0] for f in os.listdir(img_dir)) if os.path.isdir(img_dir) else []
+            self.pairs = [(os.path.join(img_dir, n + ".jpg"), os.path.join(ann_dir, n + ".png")) for n in names
+                          if os.path.isfile(os.path.join(ann_dir, n + ".png"))]
+            want = f"{img_dir}/NAME.jpg with {ann_dir}/NAME.png"
+        else:
+            top = os.path.join(root, "train" if train else "test")
+            self.pairs = []
+            for d, _, files in sorted(os.walk(top)):
+                for f in sorted(files):
+                    stem, ext = os.path.splitext(f)
+                    if ext.lower() in (".jpg", ".jpeg", ".png") and not stem.endswith("_depth"):
+                        depth = next((os.path.join(d, stem + s) for s in ("_depth.png", "_depth.npy")
+                                      if os.path.isfile(os.path.join(d, stem + s))), None)
+                        if depth:
+                            self.pairs.append((os.path.join(d, f), depth))
+            want = f"{top}/**/NAME.jpg (or .png) with NAME_depth.png (mm) or NAME_depth.npy (m)"
+        if not self.pairs:
+            raise DataError(f"{kind}: no image and target pairs in {root}: looked for {want}")
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def fit(self, img, resample):  # short side to size, centre crop
+        w, h = img.size
+        s = self.size / min(w, h)
+        img = img.resize((max(self.size, round(w * s)), max(self.size, round(h * s))), resample)
+        w, h = img.size
+        left, top = (w - self.size) // 2, (h - self.size) // 2
+        return img.crop((left, top, left + self.size, top + self.size))
+
+    def __getitem__(self, i):
+        img_path, target_path = self.pairs[i]
+        try:
+            img = self.fit(Image.open(img_path).convert("RGB"), Image.BICUBIC)
+            if target_path.endswith(".npy"):
+                target = Image.fromarray(np.load(target_path, allow_pickle=False).astype(np.float32), mode="F")
+            else:
+                target = Image.open(target_path)
+            target = np.asarray(self.fit(target, Image.NEAREST))
+        except (OSError, ValueError) as e:
+            raise DataError(f"{self.kind}: cannot read {img_path} or {target_path} ({e})")
+        x = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).float() / 255
+        if self.kind == "ade20k":
+            y = torch.from_numpy(target.astype(np.int64)) - 1  # 0 ("other") -> -1, ignored
+        else:
+            y = torch.from_numpy(target.astype(np.float32))
+            y = y / 1000 if not target_path.endswith(".npy") else y  # millimetres -> metres
+            y[y <= 0] = float("nan")
+        return (x - self.mean) / self.std, y

@@ -157,6 +157,32 @@ for size in "sbl":
                          dict(DEIT3, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
         PAPER[name] = aim
 
+# reViT's second regime (arXiv 2610.12448, sec. 3.2 and A.3): a reViT-B/14 student at L = 12 distilled from a
+# frozen DINOv2 teacher's final post-LayerNorm tokens alone (--task-weight 0: no labels), the teacher a local
+# timm-layout file (timm's vit_base_patch14_dinov2.lvd142m weights), both on a 16 x 16 grid at 224 px. The paper
+# gives neither epochs nor optimizer; ours: the DeiT III recipe without MixUp/CutMix (a feature target has no
+# labels to mix) and without depth dropout (the paper trains fixed depth first), 100 epochs.
+for e in (1, 4, 8):
+    name = f"in1k-revit-b14-e{e}-dinov2"
+    PRESETS[name] = (f"reViT-B/14 E={e}, L=12, distilled from a frozen DINOv2 ViT-B/14's final tokens alone "
+                     "(weights/vit_base_patch14_dinov2.pth, or --teacher FILE), 100 epochs of ImageNet-1k",
+                     dict(DEIT3, model="revit", size="b", patch_size=14, experts=e, depth_dropout=0.0,
+                          drop_path=DEIT3_DROP_PATH["b"], teacher="weights/vit_base_patch14_dinov2.pth",
+                          distill="feature", task_weight=0.0, epochs=100, mixup=0.0, cutmix=0.0))
+    PAPER[name] = ("its frozen probes (sec. 4.2, 4.4): E=8 \"retains nearly all\" of its teacher's ImageNet "
+                   "linear-probe top-1; at L=12 ADE20k 44.4 mIoU" if e == 8 else "no number for E=%d alone" % e)
+
+# The frozen-backbone probes of the same regime (A.3), for probe.py --preset NAME (its flags, filled where the
+# command line leaves them out): ImageNet-1k linear, ADE20k linear segmentation, NYUv2 linear + MLP depth, at
+# 224 px (our choice: the paper does not give the probes' resolution); and their CPU-scale analogues on
+# CIFAR-100 and its mosaics (data.Mosaics: named as our analogue, not as ADE20k or NYUv2).
+PROBES = {"in1k-probe-linear": dict(task="linear", data="imagenet", img_size=224),
+          "ade20k-probe-seg": dict(task="seg", data="ade20k", img_size=224),
+          "nyu-probe-depth": dict(task="depth", data="nyu", img_size=224),
+          "c100-probe-linear": dict(task="linear", data="cifar100"),
+          "c100-probe-seg": dict(task="seg", data="cifar100", num_train=5000, num_test=1000),
+          "c100-probe-depth": dict(task="depth", data="cifar100", num_train=5000, num_test=1000)}
+
 # LoopVAE Stage 1 (loopvae.py; arXiv 2609.11516, sec. 3.5 and App. A.1: L1 + 1.0 LPIPS + 1e-6 KL, global
 # batch 32, clip 1.0, bf16, 600k steps; the optimizer and the Stage-1 learning rate are not given).
 # CPU scale: CIFAR-100 at 32 px with the paper's f8d16 latent (16 x 4 x 4: 3072 / 256 = the paper's 12x
@@ -256,6 +282,9 @@ for name, (what, flags) in PRESETS.items():
     if name.startswith("in1k-"):
         hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1
         TIMES[name] = ("?", f"est. {hours} h")
+# DINOv2 distillation: B/16's 300-epoch estimate x 100/300 epochs x 1.33 (256 tokens at patch 14 against 196)
+# x 4/3 (the frozen teacher's forward, a third of a training step of its size): est. 19 H200-hours.
+TIMES.update({f"in1k-revit-b14-e{e}-dinov2": ("?", "est. 19 h") for e in (1, 4, 8)})
 # LoopVAE: estimated from runs of 40-150 steps (CPU-2 AMD EPYC, 2026-12-01, one thread each, two runs
 # side by side, other load on the cores for some): 1.07-1.26 s per step of 32 and 2-4 min for the 10k
 # validation images with 28 block applications per branch; unlooped 0.57 s per step and 2.3 min; 1000
@@ -265,5 +294,8 @@ for name, (what, flags) in PRESETS.items():
 TIMES.update({"c100-mini-loopvae-global": ("32.4 min", "?"), "c100-mini-loopvae-scale": ("33.0 min", "?"),
               "c100-mini-loopvae-none": ("35.9 min", "?"), "c100-mini-loopvae-unlooped": ("17.2 min", "?"),
               "c100-mini-loopvae-gan": ("10.2 min", "?")})
+# The Transformer-core arms: a CNN arm's time x 1.45-1.51, the ratio of their training steps (batch 32, one
+# thread, timed in turns in one process beside two runs; CPU-2 AMD EPYC, 2026-12-01; NOTES.md).
+TIMES.update({"c100-mini-loopvae-vit-global": ("est. 48 min", "?"), "c100-mini-loopvae-vit-none": ("est. 53 min", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")
 TIMES["in256-loopvae-cnn-gan"] = ("?", "est. 840 h")

@@ -158,7 +158,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
                         if distiller is not None:  # + the distillation term (training/distill.py)
                             term = distiller(x, logits)
                             raw_model.aux["distill_loss"] = term.detach()  # logged with the model's terms
-                            loss = loss + args.distill_weight * term
+                            loss = args.task_weight * loss + args.distill_weight * term
                         if adversary is not None:  # Stage 2: a discriminator update, then + lambda_a L_adv
                             loss, terms = adversary(x, logits, loss, step)
                             raw_model.aux.update(terms)

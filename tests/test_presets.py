@@ -84,7 +84,11 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
             deit3 = (cfg["opt"], cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
             assert deit3 == ("lamb", True, True, 0.0, 2048), name
             assert cfg["depth"] == (24 if cfg["size"] == "l" else 12), name
-            assert cfg["layer_scale"] and cfg["drop_path"] > 0 and cfg["patch_size"] == 16, name
+            assert cfg["layer_scale"] and cfg["drop_path"] > 0, name
+            assert cfg["patch_size"] == (14 if name.endswith("-dinov2") else 16), name
+            if name.endswith("-dinov2"):  # reViT's second regime: the teacher's features alone, fixed depth
+                assert (cfg["teacher"], cfg["distill"], cfg["task_weight"], cfg["depth_dropout"]) == (
+                    "weights/vit_base_patch14_dinov2.pth", "feature", 0.0, 0.0), name
     aims = {"in1k-revit-b16-e4": "83.0", "in1k-revit-s16-e4": "78.2", "in1k-vit-b16": "82.8",
             "in1k-srvit-s16-r1": "79.83", "in1k-srvit-s16-r4": "82.48"}
     for name, number in aims.items():

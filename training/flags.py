@@ -272,6 +272,8 @@ def get_parser():
     a("--distill-weight", type=non_negative, default=1.0, help="with --teacher: the loss is the task loss + this "
       "x the distillation term")
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
+    a("--task-weight", type=non_negative, default=1.0, help="with --teacher: the task loss's weight; 0 distils from "
+      "the teacher's features alone, no labels (the reViT paper's DINOv2 regime, A.3)")
     a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
     a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
@@ -357,6 +359,9 @@ def resolve(args, p, img_size):
         p.error(f"--lora-rank must be >= 0, got {args.lora_rank}")
     if args.distill and not args.teacher:
         p.error("--distill needs --teacher CKPT, the checkpoint to distill from")
+    lone = given(p, ("distill_weight", "distill_temperature", "task_weight")) if not args.teacher else []
+    if lone:
+        p.error(f"{lone[0]} weighs a distillation term, and there is no --teacher CKPT: add one or leave it out")
     args.distill = args.distill or ("feature" if args.teacher else None)
     if args.stage_weights and len(args.stage_weights) != args.stages:
         p.error(f"--stage-weights needs {args.stages} values (one per stage)")
