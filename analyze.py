@@ -9,6 +9,13 @@ Writes OUT/cka.json and OUT/steps.json, and OUT/cka.png and OUT/steps.png when m
 installed. Any bad input is one line `analyze.py: error: ...` and exit status 2.
 
 A LoopVAE checkpoint (the tokenizer) gets loop_interventions instead (loops.json, loops.png).
+With --teacher FILE (an rvits checkpoint or a timm-layout ViT file, run as --teacher runs in train.py),
+the teacher-alignment analyses of reViT (arXiv 2610.12448, sec. 5.1 and App. D) instead (alignment.json,
+alignment.png; function `alignment`): the student-depth x teacher-layer cross-CKA map, its maximum-CKA
+path with Spearman's rho and the mean absolute deviation from proportional depth, and for reViT with
+E > 1: each expert deleted against `--draws` random gate changes of the same merged-weight
+displacement, and every permutation of the gate columns (E > 5: 119 drawn at random), each scored by
+its teacher CKA.
 
 1. Depthwise self-CKA (cka.json): linear CKA (Kornblith et al. 2019, "Similarity of Neural
    Network Representations Revisited", eq. 5 with a linear kernel) between the mean-pooled patch
@@ -90,6 +97,10 @@ def get_parser():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--depth", type=flags.positive(int), help="steps to run (default: the trained depth)")
     p.add_argument("--batch-size", type=flags.positive(int), default=128)
+    p.add_argument("--teacher", metavar="FILE", help="instead: the teacher-alignment analyses against this rvits "
+                   "checkpoint or timm-layout ViT file (reViT App. D): alignment.json and alignment.png")
+    p.add_argument("--draws", type=flags.positive(int), default=8, help="with --teacher: random gate "
+                   "perturbations per expert deletion")
     return p
 
 
@@ -178,6 +189,125 @@ def loop_interventions(model, images, batch_size=128):
         if name in multi:
             res["update"][name] = [float(v) for v in full["trace:" + name].mean(0)]
             res["per_image"]["update"][name] = [as_list(v) for v in full["trace:" + name].T]
+    return res
+
+
+# ----------------------------------------------------------------------------- teacher alignment (reViT App. D)
+def spearman(a, b):
+    """Spearman's rho of two sequences: the Pearson correlation of their ranks (ties: mean ranks)."""
+    def ranks(v):
+        v = torch.as_tensor(v, dtype=torch.float64)
+        r = torch.empty_like(v)
+        r[v.argsort()] = torch.arange(len(v), dtype=torch.float64)
+        for u in v.unique():  # ties share their mean rank
+            r[v == u] = r[v == u].mean()
+        return r
+    x, y = ranks(a), ranks(b)
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x.norm() * y.norm()))
+
+
+def cka_path(cross):
+    """The maximum-CKA path of a cross-CKA map (reViT App. D, fig. 9): cross ((L_s + 1) x (L_t + 1), row 0 /
+    column 0 the embeddings) -> {path: the teacher layer j in 1..L_t of largest CKA for each student depth
+    k = 1..L_s, proportional: k L_t / L_s, rho: Spearman's rho of path against k, mad: mean |path -
+    proportional| in teacher layers}. rho = 1 and mad = 0 for a student that follows the teacher's depth."""
+    c = torch.as_tensor(cross, dtype=torch.float64)[1:, 1:]
+    ls, lt = c.shape
+    path = [int(j) + 1 for j in c.nan_to_num(-1).argmax(1)]
+    prop = [k * lt / ls for k in range(1, ls + 1)]
+    return {"path": path, "proportional": prop, "rho": spearman(path, range(ls)),
+            "mad": sum(abs(j - q) for j, q in zip(path, prop)) / ls}
+
+
+def teacher_cka(cross):
+    """A student's teacher CKA (our reading of App. D's figure): the mean over student depths k = 1..L_s
+    of the CKA with the teacher layer at the proportional depth, round(k L_t / L_s)."""
+    c = torch.as_tensor(cross, dtype=torch.float64)
+    ls, lt = c.shape[0] - 1, c.shape[1] - 1
+    return float(sum(c[k, max(1, round(k * lt / ls))] for k in range(1, ls + 1)) / ls)
+
+
+def block_states(model, x):
+    """The mean-pooled patch tokens (B, D) after the embedding (the first block call's input) and after
+    every block call, in call order (a shared block: once per step), before the final norm."""
+    prefix = int(getattr(model, "cls_token", None) is not None)
+    states = []
+    pool = lambda z: z[:, prefix:].float().mean(1)
+    pre = [blk.register_forward_pre_hook(lambda m, a: states.append(pool(a[0])) if not states else None)
+           for blk in model.blocks]
+    post = [blk.register_forward_hook(lambda m, a, out: states.append(pool(out))) for blk in model.blocks]
+    try:
+        model(x)
+    finally:
+        for h in pre + post:
+            h.remove()
+    return states
+
+
+def with_gates(model, gates):
+    """reViT `model` whose steps merge their FFN with the gate table `gates` (L, E) instead of the
+    router's (an instance attribute over ReViT.ffn_weights; `del model.ffn_weights` restores it)."""
+    model.ffn_weights = lambda t, g=gates: model.blocks[0].mlp.merge(g.to(model.pos_embed.device))
+    return model
+
+
+@torch.no_grad()
+def displacement(model, delta):
+    """The merged-weight displacement of a gate change `delta` (L, E): sqrt(sum over steps and the four
+    FFN tensors of ||sum_e delta_ke W_e||^2) (merge is linear in the gates)."""
+    return float(sum(t.double().square().sum() for t in model.blocks[0].mlp.merge(delta)) ** 0.5)
+
+
+@torch.no_grad()
+def alignment(student, teacher_model, to_teacher, images, batch_size=128, draws=8, seed=0):
+    """The teacher-alignment analyses of reViT (arXiv 2610.12448, sec. 5.1 and App. D) on `images`
+    (N, 3, H, W), both models in eval mode; to_teacher maps the student's images to the teacher's input.
+    Returns {cross: linear CKA (L_s + 1) x (L_t + 1) of mean-pooled patch tokens (embedding, then each
+    step / layer; App. D), path, proportional, rho, mad (cka_path), teacher_cka (teacher_cka)} and, for a
+    reViT student with E > 1 experts and gates G (L, E): gates; deletions [{expert, displacement, teacher_cka,
+    random: [teacher_cka of `draws` random gate changes of the same displacement (rows summing to 0)]}],
+    expert e's column of G zeroed and the rows renormalized; permutations [{perm, teacher_cka}] for every
+    permutation of G's columns (expert e takes column perm[e]; the identity first)."""
+    def states(model, prep=lambda v: v):
+        out = None
+        for i in range(0, len(images), batch_size):
+            st = block_states(model, prep(images[i:i + batch_size]))
+            out = [[] for _ in st] if out is None else out
+            for keep, v in zip(out, st):
+                keep.append(v.cpu())
+        return [torch.cat(v) for v in out]
+    t_states = states(teacher_model, to_teacher)
+    cross_of = lambda s: [[linear_cka(a, b) for b in t_states] for a in s]
+    cross = cross_of(states(student))
+    res = {"cross": cross, **cka_path(cross), "teacher_cka": teacher_cka(cross)}
+    if getattr(student, "experts", 1) < 2 or not hasattr(student, "gates"):
+        return res
+    import itertools
+    g = student.gates().cpu()
+    L, E = g.shape
+    score = lambda gates: teacher_cka(cross_of(states(with_gates(student, gates))))
+    gen = torch.Generator().manual_seed(seed)
+    res.update(gates=g.tolist(), deletions=[], permutations=[])
+    try:
+        for e in tqdm(range(E), desc="expert deletions", leave=False):
+            kept = g.clone()
+            kept[:, e] = 0
+            kept = kept / kept.sum(1, keepdim=True).clamp_min(1e-12)
+            d = displacement(student, kept - g)
+            rand = []
+            for _ in range(draws):
+                r = torch.randn(L, E, generator=gen, dtype=torch.float64)
+                r = (r - r.mean(1, keepdim=True)).float()
+                rand.append(score(g + r * (d / max(displacement(student, r), 1e-12))))
+            res["deletions"].append({"expert": e, "displacement": d, "teacher_cka": score(kept), "random": rand})
+        perms = list(itertools.permutations(range(E))) if E <= 5 else [tuple(range(E))] + [
+            tuple(torch.randperm(E, generator=gen).tolist()) for _ in range(119)]  # E > 5: 119 drawn at random
+        for perm in tqdm(perms, desc="gate permutations", leave=False):
+            res["permutations"].append({"perm": list(perm), "teacher_cka": score(g[:, list(perm)])})
+    finally:
+        if "ffn_weights" in vars(student):
+            del student.ffn_weights
     return res
 
 
@@ -463,6 +593,8 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     model, val_set, run = load(args)
+    if args.teacher:
+        return main_alignment(args, model, val_set, run)
     if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
         if args.depth is not None:
             raise Fail(f"--depth {args.depth}: {args.resume} is a LoopVAE checkpoint, analysed at its trained loops "
@@ -487,6 +619,61 @@ def main(argv=None):
         raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
     print(f"top-1 {res['top1']:.2f}% on {res['num_images']} images; skipping step k: "
           + " ".join(f"{v:.1f}" for v in res["top1_skip"]) + f"; wrote {args.out_dir}/cka.json, steps.json")
+
+
+def main_alignment(args, model, val_set, run):
+    """analyze.py --teacher: alignment() of the checkpoint against the teacher, written as alignment.json
+    (+ alignment.png: the cross-CKA map with its maximum-CKA path and the proportional diagonal)."""
+    if run.model not in ("vit", "bvit", "revit"):
+        raise Fail(f"--teacher: the alignment analyses read one state per step of a vit, bvit or revit checkpoint; "
+                   f"{args.resume} is --model {run.model}")
+    if args.depth is not None:
+        raise Fail("--teacher: leave out --depth (the alignment analyses read the trained depth)")
+    from training.distill import Distiller
+    teacher_model, renorm, line = registry.teacher(args.teacher, flags.get_parser(), model, run)
+    teacher_model = teacher_model.to(args.device)
+    to_teacher = Distiller(model, teacher_model, "feature", renormalize=renorm).to(args.device).teacher_input
+    print(line)
+    n = min(args.num_images, len(val_set))
+    images = torch.stack([val_set[i][0] for i in range(n)]).to(args.device)
+    res = alignment(model, teacher_model, to_teacher, images, args.batch_size, args.draws, run.seed)
+    res.update(checkpoint=args.resume, teacher=args.teacher, num_images=n, model=run.model,
+               experts=getattr(model, "experts", 1), cross=finite(res["cross"]))
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "alignment.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        plot_alignment(res, os.path.join(args.out_dir, "alignment.png"))
+    except OSError as e:
+        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    extra = ""
+    if "deletions" in res:
+        perm = [p["teacher_cka"] for p in res["permutations"][1:]]
+        extra = (f"; gate permutations {sum(v < res['teacher_cka'] for v in perm)} of {len(perm)} lower "
+                 f"(mean {sum(perm) / len(perm):.3f})")
+    print(f"teacher CKA {res['teacher_cka']:.3f}; max-CKA path rho {res['rho']:.3f}, MAD {res['mad']:.2f} layers"
+          f"{extra}; wrote {args.out_dir}/alignment.json")
+
+
+def plot_alignment(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    c = torch.tensor([[v if v is not None else float("nan") for v in row] for row in res["cross"]])
+    ls, lt = c.shape[0] - 1, c.shape[1] - 1
+    fig, ax = plt.subplots(figsize=(4 + 0.2 * lt, 4 + 0.2 * ls))
+    im = ax.imshow(c.numpy(), vmin=0, vmax=1, cmap="magma", origin="lower")
+    ax.plot(res["path"], range(1, ls + 1), "c.-", label=f"max-CKA path (rho {res['rho']:.3f}, MAD {res['mad']:.2f})")
+    ax.plot(res["proportional"], range(1, ls + 1), "w--", lw=1, label="proportional depth")
+    ax.set(xlabel="teacher layer (0 = embedding)", ylabel="student step (0 = embedding)",
+           title=f"{res['model']} E={res['experts']} vs teacher: cross-CKA (n={res['num_images']})")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.colorbar(im, ax=ax)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def cli(argv=None):

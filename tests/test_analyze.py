@@ -307,3 +307,67 @@ def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path)
     # --depth means nothing to a tokenizer's analysis: refused by name, not ignored (issue 37)
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "b"), "--depth", "3"]) == 2
     assert not (tmp_path / "b").exists()
+
+
+# ----------------------------------------------------------------------------- teacher alignment (issue 39)
+def test_an_identity_alignment_has_rho_one_and_mad_zero_and_a_shuffled_one_does_not():
+    eye = torch.eye(7) * 0.9 + 0.05  # student step k most like teacher layer k
+    res = analyze.cka_path(eye.tolist())
+    assert res["path"] == list(range(1, 7)) and res["rho"] == pytest.approx(1.0) and res["mad"] == 0
+    assert analyze.teacher_cka(eye.tolist()) == pytest.approx(0.95)
+    half = torch.zeros(4, 7)  # a 3-step student against a 6-layer teacher, on the proportional layers 2, 4, 6
+    half[1, 2] = half[2, 4] = half[3, 6] = 1
+    assert analyze.cka_path(half.tolist())["mad"] == 0 and analyze.teacher_cka(half.tolist()) == 1
+    flip = torch.zeros(7, 7)  # the deepest student step most like the first teacher layer
+    flip[1:, 1:] = torch.eye(6).flip(1)
+    res = analyze.cka_path(flip.tolist())
+    assert res["rho"] == pytest.approx(-1.0) and res["mad"] > 2
+    assert analyze.spearman([1, 2, 2, 3], [0, 1, 2, 3]) == pytest.approx(0.9486833, abs=1e-6)  # ties: mean ranks
+
+
+def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutation_changes_nothing():
+    import revit
+    torch.manual_seed(0)
+    teacher = bvit.BViT(depth=3, num_blocks=3, **TINY_MODEL).eval()
+    x = images(24)[:][0]
+    res = analyze.alignment(teacher, teacher, lambda v: v, x)
+    assert res["rho"] == pytest.approx(1.0) and res["mad"] == 0 and res["teacher_cka"] == pytest.approx(1.0)
+    assert "deletions" not in res  # not a reViT with experts
+    student = revit.ReViT(depth=3, experts=3, **TINY_MODEL).eval()
+    with torch.no_grad():  # a router that gives the steps different gates
+        for prm in student.router.parameters():
+            prm.normal_(0, 1.0)
+    logits = student(x)[0]
+    res = analyze.alignment(student, teacher, lambda v: v, x, draws=3)
+    assert torch.equal(student(x)[0], logits) and "ffn_weights" not in vars(student)  # restored after
+    perms = res["permutations"]
+    assert len(perms) == 6 and perms[0]["perm"] == [0, 1, 2]
+    assert perms[0]["teacher_cka"] == pytest.approx(res["teacher_cka"], abs=1e-6)  # the identity: unchanged
+    assert any(abs(p["teacher_cka"] - res["teacher_cka"]) > 1e-4 for p in perms[1:])  # others can differ
+    g = torch.tensor(res["gates"])
+    for d in res["deletions"]:
+        kept = g.clone()
+        kept[:, d["expert"]] = 0
+        kept = kept / kept.sum(1, keepdim=True)
+        assert d["displacement"] == pytest.approx(analyze.displacement(student, kept - g), rel=1e-6)
+        assert len(d["random"]) == 3 and d["displacement"] > 0
+
+
+def test_analyze_teacher_writes_alignment_and_refuses_what_it_cannot_align(tmp_path, capsys):
+    cifar = fake_cifar(tmp_path / "data")
+    d = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1"]
+    assert train.cli(d + ["--model", "vit", "--out-dir", str(tmp_path / "t")]) == 0
+    assert train.cli(d + ["--model", "revit", "--experts", "2", "--out-dir", str(tmp_path / "s")]) == 0
+    assert train.cli(d + ["--model", "srvit", "--out-dir", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    base = ["--teacher", str(tmp_path / "t" / "ckpt.pt"), "--num-images", "16", "--draws", "2"]
+    assert analyze.cli(base + ["--resume", str(tmp_path / "s" / "ckpt.pt"), "--out-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "teacher: --model vit, patch 4, at the student's size" in out and "gate permutations 1 of 1" not in out
+    res = json.loads((tmp_path / "a" / "alignment.json").read_text())
+    assert len(res["cross"]) == 3 and len(res["cross"][0]) == 3 and len(res["permutations"]) == 2
+    for argv, says in ((["--resume", str(tmp_path / "r" / "ckpt.pt")], "--model srvit"),
+                       (["--resume", str(tmp_path / "s" / "ckpt.pt"), "--depth", "3"], "leave out --depth")):
+        assert analyze.cli(base + argv + ["--out-dir", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
