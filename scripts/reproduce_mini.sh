@@ -32,7 +32,8 @@ CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
-# same seed: it runs after the arms it does not need, and its teacher must be done or in ARMS.
+# same seed (+feature-only: from its features alone, --task-weight 0, the paper's DINOv2 regime,
+# A.3); a distilled arm runs after the arms it does not need, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
@@ -43,12 +44,12 @@ ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
-  case "$1" in *+feature|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;; esac
+  case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;; esac
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|logits)" >&2; exit 2 ;; esac
-  case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, logits)" >&2; exit 2 ;; esac ;; esac
+  case " $FIRST $REST $MOE $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call
   src=$(needs "$arm")
@@ -73,8 +74,10 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     echo "FAILED $arm seed $2: it starts from the $src arm of seed $2, which has not finished ($OUT/$src/seed$2); run it first" >&2
     return 1
   fi
-  if [ "$src" = vit ]; then  # ARM+feature|logits: distilled from the vit arm of the same seed
-    flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${arm#*+}")
+  if [ "$src" = vit ]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
+    local kind=${arm#*+}
+    flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${kind%-only}")
+    if [ "$kind" = feature-only ]; then flags+=(--task-weight 0); fi
   elif [ "$src" = loopvae-global ]; then  # Stage 2 of the global arm's Stage-1 run of the same seed
     flags+=(--stage2 "$OUT/loopvae-global/seed$2")
   elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the preset with --init INIT

@@ -114,11 +114,14 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "starts from the vit arm of seed 0, which has not finished" in r.stderr
     assert not (tmp_path / "mini" / "bvit+feature").exists()  # refused before anything ran
-    r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature vit", JOBS="2"), capture_output=True,
-                       text=True, timeout=300)  # distilled from the vit arm of the same seed, after it
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit+feature vit bvit+feature-only", JOBS="2"),
+                       capture_output=True, text=True, timeout=300)  # distilled from the vit arm of the same seed
     assert r.returncode == 0, r.stderr
-    assert f"distilling from {tmp_path}/mini/vit/seed0/ckpt.pt (feature)" in (
-        tmp_path / "mini" / "bvit+feature" / "seed0" / "train.log").read_text()
+    for arm in ("bvit+feature", "bvit+feature-only"):
+        assert f"distilling from {tmp_path}/mini/vit/seed0/ckpt.pt (feature)" in (
+            tmp_path / "mini" / arm / "seed0" / "train.log").read_text()
+    task_weight = lambda arm: json.loads((tmp_path / "mini" / arm / "seed0" / "args.json").read_text())["task_weight"]
+    assert task_weight("bvit+feature") == 1.0 and task_weight("bvit+feature-only") == 0.0  # features alone
     r = subprocess.run(["bash", script], env=dict(env, DATA=str(tmp_path / "none")), capture_output=True, text=True)
     assert r.returncode == 2 and "DATA=" in r.stderr
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit-ds", EXTRA="--lr -1"), capture_output=True,
