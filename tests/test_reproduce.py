@@ -635,3 +635,57 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
         summarize_loopvae.main([str(tmp_path / "nothing")])
     assert e.value.code == 2 and "ARMS=loopvae bash scripts/reproduce_mini.sh" in capsys.readouterr().err
 
+
+
+# ----------------------------------------------------------------------------- reViT's second regime (issue 39)
+def fake_teacher_study(root, agree):
+    """Finished teacher and student runs with cached probes and alignments, for the four claims to come out
+    `agree` (True) or disagree (False)."""
+    import summarize_teacher as st
+    for seed in (0, 1):
+        for arm in st.ARMS:
+            d = root / arm / f"seed{seed}"
+            d.mkdir(parents=True)
+            (d / "done.json").write_text("{}")
+            top1 = {st.TEACHER: 30.0, st.E1: 25.0, st.E4: (29.5 if agree else 24.0)}[arm] + 0.2 * seed
+            (d / "probe_linear.json").write_text(json.dumps({"top1": top1}))
+            (d / "probe_seg.json").write_text(json.dumps({"miou": 10.0 + seed}))
+            (d / "probe_depth.json").write_text(json.dumps({"linear": {"rmse": 0.4}, "mlp": {"rmse": 0.3}}))
+            if arm == st.TEACHER:
+                continue
+            e4 = arm == st.E4
+            rho = (0.99 if agree else 0.90) if e4 else 0.95
+            mad = (0.5 if agree else 2.0) if e4 else 1.2
+            align = {"rho": rho + 0.001 * seed, "mad": mad + 0.01 * seed, "teacher_cka": 0.8}
+            if e4:  # deletions: CKA 0.75 against random draws around 0.6 (agree) or 0.9 (disagree)
+                centre = 0.6 if agree else 0.9
+                align["deletions"] = [{"expert": e, "teacher_cka": 0.75, "random": [centre - 0.01, centre + 0.01]}
+                                      for e in range(4)]
+                others = [0.5] * 23 if agree else [0.5] * 22 + [0.8]  # disagree: one permutation as good
+                align["permutations"] = [{"teacher_cka": 0.8}] + [{"teacher_cka": v} for v in others]
+            (d / "alignment.json").write_text(json.dumps(align))
+
+
+@pytest.mark.parametrize("agree", [True, False])
+def test_the_second_regimes_claims_come_out_either_way(tmp_path, agree):
+    import summarize_teacher as st
+    fake_teacher_study(tmp_path, agree)
+    rows = st.claims(st.load_runs(str(tmp_path)))
+    assert [r[0][:3] for r in rows] == ["(a)", "(b)", "(c)", "(d)"]
+    assert [r[3] for r in rows] == ["agree" if agree else "disagree"] * 4, rows
+    assert ("8 of 8 deletions cost less" if agree else "0 of 8 deletions cost less, 8 more") in rows[2][2]
+    assert ("46 of 46 permutations lower" if agree else "44 of 46 permutations lower") in rows[3][2]
+    st.main([str(tmp_path), "--no-measure"])
+    text = (tmp_path / "teacher.md").read_text()
+    assert "| `revit-e4+feature-only` | 2 |" in text and "not ADE20k or NYUv2" in text
+
+
+def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was_not_run(tmp_path):
+    import summarize_teacher as st
+    fake_teacher_study(tmp_path, True)
+    for seed in (0, 1):  # E=4 at 95 % of the teacher, within the seeds' spread
+        (tmp_path / st.E4 / f"seed{seed}" / "probe_linear.json").write_text(json.dumps({"top1": 28.5 + 0.4 * seed}))
+    runs = st.load_runs(str(tmp_path))
+    assert st.claims(runs)[0][3] == "cannot tell"
+    runs.pop(st.E1)
+    assert st.claims(runs)[1][3] == "not run"

@@ -1,0 +1,185 @@
+"""Summarize reViT's second regime at CPU scale (issue 39): students distilled from the study's ViT by its
+final features alone, read by frozen probes and by their alignment with the teacher; RUNS/teacher.md.
+
+    ARMS="vit revit-e1+feature-only revit-e4+feature-only" bash scripts/reproduce_mini.sh
+    python scripts/summarize_teacher.py runs/mini [--readme README.md]
+
+Reads RUNS/{vit, revit-e1+feature-only, revit-e4+feature-only}/seed<k>/ (finished runs: done.json) and
+measures on the way, cached in each run's folder (a second call only reads):
+- probe_linear.json, probe_seg.json, probe_depth.json: `probe.py --preset c100-probe-*` (CIFAR-100's
+  linear probe; our dense analogue, CIFAR-100 mosaics segmented by class and regressed by zoom);
+- alignment.json (students): `analyze.py --teacher RUNS/vit/seed<k>/ckpt.pt --num-images 256`.
+The four claims (written before the runs, judged by summarize_mini.verdict's noise rule; `claims`):
+(a) the distilled E=4 student keeps at least 95 % of its teacher's linear-probe top-1 (the paper: "retains
+    nearly all");
+(b) E=4 follows proportional teacher depth more closely than E=1: a higher rho and a lower MAD;
+(c) most expert deletions cost less teacher CKA than random gate changes of the same merged-weight
+    displacement (a deletion "costs less" when its CKA is above the random draws' mean by more than
+    their standard deviation, "more" when below by more; the majority decides);
+(d) every non-identity permutation of E=4's gate columns reduces the teacher CKA (by more than 1e-4).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from summarize_mini import fmt, update_readme, verdict  # noqa: E402  (one set of noise rules)
+
+TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
+ARMS = [TEACHER, E1, E4]
+PROBES = ("linear", "seg", "depth")
+PAPER = {"a": "E=8 retains nearly all of its DINOv2 teacher's linear-probe top-1 (sec. 1, 4.2)",
+         "b": "rho / MAD 0.969 / 1.54 at E=1 -> 0.999 / 0.23 at E=8 (App. D)",
+         "c": "most deletions are less damaging than matched random gate perturbations (App. D)",
+         "d": "no permutation matches the learned assignment: E=4 0.793 -> 0.208 on average (App. D)"}
+TIE = 1e-4  # (d): a permutation within this of the identity's teacher CKA does not reduce it
+
+
+def fail(msg):
+    sys.stderr.write(f"summarize_teacher.py: error: {msg}\n")
+    sys.exit(2)
+
+
+def load_runs(root):
+    """{arm: [{seed, dir, probe_*: ..., alignment: ...}]} of the finished runs, with whatever is cached."""
+    runs = {}
+    for arm in ARMS:
+        arm_dir = os.path.join(root, arm)
+        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
+            d = os.path.join(arm_dir, seed_dir)
+            if os.path.isfile(os.path.join(d, "done.json")):
+                run = {"seed": int(seed_dir[4:]), "dir": d}
+                for name in [f"probe_{t}" for t in PROBES] + ["alignment"]:
+                    if os.path.isfile(os.path.join(d, f"{name}.json")):
+                        run[name] = json.load(open(os.path.join(d, f"{name}.json")))
+                runs.setdefault(arm, []).append(run)
+    return runs
+
+
+def measure(runs, root, data_dir):
+    """Run what is not cached yet: each run's probes, each student's alignment with its seed's teacher."""
+    import analyze
+    import probe
+    for arm, rs in runs.items():
+        for r in rs:
+            for task in PROBES:
+                if f"probe_{task}" not in r:
+                    print(f"probe {task}: {arm} seed {r['seed']}", flush=True)
+                    if probe.cli(["--weights", os.path.join(r["dir"], "ckpt.pt"), "--preset", f"c100-probe-{task}",
+                                  "--data-dir", data_dir, "--out-dir", r["dir"], "--seed", "0"]):
+                        fail(f"probe.py failed on {r['dir']}")
+                    r[f"probe_{task}"] = json.load(open(os.path.join(r["dir"], f"probe_{task}.json")))
+            teacher = os.path.join(root, TEACHER, f"seed{r['seed']}", "ckpt.pt")
+            if arm != TEACHER and "alignment" not in r and os.path.isfile(teacher):
+                print(f"alignment: {arm} seed {r['seed']}", flush=True)
+                if analyze.cli(["--resume", os.path.join(r["dir"], "ckpt.pt"), "--teacher", teacher, "--out-dir",
+                                r["dir"], "--num-images", "256", "--data-dir", data_dir]):
+                    fail(f"analyze.py --teacher failed on {r['dir']}")
+                r["alignment"] = json.load(open(os.path.join(r["dir"], "alignment.json")))
+
+
+def combine(parts):
+    """One verdict from several: agree when all agree, disagree when any disagrees, else cannot tell."""
+    plain = [v.split(" (")[0].replace("leans ", "") for v in parts]
+    return "agree" if all(v == "agree" for v in plain) else "disagree" if "disagree" in plain else "cannot tell"
+
+
+def claims(runs):
+    """The four claims (a)-(d): a list of (claim, paper, here, verdict) rows."""
+    rows = []
+    get = lambda arm, key: [r[key] for r in runs.get(arm, []) if key in r]
+    t = [p["top1"] for p in get(TEACHER, "probe_linear")]
+    s = [p["top1"] for p in get(E4, "probe_linear")]
+    if t and s:
+        v, diff, noise = verdict(s, [0.95 * x for x in t], ">", 0.0)
+        here = f"E=4 {fmt(s)} % vs 95 % of the teacher's {fmt(t)} % ({diff:+.2f}, noise {noise:.2f})"
+        rows.append(("(a) the distilled E=4 student keeps >= 95 % of its teacher's linear-probe top-1", PAPER["a"],
+                     here, v))
+    else:
+        rows.append(("(a) ... >= 95 % of the teacher's linear-probe top-1", PAPER["a"], "", "not run"))
+    a1, a4 = get(E1, "alignment"), get(E4, "alignment")
+    if a1 and a4:
+        rho = verdict([a["rho"] for a in a4], [a["rho"] for a in a1], ">", 0.0)
+        mad = verdict([a["mad"] for a in a1], [a["mad"] for a in a4], ">", 0.0)
+        here = (f"rho {fmt([a['rho'] for a in a1])} -> {fmt([a['rho'] for a in a4])} ({rho[0]}); MAD "
+                f"{fmt([a['mad'] for a in a1])} -> {fmt([a['mad'] for a in a4])} layers ({mad[0]})")
+        rows.append(("(b) E=4 aligns closer to proportional teacher depth than E=1", PAPER["b"], here,
+                     combine([rho[0], mad[0]])))
+    else:
+        rows.append(("(b) E=4 aligns closer to proportional teacher depth than E=1", PAPER["b"], "", "not run"))
+    dels = [d for a in a4 for d in a.get("deletions", [])]
+    if dels:
+        less = more = 0
+        for d in dels:
+            m, sd = statistics.mean(d["random"]), statistics.pstdev(d["random"])
+            less, more = less + (d["teacher_cka"] > m + sd), more + (d["teacher_cka"] < m - sd)
+        v = "agree" if less > len(dels) / 2 else "disagree" if more > len(dels) / 2 else "cannot tell"
+        rows.append(("(c) expert deletions cost less teacher CKA than matched random gate changes", PAPER["c"],
+                     f"{less} of {len(dels)} deletions cost less, {more} more (E=4, {len(a4)} seed(s))", v))
+    else:
+        rows.append(("(c) expert deletions cost less than matched random gate changes", PAPER["c"], "", "not run"))
+    perms = [(a["teacher_cka"], [p["teacher_cka"] for p in a["permutations"][1:]]) for a in a4 if a.get("permutations")]
+    if perms:
+        lower = sum(v < base - TIE for base, ps in perms for v in ps)
+        n = sum(len(ps) for _, ps in perms)
+        mean = statistics.mean(v for _, ps in perms for v in ps)
+        rows.append(("(d) every non-identity permutation of E=4's gate columns reduces teacher CKA", PAPER["d"],
+                     f"{lower} of {n} permutations lower; teacher CKA {fmt([b for b, _ in perms])} -> {mean:.3f} on "
+                     "average", "agree" if lower == n else "disagree"))
+    else:
+        rows.append(("(d) every non-identity gate permutation reduces teacher CKA", PAPER["d"], "", "not run"))
+    return rows
+
+
+def table(header, rows):
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def probe_table(runs):
+    """Per arm: the probes and the alignment, mean ± half the spread over seeds."""
+    rows = []
+    for arm in ARMS:
+        rs = runs.get(arm, [])
+        col = lambda key, f: fmt([f(r[key]) for r in rs if key in r]) if any(key in r for r in rs) else ""
+        rows.append([f"`{arm}`", len(rs), col("probe_linear", lambda p: p["top1"]), col("probe_seg", lambda p: p["miou"]),
+                     col("probe_depth", lambda p: p["linear"]["rmse"]), col("probe_depth", lambda p: p["mlp"]["rmse"]),
+                     col("alignment", lambda a: a["rho"]), col("alignment", lambda a: a["mad"]),
+                     col("alignment", lambda a: a["teacher_cka"])])
+    return table(["arm", "seeds", "linear probe top-1 (%)", "mosaic mIoU (%)", "zoom RMSE, linear", "zoom RMSE, MLP",
+                  "rho", "MAD (layers)", "teacher CKA"], rows)
+
+
+def main(argv=None):
+    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_argument("runs", nargs="?", default="runs/mini")
+    cli.add_argument("--readme", help="write the claims and the table between README's <!-- teacher-claims --> markers")
+    cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
+    cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
+    a = cli.parse_args(argv)
+    if not os.path.isdir(a.runs):
+        fail(f"{a.runs} is not a directory; run ARMS=\"{' '.join(ARMS)}\" bash scripts/reproduce_mini.sh first")
+    runs = load_runs(a.runs)
+    if not runs:
+        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash scripts/reproduce_mini.sh")
+    if not a.no_measure:
+        measure(runs, a.runs, a.data_dir)
+    block = (table(["claim", "paper (reViT, arXiv 2610.12448)", "here: c100-mini, 32 px", "verdict"], claims(runs))
+             + "\n\n" + probe_table(runs) + "\n\nStudents distilled from the same seed's `c100-mini-vit` by its final "
+             "features alone (`--task-weight 0`); probes `probe.py --preset c100-probe-*` (the dense ones on our "
+             "CIFAR-100 mosaics, not ADE20k or NYUv2); alignment `analyze.py --teacher`, 256 test images; mean ± "
+             "half the spread over seeds (scripts/summarize_teacher.py).")
+    with open(os.path.join(a.runs, "teacher.md"), "w") as f:
+        f.write("# reViT's second regime at CPU scale\n\n" + block + "\n")
+    if a.readme:
+        update_readme(a.readme, {"teacher-claims": block}, a.runs, prefix="teacher", tool="summarize_teacher.py",
+                      figures=())
+    print(block)
+
+
+if __name__ == "__main__":
+    main()
