@@ -196,11 +196,9 @@ class BViT(nn.Module):
         if depth % stages:
             raise ValueError(f"depth={depth} must be divisible by stages={stages} when computing a loss")
         readouts = {(s + 1) * depth // stages - 1 for s in range(stages)}
-        z, stage_logits = self.embed(x), []
-        for k, b in enumerate(self.phase_map(depth)):
-            if self.step_embed is not None:
-                z = z + self.step_embed[k]
-            z = self._step(self.blocks[b], z)
+        z, stage_logits = self.begin(x), []
+        for k in range(depth):
+            z = self.step(z, k, depth)
             if k in readouts:
                 stage_logits.append(self.classify(z))
                 if self.detach_stages and k < depth - 1:
@@ -241,6 +239,30 @@ class BViT(nn.Module):
         """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- anytime: the recurrence one step at a time
+    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
+    # and blocks_per_step. forward(x, depth=L) is begin, step k = 0..L-1, readout, bit for bit (it runs
+    # them); a caller may read out after any step and drop images from the batch between steps.
+    blocks_per_step = 1  # block applications per step
+
+    def begin(self, x):
+        """The state before step 0: the embedded tokens (B, N(+1), D)."""
+        return self.embed(x)
+
+    def step(self, z, k, depth=None):
+        """Step k (0-based) of a `depth`-step run (default: the trained depth): the block of phase k
+        (phase_map), after the step embedding when there is one. z (B, N(+1), D) -> (B, N(+1), D)."""
+        depth = depth or self.depth
+        if self.step_embed is not None:
+            if k >= self.step_embed.shape[0]:
+                raise ValueError(f"step_embed was trained for {self.step_embed.shape[0]} steps; got step {k}")
+            z = z + self.step_embed[k]
+        return self._step(self.blocks[self.phase_map(depth)[k]], z)
+
+    def readout(self, z):
+        """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
+        return self.classify(z)
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
     def _init_weights(self, init):

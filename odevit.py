@@ -60,33 +60,36 @@ def odeint(f: Callable, z0: torch.Tensor, t0, t1, steps: int, method: str = "eul
         raise ValueError(f"steps must be >= 1, got {steps}")
     t0, t1 = float(t0), float(t1)
     h = (t1 - t0) / steps
+    z = z0
+    for k in range(steps):
+        z = solver_step(f, z, t0 + k * h, h, method, subtracted)
+    return z
 
+
+def solver_step(f: Callable, z: torch.Tensor, t: float, h: float, method: str = "euler",
+                subtracted: bool = False) -> torch.Tensor:
+    """One step of odeint's solver from time t (a Python float) with step size h: z(t) -> z(t + h)."""
     def time(s):  # 0-dim float32 tensor on the state's device, filled there: no host-to-device copy
-        return torch.full((), s, dtype=torch.float32, device=z0.device)
+        return torch.full((), s, dtype=torch.float32, device=z.device)
 
     def v(t, z):  # the field dz/dt
         g = f(time(t), z)
         return g - z if subtracted else g
 
-    z = z0
-    for k in range(steps):
-        t = t0 + k * h
-        if method == "euler":  # subtracted: (1 - h) z + h G = z + h (G - z), exact G for h = 1
-            z = (1.0 - h) * z + h * f(time(t), z) if subtracted else z + h * f(time(t), z)
-        elif method == "midpoint":
-            k1 = v(t, z)
-            z = z + h * v(t + h / 2, z + (h / 2) * k1)
-        elif method == "heun":
-            k1 = v(t, z)
-            k2 = v(t + h, z + h * k1)
-            z = z + (h / 2) * (k1 + k2)
-        else:  # rk4
-            k1 = v(t, z)
-            k2 = v(t + h / 2, z + (h / 2) * k1)
-            k3 = v(t + h / 2, z + (h / 2) * k2)
-            k4 = v(t + h, z + h * k3)
-            z = z + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
-    return z
+    if method == "euler":  # subtracted: (1 - h) z + h G = z + h (G - z), exact G for h = 1
+        return (1.0 - h) * z + h * f(time(t), z) if subtracted else z + h * f(time(t), z)
+    if method == "midpoint":
+        k1 = v(t, z)
+        return z + h * v(t + h / 2, z + (h / 2) * k1)
+    if method == "heun":
+        k1 = v(t, z)
+        k2 = v(t + h, z + h * k1)
+        return z + (h / 2) * (k1 + k2)
+    k1 = v(t, z)  # rk4
+    k2 = v(t + h / 2, z + (h / 2) * k1)
+    k3 = v(t + h / 2, z + (h / 2) * k2)
+    k4 = v(t + h, z + h * k3)
+    return z + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
 # ----------------------------------------------------------------------------- the block F
@@ -266,14 +269,8 @@ class ODEViT(nn.Module):
             raise ValueError(f"depth={depth} must be divisible by stages={stages} when computing a loss")
         T, _ = self.time_grid(depth, extend)
         dev = x.device.type
-        amp, amp_dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+        f = self.field_fn(dev)
         self.nfe = 0
-
-        def f(t, z):  # the block; the solver subtracts z for field="subtracted"
-            self.nfe += 1
-            with torch.autocast(dev, dtype=amp_dtype, enabled=amp):
-                return self._step(self.blocks[0], z)
-
         z, stage_logits = self.embed(x), []
         for s in range(stages):  # stage s integrates [s T / S, (s+1) T / S] on the same grid
             with torch.autocast(dev, enabled=False):
@@ -289,6 +286,43 @@ class ODEViT(nn.Module):
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         # weights as Python floats: no host-to-device copy per forward; same products, same sum
         return logits, torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
+
+    def field_fn(self, dev):
+        """f(t, z): the block, in the caller's autocast state (the solver runs in float32 outside it); the
+        solver subtracts z for field="subtracted". Counts its calls in self.nfe."""
+        amp, amp_dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+
+        def f(t, z):
+            self.nfe += 1
+            with torch.autocast(dev, dtype=amp_dtype, enabled=amp):
+                return self._step(self.blocks[0], z)
+        return f
+
+    # ----------------------------------------------------- anytime: the recurrence one step at a time
+    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
+    # and blocks_per_step. A step is one solver step; forward(x, depth=L) at inference is begin, step
+    # k = 0..L-1, readout, bit for bit; a caller may read out after any step and drop images between steps.
+    @property
+    def blocks_per_step(self):  # block evaluations per solver step
+        return NFE_PER_STEP[self.solver]
+
+    def begin(self, x):
+        """The state z(0): the embedded tokens (B, N(+1), D)."""
+        return self.embed(x)
+
+    def step(self, z, k, depth=None, extend=None):
+        """Solver step k (0-based) of a `depth`-step run (default: as trained; more under `extend`, as
+        forward): z(t_k) -> z(t_k + h), with forward's grid (time_grid: h = T' / depth, t_k = k h)."""
+        depth = self.steps if depth is None else depth
+        T, _ = self.time_grid(depth, extend)
+        dev = z.device.type
+        h = (float(T) - 0.0) / depth  # odeint's h from 0 to T', so that the steps are forward's bit for bit
+        with torch.autocast(dev, enabled=False):
+            return solver_step(self.field_fn(dev), z, 0.0 + k * h, h, self.solver, self.field == "subtracted")
+
+    def readout(self, z):
+        """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
+        return self.classify(z)
 
     def time_grid(self, depth=None, extend=None):
         """(horizon T', step size h) for `depth` steps under `extend` (see the class docstring)."""

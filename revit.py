@@ -247,13 +247,13 @@ class ReViT(nn.Module):
         depth = self.depth if depth is None else depth
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        z, blk = self.embed(x), self.blocks[0]
+        z = self.embed(x)
         if keep is None and self.training and self.depth_dropout > 0:
             keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
-            w1, b1, w2, b2 = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
+            weights = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
             for k in range(depth):
-                z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
+                z = self.step(z, k, depth, weights)
         else:  # elastic depth: each image runs its kept steps only
             if tuple(keep.shape) != (z.shape[0], depth):
                 raise ValueError(f"keep must be ({z.shape[0]}, {depth}) bool, got shape {tuple(keep.shape)}")
@@ -348,6 +348,27 @@ class ReViT(nn.Module):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
         return x + pos
+
+    # ----------------------------------------------------- anytime: the recurrence one step at a time
+    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
+    # and blocks_per_step. forward(x, depth=L) without depth dropout is begin, step k = 0..L-1, readout,
+    # bit for bit (it runs them); a caller may read out after any step and drop images between steps.
+    blocks_per_step = 1  # block applications per step
+
+    def begin(self, x):
+        """The state before step 0: the embedded tokens (B, N(+1), D)."""
+        return self.embed(x)
+
+    def step(self, z, k, depth=None, weights=None):
+        """Step k (0-based) of a `depth`-step run (default: the trained depth; any depth, the grid
+        resampled, sec. 3.2): the shared block with the FFN merged at t_k = k / (L - 1). weights: the
+        grid's merged FFNs (ffn_weights(grid(depth))), when the caller has them. z (B, N(+1), D)."""
+        w1, b1, w2, b2 = self.ffn_weights(self.grid(depth)) if weights is None else weights
+        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
+
+    def readout(self, z):
+        """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
+        return self.classify(z)
 
     def classify(self, z):
         """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
@@ -453,12 +474,18 @@ class DenseReViT(ReViT):
     def forward(self, x, targets=None, depth=None):
         if depth not in (None, self.depth):
             raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        z, blk = self.embed(x), self.blocks[0]
-        w1, b1, w2, b2 = blk.mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D): slot k = step k's FFN
+        z = self.embed(x)
         for k in range(self.depth):
-            z = self._step(blk, z, w1[k], b1[k], w2[k], b2[k])
+            z = self.step(z, k)
         logits = self.classify(z)
         return logits, None if targets is None else classification_loss(logits, targets, self.loss)
+
+    def step(self, z, k, depth=None, weights=None):
+        """Step k of its depth: the shared block with slot k's FFN (blocks.0.mlp, (L, ...) tensors)."""
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
+        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
 
 # Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).

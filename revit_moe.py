@@ -179,6 +179,14 @@ class ReViTMoE(revit.ReViT):
             y = lora_linear(F.gelu(lora_linear(h, w1, b1, lora["fc1"])), w2, b2, lora["fc2"])
         return x + drop_path(blk.ls2(y), blk.drop_prob, dp), logits
 
+    def step(self, z, k, depth=None, weights=None):
+        """Step k (0-based) of a `depth`-step run: revit.ReViT's anytime interface, with the routed step."""
+        if self.default:
+            return super().step(z, k, depth, weights)
+        depth = depth or self.depth
+        ad = self.adapter_index(self.grid(depth).expand(z.shape[0], depth))[:, k] if self.lora_rank else None
+        return self._step(self._step_fn, z, ad)[0]
+
     def forward(self, x, targets=None, depth=None, keep=None):
         if self.default:
             return super().forward(x, targets, depth, keep)

@@ -121,6 +121,16 @@ def classification_loss(logits, targets, kind="ce"):
 
 
 # ----------------------------------------------------------------------------- the soft mixture
+def mix_add(m, den, num, h, s):
+    """One online-softmax update of the running (max m, den, num) with recursion output h (B, T, D) and
+    score s (B, T, 1); (None, None, None) before the first recursion, whose weight exp(s - m) is 1 exactly."""
+    if m is None:
+        return s, torch.ones_like(s), h
+    mx = torch.maximum(m, s)
+    old, new = torch.exp(m - mx), torch.exp(s - mx)
+    return mx, den * old + new, num * old + h * new
+
+
 class StreamingMixture:
     """o = sum_r softmax_r(s_r) * h_r, accumulated one recursion at a time.   [OUR READING]
     add(h (B, T, D), s (B, T, 1)) keeps the running max m, den = sum_r exp(s_r - m) and
@@ -134,12 +144,7 @@ class StreamingMixture:
 
     def add(self, h, s):
         self.scores.append(s.detach())
-        if self.m is None:  # first recursion: weight exp(s - m) = 1 exactly
-            self.m, self.den, self.num = s, torch.ones_like(s), h
-            return
-        m = torch.maximum(self.m, s)
-        old, new = torch.exp(self.m - m), torch.exp(s - m)
-        self.m, self.den, self.num = m, self.den * old + new, self.num * old + h * new
+        self.m, self.den, self.num = mix_add(self.m, self.den, self.num, h, s)
 
     def result(self):
         return self.num / self.den
@@ -222,9 +227,7 @@ class SRViT(nn.Module):
             raise ValueError(f"depth (the number of recursions) must be >= 1, got {depth}")
         h, mix = self.embed(x), StreamingMixture()
         for r in range(recursions):
-            for blk in self.blocks:  # the recursion body f: the untied stack
-                h = self._step(blk, h)
-            s = self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
+            h, s = self.recursion(h, r)
             mix.add(h, s)  # only the running sums are kept, not h_1..h_R
         # Read before the next call: compiled whole with CUDA graphs (kernels.py), this lives in the
         # graph's memory and the next replay overwrites it (train.py reads it after each epoch's last step).
@@ -233,6 +236,36 @@ class SRViT(nn.Module):
         if targets is None:
             return logits, None
         return logits, classification_loss(logits, targets, self.loss)
+
+    def recursion(self, h, r):
+        """Recursion r: the body f (the untied stack) on h (B, T, D), and the router's scores of its output
+        (B, T, 1) (zeros, a uniform mixture, without a router): (h_r, s_r)."""
+        for blk in self.blocks:
+            h = self._step(blk, h)
+        return h, self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
+
+    # ----------------------------------------------------- anytime: the recurrence one step at a time
+    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
+    # and blocks_per_step. A step is one recursion; its state (h, m, den, num) holds the running mixture
+    # (mix_add), and readout mixes the recursions so far: forward(x, depth=R) is begin, step r = 0..R-1,
+    # readout, bit for bit; a caller may read out after any step and drop images between steps.
+    @property
+    def blocks_per_step(self):  # block applications per step: the body's layers
+        return len(self.blocks)
+
+    def begin(self, x):
+        """The state before recursion 0: (tokens (B, T, D), None, None, None)."""
+        return self.embed(x), None, None, None
+
+    def step(self, state, k, depth=None):
+        """Recursion k (0-based; any k, past the trained R the last router, as forward): the state
+        (h, m, den, num) -> the next. `depth` is not read: recursion k does not depend on R."""
+        h, s = self.recursion(state[0], k)
+        return (h, *mix_add(*state[1:], h, s))
+
+    def readout(self, state):
+        """Logits (B, classes) of the mixture of the recursions so far (forward's at this depth)."""
+        return self.classify(state[3] / state[2])
 
     def embed(self, x):
         """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another

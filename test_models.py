@@ -195,6 +195,42 @@ def build(name, **kw):
     return CLASSES[mod](**{**TINY, **base, **kw})
 
 
+ANYTIME = {"vit": (bvit, dict(depth=3, num_blocks=3)), "bvit-phases": (bvit, dict(depth=4, num_blocks=2)),
+           "bvit-step-embed": (bvit, dict(depth=3, step_embed=True)), "revit": (revit, dict(depth=3, experts=3)),
+           "srvit": (srvit, dict(depth=2, recursions=2)), "odevit-rk4": (odevit, dict(depth=2, solver="rk4")),
+           "odevit-blackbox": (odevit, dict(depth=3, solver="euler", field="blackbox"))}
+
+
+@pytest.mark.parametrize("name", sorted(ANYTIME))
+@torch.no_grad()
+def test_begin_step_readout_is_forward_bit_for_bit_at_every_depth(name):
+    """The anytime interface (the same in every model file): begin, step k = 0..L-1, readout gives
+    forward(x, depth=L) bit for bit, at the trained depth and beyond it (for the models that run there),
+    reading out after every step; a state indexed by rows runs on as those images alone would."""
+    torch.manual_seed(0)
+    mod, kw = ANYTIME[name]
+    m = CLASSES[mod](**{**TINY, **kw}).eval()
+    if mod is revit:
+        with torch.no_grad():  # steps with different gates
+            for prm in m.router.parameters():
+                prm.normal_(0, 1.0)
+    x = images(4)
+    trained = m.recursions if mod is srvit else m.steps if mod is odevit else m.depth
+    for depth in ([trained] if name in ("vit", "bvit-step-embed") else [1, trained, trained + 2]):
+        state = m.begin(x)
+        for k in range(depth):
+            state = m.step(state, k, depth)
+        assert torch.equal(m.readout(state), m(x, depth=depth)[0]), depth
+    state, rows = m.begin(x), torch.tensor([0, 2])
+    state = m.step(state, 0, trained)
+    kept = tuple(t[rows] for t in state) if isinstance(state, tuple) else state[rows]
+    alone = m.step(m.begin(x[rows]), 0, trained)
+    for k in range(1, trained):
+        kept, alone = m.step(kept, k, trained), m.step(alone, k, trained)
+    assert torch.allclose(m.readout(kept), m.readout(alone), atol=1e-5)
+    assert m.blocks_per_step == {"srvit": 2, "odevit-rk4": 4}.get(name, 1)
+
+
 # Each model file stands alone, so its small primitives are copies; a copy that drifts (one file's
 # drop_path drawing masks another way) silently changes one model. Copies must stay textually equal.
 MODEL_FILES = {"bvit.py": "BViT", "revit.py": "ReViT", "srvit.py": "SRViT", "odevit.py": "ODEViT",
