@@ -1,0 +1,109 @@
+"""Anytime inference (issue 40): the exit path against the fixed-depth models, the rules on a constructed
+recurrence whose exit steps are known in advance, and analyze.py --anytime."""
+import json
+import math
+
+import pytest
+import torch
+
+import bvit
+import revit
+import revit_moe
+import srvit
+import train
+from test_train import TINY, fake_cifar
+from training import anytime
+
+KW = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2)
+
+
+def models():
+    torch.manual_seed(0)
+    r = revit.ReViT(depth=3, experts=3, **KW).eval()
+    with torch.no_grad():
+        for prm in r.router.parameters():
+            prm.normal_(0, 1.0)
+    return {"bvit": bvit.BViT(depth=3, **KW).eval(), "revit": r,
+            "srvit": srvit.SRViT(depth=1, recursions=3, **KW).eval(),
+            "smear": revit_moe.ReViTMoE(routing="smear", depth=3, experts=2, **KW).eval()}
+
+
+@pytest.mark.parametrize("name", ["bvit", "revit", "srvit", "smear"])
+def test_a_rule_that_never_fires_is_the_fixed_depth_model_and_one_that_always_fires_one_step(name):
+    m, x = models()[name], torch.randn(6, 3, 16, 16)
+    for budget in (3, 5):
+        logits, steps = anytime.run(m, x, "confidence", 2.0, budget)  # a probability is never above 2
+        with torch.no_grad():
+            assert torch.equal(logits, m(x, depth=budget)[0]) and (steps == budget - 1).all()
+    logits, steps = anytime.run(m, x, "confidence", -1.0, 5)  # always above -1: every image stops at once
+    with torch.no_grad():
+        assert (steps == 0).all() and torch.equal(logits, m.readout(m.step(m.begin(x), 0, 5)))
+
+
+@pytest.mark.parametrize("rule", anytime.RULES)
+def test_the_shrinking_batch_predicts_as_each_image_run_alone_to_its_exit_step(rule):
+    torch.manual_seed(1)
+    m, x = models()["revit"], torch.randn(8, 3, 16, 16)
+    tr = anytime.trace(m, x, 6)  # a threshold at which images stop at different steps
+    values = tr[{"confidence": "conf", "second-order": "second"}.get(rule, rule)]
+    threshold = next(float(t) for t in values[~values.isnan()].sort().values
+                     if len(set(anytime.exit_steps(tr, rule, float(t)).tolist())) > 1)
+    logits, steps = anytime.run(m, x, rule, threshold, 6)
+    assert len(set(steps.tolist())) > 1, steps  # images leave at different steps
+    with torch.no_grad():
+        for i in range(len(x)):
+            state = m.begin(x[i:i + 1])
+            for k in range(int(steps[i]) + 1):
+                state = m.step(state, k, 6)
+            assert torch.allclose(m.readout(state)[0], logits[i], atol=1e-5)
+    assert torch.equal(anytime.exit_steps(tr, rule, threshold), steps)
+
+
+class Toy(torch.nn.Module):
+    """A constructed recurrence: image i's state is h_k = a_i^(k+1) h_0 (one token, one channel, h_0 = 1),
+    and its logits [log c_ik, 0] put probability c_ik / (1 + c_ik) on class 0, c_ik = k + 1 + i."""
+    blocks_per_step = 1
+
+    def __init__(self, a):
+        super().__init__()
+        self.a = torch.tensor(a).view(-1, 1, 1)
+
+    def begin(self, x):
+        return torch.ones(len(x), 1, 1)
+
+    def step(self, h, k, depth=None):  # (traced only: every image runs every step)
+        return h * self.a
+
+    def readout(self, h):
+        k = torch.log(h[:, 0, 0]) / torch.log(self.a[:, 0, 0])  # the step count k + 1
+        c = k + torch.arange(len(h))
+        return torch.stack([torch.log(c), torch.zeros_like(c)], 1)
+
+
+def test_each_rule_exits_where_it_says_on_a_constructed_recurrence():
+    """Image i of 3, state a_i^(k+1), a = (0.5, 0.9, 0.99): relative update |a - 1| = 0.5, 0.1, 0.01 at every
+    step; step size d_k = |a - 1| a^k, so |d_k - d_{k-1}| / d_{k-1} = |a - 1| as well; max probability
+    (k + 1 + i) / (k + 2 + i)."""
+    m = Toy([0.5, 0.9, 0.99])
+    tr = anytime.trace(m, torch.ones(3), 6)
+    assert tr["update"][:, 0].tolist() == pytest.approx([0.5, 0.1, 0.01], rel=1e-5)
+    assert tr["second"][:, 1:].flatten().tolist() == pytest.approx([0.5] * 5 + [0.1] * 5 + [0.01] * 5, rel=1e-3)
+    assert anytime.exit_steps(tr, "update", 0.2).tolist() == [5, 0, 0]  # 0.5 never below 0.2: the budget
+    assert anytime.exit_steps(tr, "second-order", 0.05).tolist() == [5, 5, 1]  # from step 1 only
+    # confidence (k + 1 + i) / (k + 2 + i) > 0.8: k + 1 + i > 4, i.e. k >= 4 - i
+    assert anytime.exit_steps(tr, "confidence", 0.8).tolist() == [4, 3, 2]
+    kl = tr["kl"]
+    assert math.isnan(kl[0, 0]) and (kl[:, 1:] > 0).all()  # the predictions sharpen: KL > 0 after step 0
+    tr["right"] = torch.tensor([[False, True, True, False, True, True], [True] * 6, [False] * 6])
+    assert anytime.exit_steps(tr, "oracle", None).tolist() == [4, 0, 0]  # right from 4 on; 0; never right
+
+
+def test_bad_budgets_and_rules_are_one_clear_error():
+    m = models()
+    vit = bvit.BViT(depth=3, num_blocks=3, **KW).eval()
+    with pytest.raises(ValueError, match="untied ViT has 3 blocks"):
+        anytime.run(vit, torch.randn(2, 3, 16, 16), "kl", 0.1, 4)
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        anytime.trace(m["bvit"], torch.randn(2, 3, 16, 16), 0)
+    with pytest.raises(ValueError, match="unknown exit rule"):
+        anytime.run(m["bvit"], torch.randn(2, 3, 16, 16), "entropy", 0.1, 3)

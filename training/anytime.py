@@ -1,0 +1,138 @@
+"""Anytime inference: each image stops when a rule says it is done (analyze.py --anytime, bench.py).
+
+Every recurrent model file has the same step interface (begin, step(k, depth), readout,
+blocks_per_step: bvit.py's "anytime" section), so a prediction can be read after any step. A step
+budget L (which may exceed the trained depth) fixes the grid of the steps (reViT's coordinates
+k / (L - 1), bViT's phases, ODE-ViT's time grid); an image leaves the batch at the first step where
+its rule fires, and the last step's readout is its prediction. Per image, at step k (0-based),
+with p_k the softmax of the readout and h_k the state's tokens (SR-ViT: the last recursion's):
+  confidence    max p_k > threshold
+  kl            KL(p_k || p_{k-1}) < threshold, from k = 1 (Geiping et al. 2025, "Scaling up Test-Time
+                Compute with Latent Reasoning", their per-token exit, here per image)
+  update        RMS(h_k - h_{k-1}) / RMS(h_{k-1}) < threshold (LoopVAE's eq. 12; h_{-1}: the embedding)
+  second-order  |d_k - d_{k-1}| / d_{k-1} < threshold with d_k = RMS(h_k - h_{k-1}), from k = 1: the step
+                size stops changing (our reading of Pappone et al. 2025, arXiv 2509.23314)
+and the oracle, an upper bound no rule can beat: the first step from which the prediction is right and
+stays right to the budget (step 0 for an image never right to the end). Images that never fire stop at
+the budget. A step's readout does not depend on which other images are in the batch, so one traced run
+(`trace`) gives every rule's exit steps at every threshold (`exit_steps`); `run` is the real path,
+whose batch shrinks as images exit (what bench.py times).
+"""
+import torch
+import torch.nn.functional as F
+
+RULES = ("confidence", "kl", "update", "second-order")
+
+
+def tokens(state):
+    """The token tensor (B, N, D) of a model's state (SR-ViT's state is a tuple: its h first)."""
+    return state[0] if isinstance(state, tuple) else state
+
+
+def rows(state, idx):
+    """The state of the images `idx` (a tuple state row by row; None entries stay None)."""
+    if isinstance(state, tuple):
+        return tuple(None if t is None else t[idx] for t in state)
+    return state[idx]
+
+
+def rms(t):
+    return t.float().flatten(1).square().mean(1).sqrt()
+
+
+def stats(logits, h, prev):
+    """Per-image statistics of one step: logits (B, C), h (B, N, D) the step's tokens, prev the
+    previous step's stats or {"h": the embedding} -> {logp, h, conf, kl, update, d, second}
+    (nan where a rule has no value yet)."""
+    logp = F.log_softmax(logits.float(), -1)
+    diff = rms(h - prev["h"])
+    nan = torch.full_like(diff, float("nan"))
+    out = {"logp": logp, "h": h, "conf": logp.exp().max(-1).values, "d": diff,
+           "update": diff / rms(prev["h"]).clamp_min(1e-12)}
+    out["kl"] = (logp.exp() * (logp - prev["logp"])).sum(-1) if "logp" in prev else nan
+    out["second"] = (diff - prev["d"]).abs() / prev["d"].clamp_min(1e-12) if "d" in prev else nan
+    return out
+
+
+def fires(rule, s, threshold):
+    """(B,) bool: whether `rule` stops each image at this step, from its stats `s`."""
+    if rule == "confidence":
+        return s["conf"] > threshold
+    if rule == "kl":
+        return s["kl"] < threshold
+    if rule == "update":
+        return s["update"] < threshold
+    if rule == "second-order":
+        return s["second"] < threshold
+    raise ValueError(f"unknown exit rule {rule!r}; allowed: {', '.join(RULES)}")
+
+
+def check(model, budget):
+    """Refuse a budget the model cannot run (ValueError, one line)."""
+    if budget < 1:
+        raise ValueError(f"the step budget must be >= 1, got {budget}")
+    untied = getattr(model, "num_blocks", 1) == getattr(model, "depth", None) and getattr(model, "depth", 1) > 1
+    if untied and budget > model.depth:
+        raise ValueError(f"an untied ViT has {model.depth} blocks, so a budget of at most {model.depth} steps; "
+                         f"got {budget}")
+    embed = getattr(model, "step_embed", None)
+    if embed is not None and budget > embed.shape[0]:
+        raise ValueError(f"the step embedding was trained for {embed.shape[0]} steps; got a budget of {budget}")
+
+
+@torch.no_grad()
+def trace(model, x, budget):
+    """Every image run to `budget` steps, read out after each: {pred (B, L) long, conf, kl, update,
+    second (B, L) float (nan where undefined), residual (B, L): RMS(h_k - h_{k-1})}."""
+    check(model, budget)
+    state = model.begin(x)
+    prev, out = {"h": tokens(state)}, {k: [] for k in ("pred", "conf", "kl", "update", "second", "residual")}
+    for k in range(budget):
+        state = model.step(state, k, budget)
+        prev = stats(model.readout(state), tokens(state), prev)
+        for key, name in (("pred", None), ("conf", "conf"), ("kl", "kl"), ("update", "update"),
+                          ("second", "second"), ("residual", "d")):
+            out[key].append(prev["logp"].argmax(-1) if key == "pred" else prev[name])
+    return {k: torch.stack(v, 1).cpu() for k, v in out.items()}
+
+
+def exit_steps(tr, rule, threshold):
+    """(B,) the 0-based step at which each image of trace `tr` stops under `rule` at `threshold` (the
+    budget's last step when it never fires); rule "oracle" needs tr["right"] (B, L) bool."""
+    if rule == "oracle":
+        right = tr["right"]
+        stays = right.flip(1).cummin(1).values.flip(1)  # right from step k to the end
+        first = torch.where(stays.any(1), stays.float().argmax(1), torch.zeros(len(right), dtype=torch.long))
+        return first
+    key = {"confidence": "conf", "kl": "kl", "update": "update", "second-order": "second"}.get(rule)
+    if key is None:
+        raise ValueError(f"unknown exit rule {rule!r}; allowed: {', '.join(RULES)}, oracle")
+    v = tr[key]
+    fire = (v > threshold) if rule == "confidence" else (v < threshold)  # nan never fires
+    fire[:, -1] = True
+    return fire.float().argmax(1)
+
+
+@torch.no_grad()
+def run(model, x, rule, threshold, budget):
+    """The exit path: (logits (B, C) of each image's last step, its exit step (B,)); an image leaves the
+    batch when `rule` fires at `threshold` (or at the budget), so the work falls with the mean number of
+    steps."""
+    check(model, budget)
+    B = x.shape[0]
+    logits, steps = None, torch.zeros(B, dtype=torch.long, device=x.device)
+    state = model.begin(x)
+    idx, prev = torch.arange(B, device=x.device), {"h": tokens(state)}
+    for k in range(budget):
+        state = model.step(state, k, budget)
+        out = model.readout(state)
+        s = stats(out, tokens(state), prev)
+        done = fires(rule, s, threshold) if k < budget - 1 else torch.ones_like(idx, dtype=torch.bool)
+        logits = out.new_zeros(B, out.shape[1]) if logits is None else logits
+        logits[idx[done]], steps[idx[done]] = out[done], k
+        if done.all():
+            break
+        keep = ~done
+        idx, state = idx[keep], rows(state, keep)
+        prev = {key: s[key][keep] for key in ("logp", "h", "d")}
+    return logits, steps
