@@ -101,6 +101,11 @@ def get_parser():
                    "checkpoint or timm-layout ViT file (reViT App. D): alignment.json and alignment.png")
     p.add_argument("--draws", type=flags.positive(int), default=8, help="with --teacher: random gate "
                    "perturbations per expert deletion")
+    p.add_argument("--anytime", action="store_true", help="instead: per-image early exit (training/anytime.py): "
+                   "top-1 against mean block applications per rule, beside fixed depth and the oracle, and the "
+                   "per-step diagnostics (anytime.json, anytime.png)")
+    p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget (default: twice "
+                   "the trained depth; an untied ViT or a step embedding: the trained depth)")
     return p
 
 
@@ -595,6 +600,8 @@ def main(argv=None):
     model, val_set, run = load(args)
     if args.teacher:
         return main_alignment(args, model, val_set, run)
+    if args.anytime:
+        return main_anytime(args, model, val_set, run)
     if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
         if args.depth is not None:
             raise Fail(f"--depth {args.depth}: {args.resume} is a LoopVAE checkpoint, analysed at its trained loops "
@@ -653,6 +660,136 @@ def main_alignment(args, model, val_set, run):
                  f"(mean {sum(perm) / len(perm):.3f})")
     print(f"teacher CKA {res['teacher_cka']:.3f}; max-CKA path rho {res['rho']:.3f}, MAD {res['mad']:.2f} layers"
           f"{extra}; wrote {args.out_dir}/alignment.json")
+
+
+THRESHOLDS = {"confidence": [0.05 * i for i in range(1, 20)] + [0.97, 0.99, 0.999],
+              **{r: [10 ** (e / 4) for e in range(-20, 3)] for r in ("kl", "update", "second-order")}}
+WITHIN = 0.5  # top-1 points: a rule's operating point keeps full-depth top-1 within this (issue 40)
+
+
+def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128, device="cpu"):
+    """The anytime curves of a classifier on the first `num_images` of val_set: a trace to `budget`
+    steps (training/anytime.py); fixed-depth top-1 at depth 1..budget; per rule its curve over
+    THRESHOLDS and its operating point (the fewest mean block applications whose top-1 is within WITHIN
+    points of the trained depth's), its exit steps there (histogram; mean per class) and the best gain
+    over fixed depth at equal mean compute (the fixed curve interpolated linearly); the oracle; per step
+    the readout's top-1, relative update and residual (mean and per image), and the behaviour beyond
+    the trained depth (anytime.behaviour)."""
+    from training import anytime
+    subset = Subset(val_set, range(min(num_images, len(val_set))))
+    parts, labels, fixed = [], [], torch.zeros(budget, dtype=torch.float64)
+    for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="anytime", unit="batch"):
+        x, y, _ = data.drop_undecodable(x, y, subset)
+        x = x.to(device)
+        parts.append(anytime.trace(model, x, budget))
+        labels.append(y)
+        with torch.no_grad():
+            for d in range(1, budget + 1):
+                fixed[d - 1] += float((model(x, depth=d)[0].argmax(1).cpu() == y).sum())
+    tr = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    y = torch.cat(labels)
+    n, bps = len(y), model.blocks_per_step
+    right = tr["pred"] == y[:, None]
+    fixed = [float(100 * v / n) for v in fixed]
+    full = fixed[trained - 1]
+    apps = [(d + 1) * bps for d in range(budget)]
+
+    def at(c):  # the fixed-depth top-1 at mean compute c, interpolated between depths
+        if c <= apps[0]:
+            return fixed[0]
+        for (a0, f0), (a1, f1) in zip(zip(apps, fixed), zip(apps[1:], fixed[1:])):
+            if c <= a1:
+                return f0 + (f1 - f0) * (c - a0) / (a1 - a0)
+        return fixed[-1]
+
+    rules = {}
+    for rule, ts in THRESHOLDS.items():
+        pts = anytime.curve(tr, right, rule, ts, bps)
+        ok = [p for p in pts if p[2] >= full - WITHIN]
+        op = min(ok, key=lambda p: p[1]) if ok else None
+        res = {"curve": [{"threshold": t, "applications": a, "top1": v} for t, a, v in pts],
+               "best_gain_over_fixed": max(v - at(a) for _, a, v in pts), "operating_point": None}
+        if op:
+            e = anytime.exit_steps({**tr, "right": right}, rule, op[0])
+            per_class = {int(c): float((e[y == c] + 1).float().mean()) for c in y.unique()}
+            res["operating_point"] = {"threshold": op[0], "applications": op[1], "top1": op[2],
+                                      "fraction_of_trained": op[1] / (trained * bps),
+                                      "exit_histogram": torch.bincount(e, minlength=budget).tolist(),
+                                      "earliest_classes": sorted(per_class, key=per_class.get)[:5],
+                                      "latest_classes": sorted(per_class, key=per_class.get)[-5:],
+                                      "mean_steps_per_class": per_class}
+        rules[rule] = res
+    oracle = anytime.exit_steps({**tr, "right": right}, "oracle", None)
+    mean = lambda key: [float(v) for v in tr[key].nanmean(0)]
+    return {"num_images": n, "budget": budget, "trained_depth": trained, "blocks_per_step": bps,
+            "full_top1": full, "fixed": [{"depth": d + 1, "applications": a, "top1": v}
+                                         for d, (a, v) in enumerate(zip(apps, fixed))],
+            "rules": rules, "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
+                                       "top1": float(100 * right.gather(1, oracle[:, None]).float().mean())},
+            "per_step": {"top1": [float(100 * v) for v in right.float().mean(0)], "update": mean("update"),
+                         "residual": mean("residual"), "return2": mean("return2"),
+                         "update_per_image": [[round(float(v), 5) for v in row] for row in tr["update"]]},
+            "behaviour": anytime.behaviour(mean("residual"), mean("return2"), trained)}
+
+
+def main_anytime(args, model, val_set, run):
+    """analyze.py --anytime: anytime_analysis of the checkpoint, written as anytime.json and anytime.png."""
+    from training import anytime
+    if run.model == "loopvae":
+        raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
+    trained = model.recursions if run.model == "srvit" else model.steps if run.model == "odevit" else model.depth
+    fixed_depth = (getattr(model, "num_blocks", 1) == trained and trained > 1) or getattr(model, "step_embed", None) \
+        is not None
+    budget = args.budget or (trained if fixed_depth else 2 * trained)
+    try:
+        anytime.check(model, budget)
+    except ValueError as e:
+        raise Fail(f"--budget {budget}: {e}")
+    if budget < trained:
+        raise Fail(f"--budget {budget}: below the trained depth {trained}; the operating point is read against it")
+    res = anytime_analysis(model, val_set, args.num_images, budget, trained, args.batch_size, args.device)
+    res.update(checkpoint=args.resume, model=run.model)
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "anytime.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        plot_anytime(res, os.path.join(args.out_dir, "anytime.png"))
+    except OSError as e:
+        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    ops = ", ".join(f"{r} {v['operating_point']['fraction_of_trained']:.0%}" if v["operating_point"] else f"{r} -"
+                    for r, v in res["rules"].items())
+    print(f"full-depth top-1 {res['full_top1']:.2f} % at {trained} steps; block applications within {WITHIN} "
+          f"points: {ops} of the trained depth's; oracle {res['oracle']['applications']:.2f} applications at "
+          f"{res['oracle']['top1']:.2f} %; beyond the trained depth: {res['behaviour'] or 'not run'}; wrote "
+          f"{args.out_dir}/anytime.json")
+
+
+def plot_anytime(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    ax[0].plot([p["applications"] for p in res["fixed"]], [p["top1"] for p in res["fixed"]], "k.-", label="fixed depth")
+    for rule, r in res["rules"].items():
+        ax[0].plot([p["applications"] for p in r["curve"]], [p["top1"] for p in r["curve"]], ".-", ms=3, label=rule)
+    ax[0].plot([res["oracle"]["applications"]], [res["oracle"]["top1"]], "r*", ms=10, label="oracle")
+    ax[0].axhline(res["full_top1"] - WITHIN, color="gray", ls=":", lw=1)
+    ax[0].set(xlabel="mean block applications per image", ylabel="top-1 (%)",
+              title=f"{res['model']}: per-image exit (n={res['num_images']})")
+    ax[0].legend(fontsize=7)
+    k = range(1, res["budget"] + 1)
+    ax[1].plot(k, res["per_step"]["top1"], "o-", label="readout top-1 (%)")
+    ax[1].set(xlabel="step", ylabel="top-1 (%)", title=f"per step (trained depth {res['trained_depth']}; beyond: "
+              f"{res['behaviour'] or '-'})")
+    ax[1].axvline(res["trained_depth"], color="gray", ls=":", lw=1)
+    tw = ax[1].twinx()
+    tw.semilogy(k, res["per_step"]["residual"], "s--", color="tab:red", ms=3, label="residual RMS")
+    tw.set_ylabel("RMS(h_k - h_{k-1})")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def plot_alignment(res, path):

@@ -107,3 +107,27 @@ def test_bad_budgets_and_rules_are_one_clear_error():
         anytime.trace(m["bvit"], torch.randn(2, 3, 16, 16), 0)
     with pytest.raises(ValueError, match="unknown exit rule"):
         anytime.run(m["bvit"], torch.randn(2, 3, 16, 16), "entropy", 0.1, 3)
+
+
+def test_analyze_anytime_writes_the_curves_and_refuses_bad_budgets(tmp_path, capsys):
+    import analyze
+    cifar = fake_cifar(tmp_path / "data")
+    d = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1"]
+    assert train.cli(d + ["--model", "bvit", "--out-dir", str(tmp_path / "b")]) == 0
+    assert train.cli(d + ["--model", "vit", "--out-dir", str(tmp_path / "v")]) == 0
+    capsys.readouterr()
+    ck = str(tmp_path / "b" / "ckpt.pt")
+    assert analyze.cli(["--resume", ck, "--anytime", "--out-dir", str(tmp_path / "a"), "--num-images", "16"]) == 0
+    res = json.loads((tmp_path / "a" / "anytime.json").read_text())
+    assert res["budget"] == 4 and res["trained_depth"] == 2 and len(res["fixed"]) == 4
+    assert res["fixed"][1]["top1"] == res["full_top1"] and res["behaviour"] in ("converges", "cycles", "drifts")
+    assert set(res["rules"]) == set(anytime.RULES) and len(res["per_step"]["update_per_image"]) == 16
+    conf = res["rules"]["confidence"]["curve"]
+    assert all(1 <= p["applications"] <= 4 for p in conf)
+    assert conf[-1]["applications"] == 4 and conf[-1]["top1"] == res["fixed"][-1]["top1"]  # never fires: budget
+    assert "full-depth top-1" in capsys.readouterr().out
+    for argv, says in ((["--resume", str(tmp_path / "v" / "ckpt.pt"), "--budget", "3"], "untied ViT has 2 blocks"),
+                       (["--resume", ck, "--budget", "1"], "below the trained depth 2")):
+        assert analyze.cli(argv + ["--anytime", "--out-dir", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err

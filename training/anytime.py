@@ -83,17 +83,45 @@ def check(model, budget):
 @torch.no_grad()
 def trace(model, x, budget):
     """Every image run to `budget` steps, read out after each: {pred (B, L) long, conf, kl, update,
-    second (B, L) float (nan where undefined), residual (B, L): RMS(h_k - h_{k-1})}."""
+    second (B, L) float (nan where undefined), residual (B, L): RMS(h_k - h_{k-1}), return2 (B, L):
+    RMS(h_k - h_{k-2}) (nan for k < 2), small when the state cycles with period 2}."""
     check(model, budget)
     state = model.begin(x)
-    prev, out = {"h": tokens(state)}, {k: [] for k in ("pred", "conf", "kl", "update", "second", "residual")}
+    prev, out = {"h": tokens(state)}, {k: [] for k in ("pred", "conf", "kl", "update", "second", "residual", "return2")}
+    older = None
     for k in range(budget):
         state = model.step(state, k, budget)
+        h_prev = prev["h"]
         prev = stats(model.readout(state), tokens(state), prev)
+        out["return2"].append(rms(prev["h"] - older) if older is not None else torch.full_like(prev["d"], float("nan")))
+        older = h_prev
         for key, name in (("pred", None), ("conf", "conf"), ("kl", "kl"), ("update", "update"),
                           ("second", "second"), ("residual", "d")):
             out[key].append(prev["logp"].argmax(-1) if key == "pred" else prev[name])
     return {k: torch.stack(v, 1).cpu() for k, v in out.items()}
+
+
+def behaviour(residual, return2, trained):
+    """Beyond the trained depth (mean curves over images, steps 0-based): "converges" when the last
+    step's residual RMS(h_{k+1} - h_k) is under half the trained depth's, else "cycles" when the state
+    comes back (RMS(h_k - h_{k-2}) under half the residual), else "drifts"; None within the trained depth.
+    Our rule (the thresholds are ours), applied to the mean over the analysed images."""
+    if len(residual) <= trained:
+        return None
+    if residual[-1] < 0.5 * residual[trained - 1]:
+        return "converges"
+    return "cycles" if return2[-1] < 0.5 * residual[-1] else "drifts"
+
+
+def curve(tr, right, rule, thresholds, blocks_per_step):
+    """[(threshold, mean block applications per image, top-1 %)] of `rule` over `thresholds` on trace
+    `tr` with right (B, L) bool: whether each step's prediction is right."""
+    out = []
+    for t in thresholds:
+        e = exit_steps({**tr, "right": right}, rule, t)
+        out.append((t, float((e + 1).float().mean()) * blocks_per_step,
+                    float(100 * right.gather(1, e[:, None]).float().mean())))
+    return out
 
 
 def exit_steps(tr, rule, threshold):
