@@ -689,3 +689,39 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
     assert st.claims(runs)[0][3] == "cannot tell"
     runs.pop(st.E1)
     assert st.claims(runs)[1][3] == "not run"
+
+
+# ----------------------------------------------------------------------------- anytime inference (issue 40)
+def fake_anytime_run(root, arm, seed, fraction, gain):
+    d = root / arm / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "done.json").write_text("{}")
+    op = {"threshold": 0.5, "applications": 8 * fraction, "top1": 30.0, "fraction_of_trained": fraction}
+    rules = {r: {"operating_point": op if r == "confidence" else None, "best_gain_over_fixed": gain - (r != "kl"),
+                 "curve": []} for r in ("confidence", "kl", "update", "second-order")}
+    (d / "anytime.json").write_text(json.dumps({"rules": rules, "blocks_per_step": 1, "full_top1": 30.0,
+                                                "behaviour": "drifts", "fixed": [], "oracle": {}}))
+    (d / "bench_anytime.json").write_text(json.dumps({"anytime_confidence_over_fixed_img_per_s": 1.6}))
+
+
+@pytest.mark.parametrize("agree", [True, False])
+def test_the_anytime_claims_come_out_either_way(tmp_path, agree):
+    import summarize_anytime as sa
+    for seed in (0, 1):
+        for arm in sa.ARMS:  # agree: bvit-ds needs 40-42 % of its applications, every arm gains 2 points
+            fake_anytime_run(tmp_path, arm, seed, (0.40 if agree else 0.80) + 0.02 * seed,
+                             (2.0 if agree else -2.0) + 0.1 * seed)
+    rows = sa.claims(sa.load_runs(str(tmp_path)))
+    assert [r[2] for r in rows] == ["agree" if agree else "disagree"] * 2, rows
+    assert ("41.00 ± 1.00 %" if agree else "81.00 ± 1.00 %") in rows[0][1]
+    table = sa.rule_table(sa.load_runs(str(tmp_path)))
+    assert "| `bvit-ds` | 2 | 30.00 ± 0.00 |" in table and "never within 0.5" in table and "1.60 ± 0.00x img/s" in table
+
+
+def test_the_anytime_claims_cannot_tell_within_the_noise(tmp_path):
+    import summarize_anytime as sa
+    for seed, frac in ((0, 0.5), (1, 0.7)):  # 60 % +- 10: within the spread
+        fake_anytime_run(tmp_path, "bvit-ds", seed, frac, 1.0)
+    rows = sa.claims(sa.load_runs(str(tmp_path)))
+    assert rows[0][2] == "cannot tell" and rows[1][2] == "agree"  # (b) read on the arms that ran, saying so
+    assert "; bvit not run" in rows[1][1]
