@@ -628,6 +628,18 @@ def main(argv=None):
           + " ".join(f"{v:.1f}" for v in res["top1_skip"]) + f"; wrote {args.out_dir}/cka.json, steps.json")
 
 
+def save(res, out_dir, name, plot):
+    """OUT/NAME.json and, with matplotlib, OUT/NAME.png (plot(res, path)); Fail for a folder that cannot
+    be written."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        plot(res, os.path.join(out_dir, f"{name}.png"))
+    except OSError as e:
+        raise Fail(f"--out-dir {out_dir} cannot be written ({e.strerror})")
+
+
 def main_alignment(args, model, val_set, run):
     """analyze.py --teacher: alignment() of the checkpoint against the teacher, written as alignment.json
     (+ alignment.png: the cross-CKA map with its maximum-CKA path and the proportional diagonal)."""
@@ -646,13 +658,7 @@ def main_alignment(args, model, val_set, run):
     res = alignment(model, teacher_model, to_teacher, images, args.batch_size, args.draws, run.seed)
     res.update(checkpoint=args.resume, teacher=args.teacher, num_images=n, model=run.model,
                experts=getattr(model, "experts", 1), cross=finite(res["cross"]))
-    try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "alignment.json"), "w") as f:
-            json.dump(res, f, indent=1)
-        plot_alignment(res, os.path.join(args.out_dir, "alignment.png"))
-    except OSError as e:
-        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    save(res, args.out_dir, "alignment", plot_alignment)
     extra = ""
     if "deletions" in res:
         perm = [p["teacher_cka"] for p in res["permutations"][1:]]
@@ -749,13 +755,7 @@ def main_anytime(args, model, val_set, run):
         raise Fail(f"--budget {budget}: below the trained depth {trained}; the operating point is read against it")
     res = anytime_analysis(model, val_set, args.num_images, budget, trained, args.batch_size, args.device)
     res.update(checkpoint=args.resume, model=run.model)
-    try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "anytime.json"), "w") as f:
-            json.dump(res, f, indent=1)
-        plot_anytime(res, os.path.join(args.out_dir, "anytime.png"))
-    except OSError as e:
-        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    save(res, args.out_dir, "anytime", plot_anytime)
     ops = ", ".join(f"{r} {v['operating_point']['fraction_of_trained']:.0%}" if v["operating_point"] else f"{r} -"
                     for r, v in res["rules"].items())
     print(f"full-depth top-1 {res['full_top1']:.2f} % at {trained} steps; block applications within {WITHIN} "

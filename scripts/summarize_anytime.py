@@ -23,7 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import fmt, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r2", "odevit-euler"]
 RECURRENT = ARMS[1:]
@@ -38,18 +38,7 @@ def fail(msg):
 
 def load_runs(root):
     """{arm: [{seed, dir, anytime (if measured), bench (if measured)}]} of the finished runs of ARMS."""
-    runs = {}
-    for arm in ARMS:
-        arm_dir = os.path.join(root, arm)
-        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
-            d = os.path.join(arm_dir, seed_dir)
-            if os.path.isfile(os.path.join(d, "done.json")):
-                run = {"seed": int(seed_dir[4:]), "dir": d}
-                for key, name in (("anytime", "anytime.json"), ("bench", "bench_anytime.json")):
-                    if os.path.isfile(os.path.join(d, name)):
-                        run[key] = json.load(open(os.path.join(d, name)))
-                runs.setdefault(arm, []).append(run)
-    return runs
+    return finished_runs(root, ARMS, {"anytime": "anytime.json", "bench": "bench_anytime.json"})
 
 
 def measure(runs, num_images, data_dir):
@@ -102,11 +91,6 @@ def claims(runs):
     else:
         rows.append(("(b) the best exit rule beats fixed-depth truncation at equal compute", "", "not run"))
     return rows
-
-
-def table(header, rows):
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 def rule_table(runs):

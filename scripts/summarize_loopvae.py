@@ -27,7 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import fmt, stats, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import fmt, stats, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
 
 ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
@@ -240,11 +240,6 @@ def cost_row(a, u):
             "1.57x the MACs, 2.85x the latency (vs a Flux-style CNN); 0.35x the weights",
             f"{macs:.2f}x the MACs, {lat:.2f}x {how} (margin {RATIO_MARGIN:.0%}); {a['params'] / u['params']:.2f}x "
             "the weights and the MACs' excess: by construction", v)
-
-
-def table(header, rows):
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 def details(runs, ledger):

@@ -265,6 +265,29 @@ def figures(runs, root, title="c100-mini: accuracy beyond the training horizon")
         plt.close(fig)
 
 
+def table(header, rows):
+    """A markdown table: the header's cells, then one row per list of cells."""
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def finished_runs(root, arms, cached):
+    """{arm: [{seed, dir, KEY: the JSON of ROOT/ARM/seed<k>/FILE for each KEY: FILE of `cached` that
+    exists}]} of the finished runs (done.json) of `arms`, seeds in order: what a study's summarizer reads."""
+    runs = {}
+    for arm in arms:
+        arm_dir = os.path.join(root, arm)
+        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
+            d = os.path.join(arm_dir, seed_dir)
+            if os.path.isfile(os.path.join(d, "done.json")):
+                run = {"seed": int(seed_dir[4:]), "dir": d}
+                for key, name in cached.items():
+                    if os.path.isfile(os.path.join(d, name)):
+                        run[key] = json.load(open(os.path.join(d, name)))
+                runs.setdefault(arm, []).append(run)
+    return runs
+
+
 def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py", figures=("depth", "gates")):
     """Put each block of `summary` between README's <!-- NAME --> and <!-- /NAME --> markers and
     copy the figures ROOT/FIG.png to docs/PREFIX_FIG.png next to it. The prose around them is for a

@@ -27,7 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import fmt, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
 ARMS = [TEACHER, E1, E4]
@@ -45,19 +45,8 @@ def fail(msg):
 
 
 def load_runs(root):
-    """{arm: [{seed, dir, probe_*: ..., alignment: ...}]} of the finished runs, with whatever is cached."""
-    runs = {}
-    for arm in ARMS:
-        arm_dir = os.path.join(root, arm)
-        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
-            d = os.path.join(arm_dir, seed_dir)
-            if os.path.isfile(os.path.join(d, "done.json")):
-                run = {"seed": int(seed_dir[4:]), "dir": d}
-                for name in [f"probe_{t}" for t in PROBES] + ["alignment"]:
-                    if os.path.isfile(os.path.join(d, f"{name}.json")):
-                        run[name] = json.load(open(os.path.join(d, f"{name}.json")))
-                runs.setdefault(arm, []).append(run)
-    return runs
+    """{arm: [{seed, dir, probe_* and alignment (each if measured)}]} of the finished runs of ARMS."""
+    return finished_runs(root, ARMS, {**{f"probe_{t}": f"probe_{t}.json" for t in PROBES}, "alignment": "alignment.json"})
 
 
 def measure(runs, root, data_dir):
@@ -133,11 +122,6 @@ def claims(runs):
     else:
         rows.append(("(d) every non-identity gate permutation reduces teacher CKA", PAPER["d"], "", "not run"))
     return rows
-
-
-def table(header, rows):
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 def probe_table(runs):
