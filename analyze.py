@@ -105,7 +105,8 @@ def get_parser():
                    "top-1 against mean block applications per rule, beside fixed depth and the oracle, and the "
                    "per-step diagnostics (anytime.json, anytime.png)")
     p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget (default: twice "
-                   "the trained depth; an untied ViT or a step embedding: the trained depth)")
+                   "the trained depth where a step does not depend on the budget: one-block bvit, srvit, odevit "
+                   "without refine; else the trained depth)")
     return p
 
 
@@ -744,9 +745,12 @@ def main_anytime(args, model, val_set, run):
     if run.model == "loopvae":
         raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
     trained = model.recursions if run.model == "srvit" else model.steps if run.model == "odevit" else model.depth
-    fixed_depth = (getattr(model, "num_blocks", 1) == trained and trained > 1) or getattr(model, "step_embed", None) \
-        is not None
-    budget = args.budget or (trained if fixed_depth else 2 * trained)
+    # Past the trained depth by default only where step k does not depend on the budget's grid: one block
+    # without a step embedding (bvit), a recursion (srvit), a solver step of a fixed size (odevit, extend
+    # "time"); reViT's coordinates, bViT's phases and a refined ODE grid change with the budget.
+    grid_free = (run.model == "bvit" and model.num_blocks == 1 and model.step_embed is None) or run.model == "srvit" \
+        or (run.model == "odevit" and model.extend != "refine")
+    budget = args.budget or (2 * trained if grid_free else trained)
     try:
         anytime.check(model, budget)
     except ValueError as e:

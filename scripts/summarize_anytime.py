@@ -54,8 +54,9 @@ def measure(runs, num_images, data_dir):
             if "bench" not in r:
                 path = os.path.join(r["dir"], "bench_anytime.json")
                 env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-                subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--device", "cpu", "--only", "anytime",
-                                "--anytime", r["dir"], "--json", path], check=True, env=env)
+                if subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--device", "cpu", "--only",
+                                   "anytime", "--anytime", r["dir"], "--json", path], env=env).returncode:
+                    fail(f"bench.py --anytime failed on {r['dir']}")
                 r["bench"] = json.load(open(path))
 
 
