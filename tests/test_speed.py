@@ -569,7 +569,7 @@ def test_bench_runs_every_measurement_when_one_fails(tmp_path, monkeypatch, caps
     monkeypatch.setattr(bench, "vit_vs_timm", broken)
     out = tmp_path / "bench.json"
     args = argparse.Namespace(device="cpu", json=str(out), workers=0, smoke=True,
-                              only="matmul,timm_eager,revit_dynamic")
+                              only="matmul,timm_eager,revit_dynamic", anytime=None)
     assert list(bench.run(args)) == ["timm_eager"]
     res = json.loads(out.read_text())
     assert res["errors"] == {"timm_eager": "RuntimeError: a measurement that fails"}

@@ -152,8 +152,10 @@ def timm_vit(path, flag, grid=None, img_size=None):
     sd = next((sd[k] for k in ("model", "state_dict") if isinstance(sd, dict) and k in sd), sd)
     proj = sd.get("patch_embed.proj.weight") if isinstance(sd, dict) else None
     if proj is None or getattr(proj, "ndim", 0) != 4:
-        raise Fail(f"{flag} {path}: neither an rvits checkpoint nor a ViT state dict in timm's layout (no "
-                   "patch_embed.proj.weight); give a train.py ckpt.pt or timm weights (e.g. vit_small_patch14_dinov2)")
+        rvits = flag != "--disc-weights"  # (a discriminator takes timm weights only)
+        raise Fail(f"{flag} {path}: {'neither an rvits checkpoint nor ' if rvits else 'not '}a ViT state dict in "
+                   f"timm's layout (no patch_embed.proj.weight); give {'a train.py ckpt.pt or ' if rvits else ''}"
+                   "timm weights (e.g. vit_small_patch14_dinov2)")
     if "reg_token" in sd:
         raise Fail(f"{flag} {path}: a ViT with register tokens (reg_token), which bvit.BViT does not have; give "
                    "weights without registers (vit_small_patch14_dinov2, not ..._reg4_dinov2)")
