@@ -133,24 +133,24 @@ def test_analyze_anytime_writes_the_curves_and_refuses_bad_budgets(tmp_path, cap
         assert len(err) == 1 and says in err[0], err
 
 
-def test_bench_times_the_exit_path_against_fixed_depth_from_an_anytime_json(tmp_path):
-    import os
-    import subprocess
+def test_bench_times_the_exit_path_against_fixed_depth_from_an_anytime_json(tmp_path, monkeypatch, capsys):
+    import argparse
     import sys
     import analyze
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import bench
     cifar = fake_cifar(tmp_path / "data")
     run = tmp_path / "b"
     assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--model", "bvit",
                              "--out-dir", str(run)]) == 0
-    bench = [sys.executable, os.path.join(root, "bench.py"), "--device", "cpu", "--smoke", "--only", "anytime"]
-    r = subprocess.run(bench + ["--anytime", str(run)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "no anytime.json there" in r.stderr  # analyze.py --anytime comes first
-    r = subprocess.run(bench, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "--only anytime needs --anytime DIR" in r.stderr
+    for argv, says in ((["--anytime", str(run)], "no anytime.json there"),  # analyze.py --anytime comes first
+                       ([], "--only anytime needs --anytime DIR")):
+        monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "anytime", *argv])
+        with pytest.raises(SystemExit) as e:
+            bench.main()
+        assert e.value.code == 2 and says in capsys.readouterr().err
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--anytime", "--out-dir", str(run), "--num-images", "16"]) == 0
-    r = subprocess.run(bench + ["--anytime", str(run), "--json", str(tmp_path / "bench.json")], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "bench.json").read_text())
+    out = tmp_path / "bench.json"
+    args = argparse.Namespace(device="cpu", json=str(out), workers=0, smoke=True, only="anytime", anytime=str(run))
+    assert bench.run(args) == {}
+    res = json.loads(out.read_text())
     assert not res["errors"] and any(k.startswith("anytime_") and k.endswith("_over_fixed_img_per_s") for k in res)
