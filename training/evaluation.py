@@ -123,10 +123,14 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
         depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
     ddp = dist.is_initialized()
+    known = None if args.eval_only else epoch_evaluation(log_path, step, "ema_" if args.eval_ema else "")
     for depth in depths:
         try:
-            r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx, depth=depth,
-                                                                   stop=None if ddp else stop)
+            if known and depth == trained_depth(args):  # the last epoch's own evaluation, of these weights
+                r = known
+            else:
+                r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx,
+                                                                       depth=depth, stop=None if ddp else stop)
         except ValueError as e:
             raise Fail(f"--eval-depths {depth}: {e}")
         if r is None:
@@ -134,13 +138,30 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
             raise Preempted(stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths "
                                       f"done{done})"))
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
-        # block evaluations per image: counted by the model if it can (odevit), else the depth
-        rows.append({**rec, "nfe": getattr(raw_model, "nfe", depth), "val_loss": r["val_loss"]})
+        # block evaluations per image: counted by the model if it can (odevit: a step's evaluations), else the depth
+        nfe = depth * raw_model.blocks_per_step if hasattr(raw_model, "nfe") else depth
+        rows.append({**rec, "nfe": nfe, "val_loss": r["val_loss"]})
         if master and not args.eval_only:
             write(log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
     if master and rows:
         depth_report(args, raw_model, rows, step, stop.kept())
+
+
+def epoch_evaluation(log_path, step, prefix=""):
+    """The validation metrics {val_acc1, val_acc5, val_loss} that log.jsonl's epoch record of `step` holds
+    (`prefix` "ema_": the EMA weights'), or None: the trained depth's evaluation, not repeated by
+    evaluate_depths."""
+    try:
+        with open(log_path) as f:
+            recs = [json.loads(ln) for ln in f if '"epoch"' in ln]
+    except (OSError, ValueError):
+        return None
+    last = recs[-1] if recs else {}
+    keys = ("val_acc1", "val_acc5", "val_loss")
+    if last.get("step") != step or not all(prefix + k in last for k in keys):
+        return None
+    return {k: last[prefix + k] for k in keys}
 
 
 def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid=None):

@@ -256,7 +256,8 @@ class Monitor:
         if self.master:
             self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
             if not self.tty and i + 1 >= self.next_line:  # a log file: a line per tenth (at the next check)
-                print(f"epoch {epoch}: step {done} of {self.steps_per_epoch}, loss {last_loss:.3f}", flush=True)
+                print(f"step {step} of {self.total_steps} (epoch {epoch}: {done} of {self.steps_per_epoch}), "
+                      f"loss {last_loss:.3f}", flush=True)  # toward the run's end, as the bar counts
                 self.next_line = i + 1 + max(1, self.left // 10)
         stopped = stopping(self.stop, self.ddp, self.device)  # preempted: keep this step, exactly where it is
         if stopped or (saving and nonfinite == 0):
