@@ -523,7 +523,11 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
                 broken.append(f"{page}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    assert "```bash\npip install -r requirements-dev.txt" in readme
+    first = readme.split("```bash\n")[1].split("```")[0]  # the first commands a reader copies
+    assert first.startswith("pip install torch==") and "--index-url https://download.pytorch.org/whl/cpu" in first
+    assert "\npip install -r requirements-dev.txt" in first  # (after the CPU-only torch, for a laptop)
+    pins = [ln for ln in open(os.path.join(ROOT, "requirements.txt")).read().splitlines() if ln.startswith("torch")]
+    assert first.splitlines()[0].split("  #")[0].split()[2:4] == pins  # the same versions as requirements.txt
     assert "\nRVITS_DATA=../shared/data python -m pytest -q -n 2\n```" in readme  # .ci/run runs this command
     assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
     assert readme.count("\n") <= 300  # a front page; the manuals are in docs/
