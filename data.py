@@ -40,6 +40,7 @@ import shutil
 import signal
 import sys
 import unicodedata
+import warnings
 from functools import partial
 
 import numpy as np
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision.datasets.folder import IMG_EXTENSIONS
-from torchvision.io import ImageReadMode, decode_jpeg, read_file
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import v2
 from tqdm import tqdm
 
@@ -500,8 +501,9 @@ class FileBytes(Dataset):
         i, seed = item
         path, label = self.files.samples[i]
         try:
-            raw = read_file(path)
-        except (OSError, RuntimeError):
+            with open(path, "rb") as f:
+                raw = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        except (OSError, RuntimeError, ValueError):  # (ValueError: an empty file)
             raw = torch.empty(0, dtype=torch.uint8)
         return raw, label, seed, i
 
@@ -540,8 +542,13 @@ class DeviceDecodeLoader:
         images = [None] * len(raw)
         jpeg = [k for k, r in enumerate(raw) if len(r) > 2 and r[0] == 0xFF and r[1] == 0xD8]
         try:  # one batched call; a file it cannot decode fails it, then the CPU decodes each file
-            for k, img in zip(jpeg, decode_jpeg([raw[k] for k in jpeg], mode=ImageReadMode.RGB, device=self.device)
-                              if jpeg else []):  # (a batch without a JPEG: no call, decode_jpeg refuses [])
+            with warnings.catch_warnings():  # torchvision 0.29 deprecates its decoders for TorchCodec's, which is
+                # not a dependency here and whose GPU image decoding this path has not been measured with
+                warnings.filterwarnings("ignore", "The image decoding and encoding capabilities of TorchVision",
+                                        DeprecationWarning)
+                decoded = decode_jpeg([raw[k] for k in jpeg], mode=ImageReadMode.RGB, device=self.device) if jpeg \
+                    else []  # (a batch without a JPEG: no call, decode_jpeg refuses [])
+            for k, img in zip(jpeg, decoded):
                 images[k] = img
         except RuntimeError:
             pass
