@@ -47,6 +47,13 @@ PRESETS["c100-odevit-blackbox-euler-12"] = (
     dict(PRESETS["c100-odevit-euler-12"][1], field="blackbox"))
 PRESETS = {name: (what, {**CIFAR, **flags}) for name, (what, flags) in PRESETS.items()}
 
+# README's first run, the one that fits a laptop: a bViT (one block x 6 steps, D=128) for 300 steps of 64 on
+# CIFAR-100 on the CPU (2 min 46 s alone on 2 cores; README "Short CPU runs").
+FIRST = dict(model="bvit", data="cifar100", embed_dim=128, num_heads=4, patch_size=4, depth=6, batch_size=64,
+             max_steps=300, device="cpu")
+PRESETS = {"cpu-first-bvit": ("README's first run: bViT D=128, one block x 6 steps, 300 steps of 64 on CIFAR-100, "
+                              "on a CPU", FIRST), **PRESETS}  # (listed first: the run a laptop starts with)
+
 # CPU-scale CIFAR-100 protocol ("mini"). Chosen for time to accuracy on 2 CPU cores (NOTES.md
 # "Mini protocol" lists what was tried): a small ViT (D=96, 3 heads, patch 8: 16 tokens, so 3.8x
 # the images/s of patch 4, which buys 10 epochs instead of 3 in the same time), 8 block applications
@@ -143,6 +150,7 @@ AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  #
 E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT: top-1 points from E=1 to E=8, no absolute numbers
 # The paper's number each preset aims at (train.py prints it with the preset and in --list-presets).
 PAPER = {name: "none (an arm of a claim, README \"Results\")" for name in PRESETS}
+PAPER["cpu-first-bvit"] = "none (README's first number: top-1 7.30 %, top-5 25.29 % on CPU-2, Intel Xeon)"
 for size in "sbl":
     arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
     arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
@@ -269,13 +277,14 @@ PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, 
 # of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": README's ImageNet
 # GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
 TIMES = {name: ("?", "?") for name in PRESETS}
+TIMES["cpu-first-bvit"] = ("2 min 46 s alone", "?")  # README's first run, the only run on the cores
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 45.5,
                  "revit-e4": 28.6, "srvit-r1": 13.4, "srvit-r2": 23.6}
 MINI_TRAIN_MIN = {"revit-smear": 47.1, "revit-lory": 34.4, "revit-token": 18.4, "revit-mixture": 50.7,
                   "revit-lora": 35.1}
-TIMES.update({f"c100-mini-{arm}": (f"{m} min", "?") for arm, m in MINI_WALL_MIN.items()})
-TIMES.update({f"c100-mini-{arm}": (f"{m} min train", "?") for arm, m in MINI_TRAIN_MIN.items()})
+TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
+TIMES.update({f"c100-mini-{arm}": (f"{m} min train, pair", "?") for arm, m in MINI_TRAIN_MIN.items()})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():
@@ -291,11 +300,11 @@ TIMES.update({f"in1k-revit-b14-e{e}-dinov2": ("?", "est. 19 h") for e in (1, 4, 
 # steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.
 # Measured wall times (CPU-2 AMD EPYC, 2026-12-01, one thread, two runs side by side; seed 1 of the study,
 # whose seed-0 runs shared the cores with more work: 41-54 min; docs/models.md): training + evaluation.
-TIMES.update({"c100-mini-loopvae-global": ("32.4 min", "?"), "c100-mini-loopvae-scale": ("33.0 min", "?"),
-              "c100-mini-loopvae-none": ("35.9 min", "?"), "c100-mini-loopvae-unlooped": ("17.2 min", "?"),
-              "c100-mini-loopvae-gan": ("10.2 min", "?")})
+TIMES.update({"c100-mini-loopvae-global": ("32.4 min, pair", "?"), "c100-mini-loopvae-scale": ("33.0 min, pair", "?"),
+              "c100-mini-loopvae-none": ("35.9 min, pair", "?"), "c100-mini-loopvae-unlooped": ("17.2 min, pair", "?"),
+              "c100-mini-loopvae-gan": ("10.2 min, pair", "?")})
 # The Transformer-core arms: a CNN arm's time x 1.45-1.51, the ratio of their training steps (batch 32, one
 # thread, timed in turns in one process beside two runs; CPU-2 AMD EPYC, 2026-12-01; NOTES.md).
-TIMES.update({"c100-mini-loopvae-vit-global": ("est. 48 min", "?"), "c100-mini-loopvae-vit-none": ("est. 53 min", "?")})
+TIMES.update({"c100-mini-loopvae-vit-global": ("est. 48 min, pair", "?"), "c100-mini-loopvae-vit-none": ("est. 53 min, pair", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")
 TIMES["in256-loopvae-cnn-gan"] = ("?", "est. 840 h")

@@ -37,20 +37,38 @@ def config(capsys, *argv):
     return json.loads(capsys.readouterr().out)
 
 
-def test_list_presets_describes_each_preset_on_one_line(capsys):
+def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     capsys.readouterr()
     assert train.cli(["--list-presets"]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
-    assert [ln.split("  ")[0] for ln in lines] == list(presets.PRESETS) and len(lines) >= 30
-    for line, (name, (what, flags)) in zip(lines, presets.PRESETS.items()):  # name, what, model, paper, times
-        assert line.startswith(f"{name}  {what} | {flags['model']} D=") and " M params | paper: " in line, line
-        assert line.endswith(f"| CPU-2 {presets.TIMES[name][0]}, H200 {presets.TIMES[name][1]}"), line
-    by_name = dict(zip(presets.PRESETS, lines))
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("NAME "))
+    assert "'pair' = two runs side by side" in lines[0] and "'alone'" in lines[0]  # how each time was measured
+    rows = lines[head + 1:]
+    assert [ln.split()[0] for ln in rows] == list(presets.PRESETS) and len(rows) >= 30
+    assert rows[0].startswith("cpu-first-bvit ") and max(len(ln) for ln in lines) <= 150
+    for line, (name, (what, flags)) in zip(rows, presets.PRESETS.items()):  # name, model, params, times, what
+        assert line.split()[1] == flags["model"] and " M  " in line, line
+        assert f"  {presets.TIMES[name][0]}  " in line and what[:20] in line, line
+    by_name = dict(zip(presets.PRESETS, rows))
     # figures as README measured them (mini table's wall min; the first H200 run) or estimated them
-    assert "0.142 M params" in by_name["c100-mini-bvit"] and "CPU-2 25.7 min," in by_name["c100-mini-bvit"]
-    assert "H200 3.3 min train" in by_name["c100-gpu-bvit-ti"] and "H200 est. 32 h" in by_name["in1k-revit-b16-e4"]
-    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in by_name["in1k-revit-b16-e4"]
+    assert "0.142 M" in by_name["c100-mini-bvit"] and "  25.7 min, pair  " in by_name["c100-mini-bvit"]
+    assert "  3.3 min train  " in by_name["c100-gpu-bvit-ti"] and "  est. 32 h  " in by_name["in1k-revit-b16-e4"]
     assert all(presets.TIMES[n][0] != "?" for n in presets.PRESETS if n.startswith("c100-mini-"))
+    assert train.cli(["--list-presets", "cpu"]) == 0  # the presets timed on a CPU: the laptop's choices
+    cpu = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()[3:]]
+    assert cpu[0] == "cpu-first-bvit" and all(presets.TIMES[n][0] != "?" for n in cpu) and "in1k-vit-b16" not in cpu
+    assert train.cli(["--list-presets", "loopvae"]) == 0
+    assert all("loopvae" in ln for ln in capsys.readouterr().out.splitlines()[3:])
+    assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
+    full = capsys.readouterr().out
+    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in full and "--experts 4" in full and "--opt lamb" in full
+    assert train.cli(["--list-presets", "nosuch"]) == 0 and "no preset matches 'nosuch'" in capsys.readouterr().out
+
+
+def test_the_first_preset_is_readmes_first_command(capsys):
+    argv = "--model bvit --data cifar100 --embed-dim 128 --num-heads 4 --patch-size 4 --depth 6 --batch-size 64 " \
+        "--max-steps 300 --device cpu".split()
+    assert {**config(capsys, "--preset", "cpu-first-bvit"), "preset": None} == config(capsys, *argv)
 
 
 def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itself(capsys):

@@ -109,8 +109,9 @@ def get_parser():
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
       "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
       "in1k-*: GPU-sized (--list-presets describes each, with its time)")
-    a("--list-presets", action="store_true", help="print one line per preset (what it reproduces, the model, "
-      "the paper's number, its time on 2 CPU cores and on one H200) and exit")
+    a("--list-presets", nargs="?", const="", metavar="TEXT", help="print the presets as a table (name, model, "
+      "parameters, time on 2 CPU cores and on one H200, what it reproduces) and exit; TEXT keeps those whose name, "
+      "model or description contain it (cpu: the ones timed on a CPU; gpu: on a GPU); a preset's name: all of it")
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
     a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
     a = p.add_argument_group('model').add_argument
@@ -440,8 +441,8 @@ def parse_args(p, argv=None):
     on `p` which flags the command line or the preset gave (`p.given`, their dests): a value that
     came from a checkpoint, or a default, is never refused as if someone had given it (`given`)."""
     args = p.parse_args(argv)
-    if args.list_presets:
-        list_presets()
+    if args.list_presets is not None:
+        list_presets(args.list_presets)
         sys.exit(0)
     if args.preset is not None:
         if args.preset not in PRESETS:
@@ -497,24 +498,41 @@ def configure(p, argv):
     return args
 
 
-def list_presets():
-    """--list-presets: one line per preset: its name, what it reproduces, the model (built on the meta
-    device: shapes only, no memory, no init), the paper's number (presets.PAPER) and the time a run
-    takes (presets.TIMES, which says where each figure comes from)."""
-    print("# NAME  what it reproduces | model | the paper's number | time on CPU-2 (2 cores), on one H200: "
-          "measured, est. = estimated, ? = not measured (presets.TIMES)")
+def list_presets(text=""):
+    """--list-presets [TEXT]: a table, one row per preset: its name, model (built on the meta device:
+    shapes only, no memory, no init), parameters, the time a run takes (presets.TIMES, which says where
+    each figure comes from) and what it reproduces, cut to fit a line; TEXT keeps the presets whose name,
+    model or description contain it ("cpu" / "gpu": those with a time on that hardware). A preset's
+    exact name prints all of it: what it reproduces, the paper's number (presets.PAPER), times, flags."""
+    if text in PRESETS:
+        what, flags = PRESETS[text]
+        cpu, gpu = TIMES[text]
+        print(f"{text}: {what}\npaper: {PAPER[text]}\ntime: CPU-2 {cpu}; one H200 {gpu}\nflags: "
+              + " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                         for k, v in flags.items()))
+        return
+    t, rows = text.lower(), []
     for name, (what, flags) in PRESETS.items():
+        cpu, gpu = TIMES[name]
+        keep = {"cpu": cpu != "?", "gpu": gpu != "?"}.get(t, t in f"{name} {flags['model']} {what}".lower())
+        if not keep:
+            continue
         args = resolved(["--preset", name])
-        img_size = default_img_size(args)
         with torch.device("meta"):
             model = build_model(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}),
-                                img_size, 1000 if args.data == "imagenet" else 100)
-        cpu, gpu = TIMES[name]
-        shape = (f"patch {args.patch_size} depth {args.depth}" if args.model != "loopvae" else
-                 f"K={args.num_blocks} loops {','.join(map(str, args.loops))} share {args.share} (depth {args.depth}), "
-                 f"latent {args.latent_dim}x{img_size >> len(args.loops)}x{img_size >> len(args.loops)}")
-        print(f"{name}  {what} | {args.model} D={args.embed_dim} {shape}, "
-              f"{model.num_params() / 1e6:.3g} M params | paper: {PAPER[name]} | CPU-2 {cpu}, H200 {gpu}")
+                                default_img_size(args), 1000 if args.data == "imagenet" else 100)
+        rows.append((name, args.model, f"{model.num_params() / 1e6:.3g} M", cpu, gpu, what))
+    if not rows:
+        print(f"no preset matches {text!r}; --list-presets alone lists all {len(PRESETS)}")
+        return
+    print("times (presets.TIMES): CPU-2 = 2 cores, 'alone' = the only run on them, 'pair' = two runs side by side,\n"
+          "one thread each; est. = estimated, ? = not measured. --list-presets NAME prints a preset in full.")
+    head = ("NAME", "MODEL", "PARAMS", "CPU-2", "H200", "WHAT")
+    widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
+    room = max(30, 150 - sum(widths) - 10)
+    for r in [head] + rows:
+        what = r[5] if len(r[5]) <= room else r[5][:room - 3] + "..."
+        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + what)
 
 
 def default_img_size(args):
