@@ -502,8 +502,8 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
         (checkpoints, "save_atomic", signal.SIGTERM, lambda obj, path: obj["step"] == 2, "after step 2 of 16", 2),
         (evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth is None,
          "stopped by SIGINT (Ctrl-C) after step 8 of 16, the end of epoch 0", 8),
-        (evaluation, "evaluate", signal.SIGTERM, lambda *a, depth=None, **kw: depth == 2,
-         "in the evaluation at depth 2 (1 of 3 depths done, after training to step 16)", 16)]
+        (evaluation, "evaluate", signal.SIGTERM, lambda *a, depth=None, **kw: depth == 4,  # (2: the epoch's own)
+         "in the evaluation at depth 4 (2 of 3 depths done, after training to step 16)", 16)]
     for module, name, sig, when, says, step in phases:
         with monkeypatch.context() as mp:
             signal_when(mp, module, name, sig, when)
@@ -511,7 +511,7 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
         assert says in capsys.readouterr().err
         assert load(out / "ckpt.pt")["step"] == step if step else not (out / "ckpt.pt").exists()
     log = [json.loads(ln) for ln in open(out / "log.jsonl")]
-    assert [r.get("epoch", r.get("depth")) for r in log] == [0, 1, 1]  # epochs 0 and 1, depth 1
+    assert [r.get("epoch", r.get("depth")) for r in log] == [0, 1, 1, 2]  # epochs 0 and 1, depths 1 and 2
     ev = ["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1,2", "--out-dir", str(tmp_path / "ev")]
     with monkeypatch.context() as mp:
         signal_when(mp, evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
@@ -520,4 +520,4 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
         in capsys.readouterr().err
     assert not (tmp_path / "ev" / "depth_eval.json").exists()
     assert status(job) == 0, capsys.readouterr().err  # the requeue: nothing left to train, the evaluations again
-    assert [r["depth"] for r in map(json.loads, open(out / "log.jsonl")) if "depth" in r] == [1, 1, 2, 4]
+    assert [r["depth"] for r in map(json.loads, open(out / "log.jsonl")) if "depth" in r] == [1, 2, 1, 2, 4]
