@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import types
 import time
 from contextlib import nullcontext
 
@@ -356,12 +357,21 @@ def test_each_run_gets_its_own_default_folder_named_at_the_start_and_the_end(tmp
     assert r.returncode == 2 and "--resume auto needs --out-dir" in r.stderr
 
 
-def test_the_estimate_waits_10_steps_or_30_seconds():
-    assert monitor.pace_point([], 1, 5.0)  # the first check
-    assert not monitor.pace_point([(1, 5.0)], 5, 20.0)  # fast steps: wait for 10 of them
-    assert monitor.pace_point([(1, 5.0)], 11, 20.0)
-    assert monitor.pace_point([(1, 5.0)], 2, 50.0)  # one slow step of 45 s is enough
-    assert not monitor.pace_point([(1, 5.0)], 1, 50.0) and not monitor.pace_point([(1, 5.0), (2, 50.0)], 30, 99.0)
+def test_the_estimate_skips_the_warm_up_and_is_refined_as_the_run_goes():
+    """The first steps warm up: the estimate is measured from the first check 10 steps (or 30 s) after the
+    process's first step to one 20 steps (or 60 s) later; then the bar and the lines show the time left at
+    the pace since its first point (issue 41: the first 11 steps' pace said 15 min for 8)."""
+    origin = (100, 0.0)  # (a resumed run starts at its checkpoint's step)
+    assert not monitor.pace_point([], 105, 1.0, origin) and monitor.pace_point([], 110, 2.0, origin)
+    assert monitor.pace_point([], 101, 31.0, origin)  # one slow step of 31 s is enough
+    assert not monitor.pace_point([(110, 2.0)], 125, 5.0, origin) and monitor.pace_point([(110, 2.0)], 130, 5.0, origin)
+    assert monitor.pace_point([(110, 2.0)], 111, 63.0, origin)  # or a minute of slow steps
+    assert not monitor.pace_point([(110, 2.0), (130, 6.0)], 200, 99.0, origin)  # two points, then refined
+    m = types.SimpleNamespace(pace=[(110, 2.0), (130, 6.0)], total_steps=330)
+    assert monitor.Monitor.time_left(m, 130, 6.0) == "0 min 40 s"  # 0.2 s per step, 200 steps
+    assert monitor.Monitor.time_left(m, 230, 32.0) == "0 min 25 s"  # slower since: 0.25 s per step, 100 steps
+    assert monitor.Monitor.time_left(types.SimpleNamespace(pace=[(110, 2.0)], total_steps=330), 120, 3.0) is None
+    assert monitor.duration(90061) == "1 d 1 h" and monitor.duration(3720) == "1 h 2 min"
 
 
 def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_path):

@@ -193,7 +193,8 @@ class Monitor:
         self.check_every = CHECK_EVERY if device.type == "cuda" else 1
         self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
-        self.pace = []  # (step, time) at the first two checks 10+ steps or 30+ s apart: the estimated time
+        self.pace = []  # (step, time) of the two checks the estimate is measured between (pace_point)
+        self.origin = self.probe  # where this process's steps start: the first ones warm up (pace_point)
         self.tty = sys.stderr.isatty()
 
     def epoch(self, epoch, first, left, loader):
@@ -202,7 +203,8 @@ class Monitor:
         self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
         self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
         self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
-                        dynamic_ncols=True)
+                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+        # (no tqdm remaining time: the bar shows the run's estimate, the same as the lines; self.left_line)
         return self._timed(iter(loader))
 
     def _timed(self, batches):
@@ -243,7 +245,7 @@ class Monitor:
             return  # (one process reads its signal flag every step: a host list, no sync)
         last_loss, nonfinite = torch.stack([loss.detach().float(), self.bad_run]).tolist()
         now = time.perf_counter()  # (the device has caught up: a synced time)
-        if self.master and pace_point(self.pace, step, now):
+        if self.master and pace_point(self.pace, step, now, self.origin):
             self.pace.append((step, now))
             if len(self.pace) == 2 and step < self.total_steps:  # (nothing to estimate at the last step)
                 self.note(estimate_line(args, self.device, self.pace, self.total_steps))
@@ -254,10 +256,12 @@ class Monitor:
             raise Fail(f"{int(nonfinite)} consecutive non-finite steps (the last at step {step}); {kept}; "
                        "lower --lr or use --amp bf16/none")
         if self.master:
-            self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
+            left = self.time_left(step, now)  # refined at every check from the settled pace
+            self.bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
+                                 **({"run left": left} if left else {}))
             if not self.tty and i + 1 >= self.next_line:  # a log file: a line per tenth (at the next check)
                 print(f"step {step} of {self.total_steps} (epoch {epoch}: {done} of {self.steps_per_epoch}), "
-                      f"loss {last_loss:.3f}", flush=True)  # toward the run's end, as the bar counts
+                      f"loss {last_loss:.3f}" + (f", about {left} left" if left else ""), flush=True)
                 self.next_line = i + 1 + max(1, self.left // 10)
         stopped = stopping(self.stop, self.ddp, self.device)  # preempted: keep this step, exactly where it is
         if stopped or (saving and nonfinite == 0):
@@ -265,6 +269,13 @@ class Monitor:
             if stopped or stopping(self.stop, self.ddp, self.device):  # (or the request came during the save)
                 self.bar.close()
                 raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
+
+    def time_left(self, step, now):
+        """The training time left, in words, at the pace since the estimate's first point (None before the
+        estimate is measured): the same figure in the bar and in the progress lines."""
+        if len(self.pace) < 2 or step <= self.pace[0][0]:
+            return None
+        return duration((now - self.pace[0][1]) / (step - self.pace[0][0]) * (self.total_steps - step))
 
     def end_epoch(self, step, val_images):
         """Close the epoch's bar; with steps left, the estimated time again at this epoch's pace (so the
@@ -284,11 +295,24 @@ CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-
                "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler", "loopvae": "c100-mini-loopvae-global"}
 
 
-def pace_point(pace, step, now):
+def pace_point(pace, step, now, origin=(0, 0.0)):
     """Whether a synced check at `step` (time `now`, seconds) is one of the two (step, time) points
-    the estimated time is measured between: the first check, then one 10+ steps later, or 30+ s
-    later for slow steps (a GPU-sized model on a CPU: 11 steps can take minutes)."""
-    return len(pace) < 2 and (not pace or step - pace[0][0] >= 10 or (step > pace[0][0] and now - pace[0][1] >= 30))
+    the estimated time is measured between. The first steps of a process warm up (allocations, the
+    first batches; measured: an estimate from them said 15 min for 8 min of training), so the first
+    point is the first check 10+ steps after `origin` (the process's first (step, time)), or 30+ s
+    after it for slow steps (a GPU-sized model on a CPU: 10 steps can take minutes); the second is
+    20+ steps or 60+ s after the first."""
+    if len(pace) >= 2:
+        return False
+    (s0, t0), wait = (pace[0], (20, 60)) if pace else (origin, (10, 30))
+    return step - s0 >= wait[0] or (step > s0 and now - t0 >= wait[1])
+
+
+def duration(seconds):
+    """Seconds as a person reads a wait: '3 d 4 h', '2 h 5 min', '7 min 12 s'."""
+    d, rest = divmod(int(seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    return f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s"
 
 
 def estimate_line(args, device, pace, total_steps):
@@ -298,10 +322,7 @@ def estimate_line(args, device, pace, total_steps):
     (s0, t0), (s1, t1) = pace
     per_step = (t1 - t0) / (s1 - s0)
     left = per_step * (total_steps - s1)
-    d, rest = divmod(int(left), 86400)
-    h, rest = divmod(rest, 3600)
-    took = (f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s")
-    line = (f"estimated time: {took} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
+    line = (f"estimated time: {duration(left)} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
             "evaluations not included)")
     if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
         cpu = CPU_PRESETS[args.model]
