@@ -277,7 +277,8 @@ PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, 
 # of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": README's ImageNet
 # GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
 TIMES = {name: ("?", "?") for name in PRESETS}
-TIMES["cpu-first-bvit"] = ("2 min 46 s alone", "?")  # README's first run, the only run on the cores
+TIMES["cpu-first-bvit"] = ("4.2 min alone", "?")  # README's first run alone on the cores: 254 s wall on the AMD EPYC
+# (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README)
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 45.5,
                  "revit-e4": 28.6, "srvit-r1": 13.4, "srvit-r2": 23.6}

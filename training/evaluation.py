@@ -129,6 +129,8 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
             if known and depth == trained_depth(args):  # the last epoch's own evaluation, of these weights
                 r = known
             else:
+                if master:
+                    print(f"evaluating at depth {depth} on {len(val_loader.dataset)} validation images", flush=True)
                 r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx,
                                                                        depth=depth, stop=None if ddp else stop)
         except ValueError as e:

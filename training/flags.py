@@ -235,7 +235,8 @@ def get_parser():
     a("--max-bad-images", type=count, default=100, help="image folders: undecodable files are skipped "
       "with a warning; stop (exit 2) once more than this many were skipped in the run")
     a("--val-subset", type=positive(int), help="evaluate on N validation images only: the first N for "
-      "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class)")
+      "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class); a short run "
+      "(--max-steps, --eval-depths) spends most of its time on the 10k-image evaluations, which --val-subset 1000 cuts")
     a = p.add_argument_group('optimization').add_argument
     a("--epochs", type=positive(int), default=100, help="training epochs")
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
@@ -525,11 +526,12 @@ def list_presets(text=""):
     if not rows:
         print(f"no preset matches {text!r}; --list-presets alone lists all {len(PRESETS)}")
         return
-    print("times (presets.TIMES): CPU-2 = 2 cores, 'alone' = the only run on them, 'pair' = two runs side by side,\n"
-          "one thread each; est. = estimated, ? = not measured. --list-presets NAME prints a preset in full.")
+    print("times (presets.TIMES): wall time of training and evaluation ('train': training only) on CPU-2 (2 cores, AMD\n"
+          "EPYC unless named), 'alone' = the only run, 'pair' = two side by side, one thread each; est. = estimated\n"
+          "(docs/presets.md says from what), ? = not measured. --list-presets NAME prints a preset in full.")
     head = ("NAME", "MODEL", "PARAMS", "CPU-2", "H200", "WHAT")
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
-    room = max(30, 150 - sum(widths) - 10)
+    room = max(30, 120 - sum(widths) - 10)
     for r in [head] + rows:
         what = r[5] if len(r[5]) <= room else r[5][:room - 3] + "..."
         print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + what)

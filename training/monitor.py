@@ -273,7 +273,7 @@ class Monitor:
     def time_left(self, step, now):
         """The training time left, in words, at the pace since the estimate's first point (None before the
         estimate is measured): the same figure in the bar and in the progress lines."""
-        if len(self.pace) < 2 or step <= self.pace[0][0]:
+        if len(self.pace) < 2 or step <= self.pace[0][0] or step >= self.total_steps:
             return None
         return duration((now - self.pace[0][1]) / (step - self.pace[0][0]) * (self.total_steps - step))
 
