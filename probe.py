@@ -19,8 +19,6 @@ run's dataset statistics; a timm file: ImageNet's). Any bad input is one line `p
 and exit status 2.
 """
 import argparse
-import json
-import os
 import sys
 import time
 
@@ -32,6 +30,7 @@ import data
 from presets import PROBES
 from training import flags, probes, registry
 from training.checkpoints import read_weights
+from analyze import save
 from training.monitor import Fail
 
 
@@ -134,12 +133,7 @@ def main(argv=None):
            "weights": args.weights, "backbone": what, "img_size": size, "num_train": n_train, "num_test": n_test,
            "feature_shape": list(x.shape[1:]), "seed": args.seed, "extract_s": round(seconds, 1),
            "total_s": round(time.time() - t0, 1), **res}
-    try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, f"probe_{args.task}.json"), "w") as f:
-            json.dump(out, f, indent=1)
-    except OSError as e:
-        raise Fail(f"--out-dir {args.out_dir} cannot be written ({e.strerror})")
+    save(out, args.out_dir, f"probe_{args.task}", lambda res, path: None)  # (JSON only: no figure)
     print(f"{line}; {what} at {size} px, {n_train} / {n_test} images; wrote {args.out_dir}/probe_{args.task}.json")
     return out
 
