@@ -237,7 +237,7 @@ def _shape(t):
     return "x".join(map(str, t.shape))
 
 
-def finetune_weights(path, model, flag="--finetune"):
+def finetune_weights(path, model, flag="--finetune", ck=None):
     """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
     (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
     `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
@@ -246,9 +246,10 @@ def finetune_weights(path, model, flag="--finetune"):
     token's row (timm's no_embed_class, DeiT III) gets a zero row, which adds nothing to the class
     token, as no_embed_class does. Anything else that does not fit
     raises Fail naming the first mismatching key and both shapes, and `flag` (--stage2 and --disc-weights
-    load their weights here too). Returns a one-line report."""
+    load their weights here too). `ck`: the file's contents when the caller has read them already
+    (else read from `path`). Returns a one-line report."""
     from bvit import resample_pos_embed
-    ck = read_weights(path, flag)
+    ck = read_weights(path, flag) if ck is None else ck
     sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
     if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
         raise Fail(f"{flag} {path}: not a state dict of tensors nor a checkpoint holding one "

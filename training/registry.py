@@ -138,18 +138,19 @@ def model_from_checkpoint(path, flag, p, img_size, ck=None):
     return model.eval()
 
 
-def timm_vit(path, flag, grid=None, img_size=None):
+def timm_vit(path, flag, grid=None, img_size=None, ck=None):
     """bvit.BViT holding a ViT state dict in timm's layout (`VisionTransformer`: DINOv2's
     vit_*_patch14_dinov2, DeiT, AugReg ...), in eval mode, built at img_size = grid x its patch size
     so that its patch grid is grid x grid (or grid = img_size // its patch size; its `pos_embed`
     resized bicubically by checkpoints.finetune_weights). Width, depth, MLP ratio, patch size, class token and LayerScale
     are read from the file; heads of width 64 (every timm ViT size's). A file without a head gets a
     1-class one (unused: --distill feature reads the tokens). Raises Fail naming `flag` for a file
-    of another layout (register tokens, SwiGLU MLPs, ...: the first key that does not fit)."""
+    of another layout (register tokens, SwiGLU MLPs, ...: the first key that does not fit). `ck`: the
+    file's contents when the caller has read them (the file is read once)."""
     from bvit import BViT
     from training.checkpoints import finetune_weights
-    sd = read_weights(path, flag)
-    sd = next((sd[k] for k in ("model", "state_dict") if isinstance(sd, dict) and k in sd), sd)
+    ck = read_weights(path, flag) if ck is None else ck
+    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
     proj = sd.get("patch_embed.proj.weight") if isinstance(sd, dict) else None
     if proj is None or getattr(proj, "ndim", 0) != 4:
         rvits = flag != "--disc-weights"  # (a discriminator takes timm weights only)
@@ -167,7 +168,7 @@ def timm_vit(path, flag, grid=None, img_size=None):
                else 1, embed_dim=dim, depth=depth, num_heads=max(1, dim // 64), num_blocks=depth,
                mlp_ratio=fc1.shape[0] / dim if fc1 is not None else 4.0, class_token="cls_token" in sd,
                layer_scale=1e-5 if "blocks.0.ls1.gamma" in sd else None)  # (LayerScale's values: the file's)
-    finetune_weights(path, vit, flag)
+    finetune_weights(path, vit, flag, ck)
     vit.has_head = "head.weight" in sd
     return vit.eval()
 
@@ -186,7 +187,7 @@ def teacher(path, p, student, args):
         model, what = model_from_checkpoint(path, "--teacher", p, grid * patch, ck), f"--model {ck['args']['model']}"
         model.has_head, model.input_size, norm = True, grid * patch, data.normalization(ck["args"].get("data"))
     else:
-        model = timm_vit(path, "--teacher", grid)
+        model = timm_vit(path, "--teacher", grid, ck=ck)
         patch, what = model.patch_size, f"timm-layout ViT ({len(model.blocks)} blocks, width {model.embed_dim})"
         norm = (data.IMAGENET_MEAN, data.IMAGENET_STD)
     size = f"at {grid * patch} px" if grid * patch != student.img_size else "at the student's size"
