@@ -192,8 +192,9 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     h1 = "agree" if lose == len(losses) else "disagree"
     h2 = "disagree" if at_last else "agree"
     here = (f"{lose} of {len(losses)} image-pass bypasses lose; the last pass most sensitive in "
-            f"{sum(last)} of {len(last)} image-stages; called beyond the seed spread as the last in "
-            f"{len(at_last)} of {sum(t is not None for _, _, t in called)} stages (of {len(called)})")
+            f"{sum(last)} of {len(last)} image-stages; of {len(called)} arm-stages, "
+            f"{sum(t is not None for _, _, t in called)} have a most sensitive pass beyond the seed spread, "
+            f"{len(at_last)} of them the last")
     return claim, paper, here, f"{h1} that every bypass loses, {h2} that the last is not the most sensitive"
 
 
@@ -217,7 +218,7 @@ def small_update_row(runs, four, arms=LOOPED):
     if not results:
         return claim, paper, "", "not run"
     n = {v: results.count(v) for v in ("agree", "disagree", "cannot tell")}
-    v = "agree" if n["agree"] == len(results) else "disagree" if n["disagree"] == len(results) else \
+    v = next((k for k in n if n[k] == len(results)), None) or \
         f"mixed ({n['agree']} agree, {n['disagree']} disagree, {n['cannot tell']} cannot tell)"
     rule = "rule: t* costs more than a larger-update pass beyond the seed spread, per arm and four-pass stage"
     return claim, paper, f"{n['agree']} of {len(results)} arm-stages agree ({rule})", v

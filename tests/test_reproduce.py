@@ -586,6 +586,8 @@ def test_summarize_loopvae_per_image_and_scale_free_rules_come_out_either_way(tm
                  "disagree that every bypass loses, agree that the last is not the most sensitive")
     _, _, here, v = sl.small_update_row(runs, four)
     assert v == ("agree" if agree else "disagree") and f"{6 if agree else 0} of 6 arm-stages agree" in here
+    one_seed = {arm: rs[:1] for arm, rs in runs.items()}  # no seed spread: no stage can be told apart
+    assert sl.small_update_row(one_seed, four)[3] == "cannot tell"
     led = lambda macs, ms: dict(macs=macs, eval_ms_b8=ms, params=1, img_per_s=1.0)
     _, _, here, v = sl.cost_row(led(2e6, 30.0 if agree else 15.0), led(1e6, 10.0))
     assert v == ("agree" if agree else "disagree") and "eval forward latency (batch 8)" in here
