@@ -45,7 +45,9 @@ def fail(msg):
 
 def load_runs(root):
     """{arm: [run, ...]} of the finished runs (done.json) under root, seeds in order; a run is a dict of
-    its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), wall_s, dir."""
+    its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), wall_s, train_s
+    (train.py's training seconds, which its checkpoints carry across a resume: a stopped study's wall
+    time is not), dir."""
     runs = {}
     for arm in ARMS:
         arm_dir = os.path.join(root, f"loopvae-{arm}")
@@ -58,7 +60,8 @@ def load_runs(root):
             last, done = rows[-1], json.load(open(os.path.join(d, "done.json")))
             runs.setdefault(arm, []).append(dict(
                 seed=args["seed"], dir=d, psnr=last["val_psnr"], ssim=last["val_ssim"], l1=last["val_l1"],
-                oor=100 * last["val_out_of_range"], wall_s=done["wall_s"], commit=done.get("commit", "?"),
+                oor=100 * last["val_out_of_range"], wall_s=done["wall_s"],
+                train_s=sum(r.get("epoch_time_s", 0.0) for r in rows), commit=done.get("commit", "?"),
                 cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset"))
                 or args.get("max_steps") != PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
     return runs
@@ -248,7 +251,7 @@ def details(runs, ledger):
     out = [table(["arm", "seeds", "PSNR (dB)", "SSIM", "L1", "out of range (%)", "training (min)"],
                  [[f"`c100-mini-loopvae-{arm}`", len(rs), pm([r["psnr"] for r in rs]), pm([r["ssim"] for r in rs], digits=3),
                    pm([r["l1"] for r in rs], digits=4), pm([r["oor"] for r in rs], digits=1),
-                   pm([r["wall_s"] for r in rs], 1 / 60, 0)] for arm in ARMS if (rs := runs.get(arm))])]
+                   pm([r["train_s"] for r in rs], 1 / 60, 0)] for arm in ARMS if (rs := runs.get(arm))])]
     for arm in LOOPED + STAGE2:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         if not rs:
