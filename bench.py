@@ -402,11 +402,12 @@ def memory_ratios(cfg, device, amp):
                           for c in (False, True) for d in (12, 48)], device)
 
 
-def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True):
+def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, num_groups=32, num_heads=6):
     """LoopVAE's cost ledger (arXiv 2609.11516, sec. 4.7) for presets.LOOPVAE_ARMS (the three sharing
-    scopes on one 28-application graph and the unlooped hierarchy), CNN operator, K = 4, at `width`
-    channels and `img` px. Per arm: stored parameters (all; the core alone), stored blocks and block
-    applications per branch, analytic MACs/img (LoopVAE.macs_per_image), training img/s of one AdamW
+    scopes on one 28-application graph and the unlooped hierarchy, CNN operator; the Transformer-core
+    arms of Table 2, `num_heads` heads), K = 4, at `width` channels in `num_groups` GroupNorm groups and
+    `img` px (defaults: the paper's f8d16 configuration's). Per arm: stored parameters (all; the core
+    alone), stored blocks and block applications per branch, analytic MACs/img (LoopVAE.macs_per_image), training img/s of one AdamW
     step at `batch` (measured side by side: the arms take turns for `repeats` rounds of 2 steps, the
     median round counts) and its peak step memory (MiB, step_memories); eval_ms_b8: the latency of an
     encode-decode forward in evaluation mode at batch 8, as the paper times it (sec. 4.7), in turns
@@ -414,8 +415,11 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True):
     (width 384, 256 px) for each arm."""
     import loopvae
     import presets
-    arms = {arm: dict(share=f["share"], loops=tuple(f["loops"])) for arm, (_, f) in presets.LOOPVAE_ARMS.items()}
-    kws = {arm: dict(img_size=img, embed_dim=width, num_blocks=4, latent_dim=16, **a) for arm, a in arms.items()}
+    arms = {arm: dict(share=f["share"], loops=tuple(f["loops"]), operator=f.get("operator", "cnn"))
+            for arm, (_, f) in presets.LOOPVAE_ARMS.items()}
+    kws = {arm: dict(img_size=img, embed_dim=width, num_blocks=4, latent_dim=16, num_groups=num_groups,
+                     num_heads=num_heads, **a)
+           for arm, a in arms.items()}
     out, steps, forwards = {}, {}, {}
     for arm, kw in kws.items():
         torch.manual_seed(0)
@@ -432,7 +436,8 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True):
                         stored_blocks=len(m.encoder.core.blocks), applications=4 * sum(kw["loops"]),
                         macs=m.macs_per_image(), seconds=[], eval_seconds=[])
         if paper:
-            big = loopvae.loopvae_cnn_f8d16(**arms[arm])
+            big = (loopvae.loopvae_vit_f8d16 if arms[arm]["operator"] == "vit" else loopvae.loopvae_cnn_f8d16)(
+                share=arms[arm]["share"], loops=arms[arm]["loops"])
             out[arm].update(paper_params=big.num_params(), paper_macs=big.macs_per_image())
     for arm in steps:
         timed(steps[arm], device, warmup, 0)
@@ -605,10 +610,13 @@ def run(args):
                    f"{spec['blocks_per_step']}, {len(x)} images")
 
     def loopvae_costs():
+        import presets
         # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the mini presets' on the CPU
-        size = dict(img=256, width=384, batch=8) if cuda else dict(img=32, width=32, batch=32)
+        size = dict(img=256, width=384, batch=8) if cuda else dict(
+            img=32, width=32, batch=32, num_groups=presets.LOOPVAE_MINI["num_groups"],
+            num_heads=presets.LOOPVAE_MINI["num_heads"])
         if args.smoke:
-            size = dict(img=16, width=32, batch=2)
+            size = dict(img=16, width=32, batch=2, num_heads=4)
         info["loopvae_ledger"] = led = loopvae_ledger(device, amp, **size, warmup=warmup, repeats=repeats,
                                                       paper=not args.smoke)
         u = led["unlooped"]
@@ -617,8 +625,12 @@ def run(args):
             report(f"loopvae_{arm}_over_unlooped_img_per_s", a["img_per_s"] / u["img_per_s"],
                    f"{a['img_per_s']:.1f} vs {u['img_per_s']:.1f} img/s; {a['params'] / u['params']:.2f}x the "
                    f"parameters, {a['macs'] / u['macs']:.2f}x the MACs ({size['img']} px, width {size['width']})")
-        report("loopvae_global_over_unlooped_step_mem", led["global"]["step_mib"] / u["step_mib"],
-               f"{led['global']['step_mib']:.0f} vs {u['step_mib']:.0f} MiB, batch {size['batch']}")
+        if u["step_mib"] > 0:  # (a tiny step on the CPU may not raise the peak RSS at all)
+            report("loopvae_global_over_unlooped_step_mem", led["global"]["step_mib"] / u["step_mib"],
+                   f"{led['global']['step_mib']:.0f} vs {u['step_mib']:.0f} MiB, batch {size['batch']}")
+        else:
+            print(f"{'loopvae_global_over_unlooped_step_mem':40s}   not measured: the unlooped step did not raise "
+                  "the peak memory at this size", flush=True)
 
     # In this order: the GPU's peak and the CIFAR preset (issue: GPU speed) first. Each measurement
     # runs whatever happened to the ones before it: a failure is one line here and an entry under

@@ -583,9 +583,14 @@ def test_loopvae_ledger_counts_blocks_applications_and_macs_of_each_arm(monkeypa
     but not asserted (bench.py measures ratios, tests do not time)."""
     import bench
     monkeypatch.setattr(bench, "step_memories", lambda jobs, device: [1.0] * len(jobs))
-    led = bench.loopvae_ledger(torch.device("cpu"), False, img=16, width=32, batch=2, warmup=0, repeats=1, paper=False)
+    led = bench.loopvae_ledger(torch.device("cpu"), False, img=16, width=32, batch=2, warmup=0, repeats=1, paper=False,
+                              num_groups=4, num_heads=4)
     assert [led[a]["stored_blocks"] for a in ("global", "scale", "none", "unlooped")] == [4, 12, 28, 12]
     assert [led[a]["applications"] for a in ("global", "scale", "none", "unlooped")] == [28, 28, 28, 12]
     assert led["global"]["macs"] == led["scale"]["macs"] == led["none"]["macs"] > led["unlooped"]["macs"]
     assert led["global"]["params"] < led["unlooped"]["params"] < led["none"]["params"]
     assert all(r["img_per_s"] > 0 and r["step_mib"] == 1.0 and r["eval_ms_b8"] > 0 for r in led.values())
+    # the Transformer-core arms are timed as Transformers (not as CNN copies): same graph, other blocks
+    assert [led[a]["stored_blocks"] for a in ("vit-global", "vit-none")] == [4, 28]
+    assert led["vit-global"]["macs"] == led["vit-none"]["macs"] != led["global"]["macs"]
+    assert led["vit-global"]["core_params"] != led["global"]["core_params"]
