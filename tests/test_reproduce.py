@@ -633,6 +633,12 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
     assert "30.0 ± 0.0 / 25.0 ± 0.0 / 20.0 ± 0.0 % vs 2.0 ± 0.0 % full" in rows["5."]
     assert "1.82x the MACs, 2.50x the training step time (this ledger has no eval latency)" in rows["6."]
     assert "by construction" in rows["6."] and rows["6."].endswith("| agree |")  # 2.50 > 1.82 x 1.1
+    assert "19.10 ± 0.10 vs 18.50 ± 0.00 dB (+0.60, noise 0.20) in 2.50x" in rows["6b"]  # global better at equal steps
+    assert rows["6b"].startswith("| 6b. at matched quality") and rows["6b"].endswith("| disagree |")
+    ledger = json.loads((root / "ledger.json").read_text())["info"]["loopvae_ledger"]
+    runs = summarize_loopvae.load_runs(str(root))
+    level = [dict(r, psnr=19.1) for r in runs["unlooped"]]  # the unlooped arm level with global: it gets there first
+    assert summarize_loopvae.matched_quality_row(runs["global"], level, ledger, 0.2)[3] == "agree"
     assert "\nold\n" not in readme.read_text() and readme.read_text().endswith("prose\n")
     summary = (root / "summary.md").read_text()
     assert "| `c100-mini-loopvae-none` | 2 | 19.10 ± 0.20 |" in summary and "| `c100-mini-loopvae-gan` | 2 |" in summary
