@@ -198,7 +198,8 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     h2 = "disagree" if at_last else "agree"
     here = (f"{lose} of {len(losses)} image-pass bypasses lose; the last pass most sensitive in "
             f"{sum(last)} of {len(last)} image-stages; of {len(called)} arm-stages, "
-            f"{sum(t is not None for _, _, t in called)} have a most sensitive pass beyond the seed spread, "
+            f"{(k := sum(t is not None for _, _, t in called))} {'has' if k == 1 else 'have'} a most sensitive pass "
+            "beyond the seed spread, "
             f"{len(at_last)} of them the last")
     return claim, paper, here, f"{h1} that every bypass loses, {h2} that the last is not the most sensitive"
 
