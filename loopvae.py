@@ -36,7 +36,8 @@ Stored vs executed (our `loopvae_cnn_f8d16()` at 256 px, from num_params() and m
 The paper does not specify the transitions and heads; ours are marked "our choice". Its Transformer
 is 32.46M - 29.07M = 3.39M larger, which is 8 x (ViT block - CNN block) = 8 x 424,320 = 3.39M: its
 ablation apparently keeps the CNN's transitions and heads, as `operator="vit"` does here.
-Measured: the CPU study of the four sharing arms (README.md "LoopVAE", docs/models.md, results/loopvae/).
+Measured: the CPU study of the sharing scopes on both cores and of Stage 2 (README.md "LoopVAE", docs/models.md,
+results/loopvae/).
 """
 import math
 

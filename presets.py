@@ -299,13 +299,15 @@ TIMES.update({f"in1k-revit-b14-e{e}-dinov2": ("?", "est. 19 h") for e in (1, 4, 
 # side by side, other load on the cores for some): 1.07-1.26 s per step of 32 and 2-4 min for the 10k
 # validation images with 28 block applications per branch; unlooped 0.57 s per step and 2.3 min; 1000
 # steps. in256: 19.2M images at ~9.5 img/s (the paper's 28.5 img/s forward / 3) on one GPU.
-# Measured wall times (CPU-2 AMD EPYC, 2026-12-01, one thread, two runs side by side; seed 1 of the study,
-# whose seed-0 runs shared the cores with more work: 41-54 min; docs/models.md): training + evaluation.
+# Measured wall times (CPU-2 AMD EPYC, 2026-12-01, one thread, two runs side by side; seed 1 of the first study,
+# at 32 GroupNorm groups, whose seed-0 runs shared the cores with more work: 41-54 min; docs/models.md): training +
+# evaluation. The group count does not change a step's cost: at 4 groups (2026-12-02) unlooped seed 1 trained in
+# 18.2 min beside a third process for part of the time (14.7 min at 32 groups), the gan runs in 9.2 and 9.0 min.
 TIMES.update({"c100-mini-loopvae-global": ("32.4 min, pair", "?"), "c100-mini-loopvae-scale": ("33.0 min, pair", "?"),
               "c100-mini-loopvae-none": ("35.9 min, pair", "?"), "c100-mini-loopvae-unlooped": ("17.2 min, pair", "?"),
               "c100-mini-loopvae-gan": ("10.2 min, pair", "?")})
-# The Transformer-core arms: a CNN arm's time x 1.45-1.51, the ratio of their training steps (batch 32, one
-# thread, timed in turns in one process beside two runs; CPU-2 AMD EPYC, 2026-12-01; NOTES.md).
-TIMES.update({"c100-mini-loopvae-vit-global": ("est. 48 min, pair", "?"), "c100-mini-loopvae-vit-none": ("est. 53 min, pair", "?")})
+# The Transformer-core arms, measured: seed 0 of the study, side by side (CPU-2 AMD EPYC, 2026-12-02; 48.8 and
+# 49.5 min of training, a third process beside them for the first ~10 min; the estimate was 48 and 53).
+TIMES.update({"c100-mini-loopvae-vit-global": ("59.9 min, pair", "?"), "c100-mini-loopvae-vit-none": ("60.9 min, pair", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")
 TIMES["in256-loopvae-cnn-gan"] = ("?", "est. 840 h")
