@@ -87,13 +87,22 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   local commit
   commit=$(where commit)
   mkdir -p "$dir"
+  # wall time: what earlier calls spent (partial.json), plus, when a call was killed with its run (a
+  # session's end: running.json left behind), its time up to the run's last line in train.log
+  local prior
+  prior=$(python -c "import json, os, sys; d = sys.argv[1]; j = lambda f: json.load(open(os.path.join(d, f)))
+p = j('partial.json')['wall_s'] if os.path.isfile(os.path.join(d, 'partial.json')) else 0
+if os.path.isfile(os.path.join(d, 'running.json')):
+    r = j('running.json'); p = r['prior'] + max(0, int(os.path.getmtime(os.path.join(d, 'train.log'))) - r['started'])
+print(p)" "$dir" 2>/dev/null || echo 0)
+  echo "{\"started\": $(date +%s), \"prior\": $prior}" > "$dir/running.json"
   local t0=$SECONDS
   # shellcheck disable=SC2086  # EXTRA is a list of flags
   OMP_NUM_THREADS=1 python train.py --preset "c100-mini-$preset" --seed "$seed" --data-dir "$DATA" \
     --device cpu --out-dir "$dir" "${flags[@]}" $EXTRA >> "$dir/train.log" 2>&1
   local rc=$?
-  local wall=$(( SECONDS - t0 + $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'])" \
-    "$dir/partial.json" 2>/dev/null || echo 0) ))
+  local wall=$(( SECONDS - t0 + prior ))
+  rm -f "$dir/running.json"
   if [ $rc -eq 0 ]; then
     echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -108,6 +109,15 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert "the first 16 test images" in summary and "SHORTENED" in summary  # never the protocol
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "skip bvit seed 0 (done)" in r.stdout and "0 run(s) to do" in r.stdout
+    # a call killed with its run (a session's end) left running.json: its time counts, to train.log's last line
+    d, now = tmp_path / "mini" / "vit-narrow" / "seed0", int(time.time())
+    d.mkdir(parents=True)
+    (d / "running.json").write_text(json.dumps({"started": now - 1000, "prior": 50}))
+    (d / "train.log").write_text("killed\n")
+    os.utime(d / "train.log", (now - 400, now - 400))
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="vit-narrow"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((d / "done.json").read_text())["wall_s"] >= 650 and not (d / "running.json").exists()
     for bad in ("nosuch", "bvit+nosuch"):  # one line, exit 2, nothing started
         r = subprocess.run(["bash", script], env=dict(env, ARMS=bad), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ARMS" in r.stderr
