@@ -407,7 +407,8 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, 
     scopes on one 28-application graph and the unlooped hierarchy, CNN operator; the Transformer-core
     arms of Table 2, `num_heads` heads), K = 4, at `width` channels in `num_groups` GroupNorm groups and
     `img` px (defaults: the paper's f8d16 configuration's). Per arm: stored parameters (all; the core
-    alone), stored blocks and block applications per branch, analytic MACs/img (LoopVAE.macs_per_image), training img/s of one AdamW
+    alone), stored blocks and block applications per branch, analytic MACs/img
+    (LoopVAE.macs_per_image), training img/s of one AdamW
     step at `batch` (measured side by side: the arms take turns for `repeats` rounds of 2 steps, the
     median round counts) and its peak step memory (MiB, step_memories); eval_ms_b8: the latency of an
     encode-decode forward in evaluation mode at batch 8, as the paper times it (sec. 4.7), in turns
@@ -612,9 +613,10 @@ def run(args):
     def loopvae_costs():
         import presets
         # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the mini presets' on the CPU
+        mini = presets.LOOPVAE_MINI  # (the c100-mini-loopvae-* arms' architecture)
         size = dict(img=256, width=384, batch=8) if cuda else dict(
-            img=32, width=32, batch=32, num_groups=presets.LOOPVAE_MINI["num_groups"],
-            num_heads=presets.LOOPVAE_MINI["num_heads"])
+            img=32, width=mini["embed_dim"], batch=mini["batch_size"], num_groups=mini["num_groups"],
+            num_heads=mini["num_heads"])
         if args.smoke:
             size = dict(img=16, width=32, batch=2, num_heads=4)
         info["loopvae_ledger"] = led = loopvae_ledger(device, amp, **size, warmup=warmup, repeats=repeats,

@@ -45,9 +45,9 @@ def fail(msg):
 
 def load_runs(root):
     """{arm: [run, ...]} of the finished runs (done.json) under root, seeds in order; a run is a dict of
-    its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), wall_s, train_s
-    (train.py's training seconds, which its checkpoints carry across a resume: a stopped study's wall
-    time is not), dir."""
+    its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), train_s
+    (train.py's training seconds, which its checkpoints carry across a resume; done.json's wall_s
+    misses what a stopped session lost), dir."""
     runs = {}
     for arm in ARMS:
         arm_dir = os.path.join(root, f"loopvae-{arm}")
@@ -60,8 +60,8 @@ def load_runs(root):
             last, done = rows[-1], json.load(open(os.path.join(d, "done.json")))
             runs.setdefault(arm, []).append(dict(
                 seed=args["seed"], dir=d, psnr=last["val_psnr"], ssim=last["val_ssim"], l1=last["val_l1"],
-                oor=100 * last["val_out_of_range"], wall_s=done["wall_s"],
-                train_s=sum(r.get("epoch_time_s", 0.0) for r in rows), commit=done.get("commit", "?"),
+                oor=100 * last["val_out_of_range"], train_s=sum(r.get("epoch_time_s", 0.0) for r in rows),
+                commit=done.get("commit", "?"),
                 cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset"))
                 or args.get("max_steps") != PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
     return runs
