@@ -337,6 +337,9 @@ def recon_grid(run, root, plt, n=8):
     import types
     import torch
     import analyze
+    if not os.path.isfile(os.path.join(run["dir"], "ckpt.pt")):  # runs kept without checkpoints (results/)
+        print(f"no {os.path.join(run['dir'], 'ckpt.pt')}: recon.png not drawn")
+        return
     model, val_set, _ = analyze.load(types.SimpleNamespace(resume=os.path.join(run["dir"], "ckpt.pt"),
                                                            data_dir=None, device="cpu"))
     x = torch.stack([val_set[i][0] for i in range(n)])

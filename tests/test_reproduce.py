@@ -659,6 +659,38 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
 
 
 
+def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(tmp_path, monkeypatch, capsys):
+    """keep_results.py copies finished runs without checkpoints; summarize_loopvae on the kept study
+    (results/loopvae) gives README's and docs/models.md's tables as they stand."""
+    import keep_results
+    import summarize_loopvae
+    runs = tmp_path / "runs"
+    for name in ("done.json", "log.jsonl", "loops.json", "ckpt.pt", "train.log", "running.json"):
+        (runs / "loopvae-global" / "seed0").mkdir(parents=True, exist_ok=True)
+        (runs / "loopvae-global" / "seed0" / name).write_text("{}")
+    (runs / "loopvae-none" / "seed0").mkdir(parents=True)
+    (runs / "loopvae-none" / "seed0" / "ckpt.pt").write_text("")  # unfinished: no done.json
+    (runs / "ledger.json").write_text("{}")
+    assert keep_results.keep(str(runs), str(tmp_path / "kept")) == ["loopvae-global/seed0"]
+    assert sorted(os.listdir(tmp_path / "kept" / "loopvae-global" / "seed0")) == ["done.json", "log.jsonl", "loops.json"]
+    assert sorted(os.listdir(tmp_path / "kept")) == ["ledger.json", "loopvae-global"]
+    assert keep_results.main([str(tmp_path / "nothing"), str(tmp_path / "k")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    kept = tmp_path / "loopvae"
+    shutil.copytree(os.path.join(ROOT, "results", "loopvae"), kept)
+    monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)
+    summarize_loopvae.main([str(kept)])  # every measurement cached: no checkpoint, no timing
+    summary, found = (kept / "summary.md").read_text(), 0
+    for doc in ("README.md", os.path.join("docs", "models.md")):
+        text = open(os.path.join(ROOT, doc)).read()
+        for name in ("loopvae-claims", "loopvae-details"):
+            if f"<!-- {name} -->" in text:
+                block = text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+                assert block in summary, f"{doc}'s {name} table is not what results/loopvae gives"
+                found += 1
+    assert found == 2  # the claims in README, the details in docs/models.md
+
+
 # ----------------------------------------------------------------------------- reViT's second regime (issue 39)
 def fake_teacher_study(root, agree):
     """Finished teacher and student runs with cached probes and alignments, for the four claims to come out

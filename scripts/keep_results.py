@@ -1,0 +1,57 @@
+"""Keep a study's results without its checkpoints, so its summarizer can rebuild the tables later.
+
+    python scripts/keep_results.py runs/mini-loopvae results/loopvae
+    python scripts/summarize_loopvae.py results/loopvae        # the same summary.md, no retraining
+
+Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>/, and RUNS' own files
+(ledger.json, summary.md, figures), leaving out what is large or only means something while a run
+trains: checkpoints (*.pt), train.log, running.json, partial.json. A summarizer reads a kept run like a
+trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
+probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
+Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
+"""
+import argparse
+import os
+import shutil
+import sys
+
+SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json")
+
+
+def keep(runs, dest):
+    """Copy the finished runs under `runs` and its top-level files into `dest`; returns the runs kept
+    ("ARM/seed<k>"). Raises FileNotFoundError when `runs` is not a folder."""
+    if not os.path.isdir(runs):
+        raise FileNotFoundError(runs)
+    kept = []
+    for arm in sorted(os.listdir(runs)):
+        src = os.path.join(runs, arm)
+        if not os.path.isdir(src):
+            if not SKIP(runs, [arm]):
+                os.makedirs(dest, exist_ok=True)
+                shutil.copy2(src, os.path.join(dest, arm))
+            continue
+        for seed in sorted(os.listdir(src)):
+            if os.path.isfile(os.path.join(src, seed, "done.json")):
+                shutil.copytree(os.path.join(src, seed), os.path.join(dest, arm, seed), ignore=SKIP,
+                                dirs_exist_ok=True)
+                kept.append(f"{arm}/{seed}")
+    return kept
+
+
+def main(argv=None):
+    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_argument("runs", help="a study's run folder (scripts/reproduce_mini.sh's OUT)")
+    cli.add_argument("dest", help="where to keep it (results/<study>)")
+    a = cli.parse_args(argv)
+    try:
+        kept = keep(a.runs, a.dest)
+    except FileNotFoundError:
+        sys.stderr.write(f"keep_results.py: error: {a.runs} is not a folder; give a study's run folder (runs/mini)\n")
+        return 2
+    print(f"kept {len(kept)} finished run(s) of {a.runs} in {a.dest} (no checkpoints)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
