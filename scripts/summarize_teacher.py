@@ -2,7 +2,7 @@
 final features alone, read by frozen probes and by their alignment with the teacher; RUNS/teacher.md.
 
     ARMS="vit revit-e1+feature-only revit-e4+feature-only" bash scripts/reproduce_mini.sh
-    python scripts/summarize_teacher.py runs/mini [--readme README.md]
+    python scripts/summarize_teacher.py runs/mini [--readme README.md --docs docs/models.md]
 
 Reads RUNS/{vit, revit-e1+feature-only, revit-e4+feature-only}/seed<k>/ (finished runs: done.json) and
 measures on the way, cached in each run's folder (a second call only reads):
@@ -17,6 +17,8 @@ The four claims (written before the runs, judged by summarize_mini.verdict's noi
     displacement (a deletion "costs less" when its CKA is above the random draws' mean by more than
     their standard deviation, "more" when below by more; the majority decides);
 (d) every non-identity permutation of E=4's gate columns reduces the teacher CKA (by more than 1e-4).
+Writes RUNS/teacher.md; --readme / --docs put the claims / the per-arm table (probes, alignment) between the
+files' <!-- teacher-claims --> / <!-- teacher-details --> markers.
 """
 import argparse
 import json
@@ -141,7 +143,8 @@ def probe_table(runs):
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
-    cli.add_argument("--readme", help="write the claims and the table between README's <!-- teacher-claims --> markers")
+    cli.add_argument("--readme", help="write the claims between README's <!-- teacher-claims --> markers")
+    cli.add_argument("--docs", help="write the per-arm table between this file's <!-- teacher-details --> markers")
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
     a = cli.parse_args(argv)
@@ -152,16 +155,21 @@ def main(argv=None):
         fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash scripts/reproduce_mini.sh")
     if not a.no_measure:
         measure(runs, a.runs, a.data_dir)
-    block = (table(["claim", "paper (reViT, arXiv 2610.12448)", "here: c100-mini, 32 px", "verdict"], claims(runs))
-             + "\n\n" + probe_table(runs) + "\n\nStudents distilled from the same seed's `c100-mini-vit` by its final "
-             "features alone (`--task-weight 0`); probes `probe.py --preset c100-probe-*` (the dense ones on our "
-             "CIFAR-100 mosaics, not ADE20k or NYUv2); alignment `analyze.py --teacher`, 256 test images; mean ± "
-             "half the spread over seeds (scripts/summarize_teacher.py).")
+    seeds = ", ".join(f"{arm} {len(rs)}" for arm, rs in runs.items())
+    blocks = {"teacher-claims": table(["claim", "paper (reViT, arXiv 2610.12448)", "here: c100-mini, 32 px", "verdict"],
+                                      claims(runs)) + f"\n\nSeeds: {seeds}; mean ± half the spread over seeds "
+                                      "(scripts/summarize_teacher.py).",
+              "teacher-details": probe_table(runs) + "\n\nStudents distilled from the same seed's `c100-mini-vit` by "
+                                 "its final features alone (`--task-weight 0`); probes `probe.py --preset c100-probe-*` "
+                                 "(the dense ones on our CIFAR-100 mosaics, not ADE20k or NYUv2); alignment `analyze.py "
+                                 "--teacher`, 256 test images; mean ± half the spread over seeds."}
+    block = "\n\n".join(blocks.values())
     with open(os.path.join(a.runs, "teacher.md"), "w") as f:
         f.write("# reViT's second regime at CPU scale\n\n" + block + "\n")
-    if a.readme:
-        update_readme(a.readme, {"teacher-claims": block}, a.runs, prefix="teacher", tool="summarize_teacher.py",
-                      figures=())
+    for path, name in ((a.readme, "teacher-claims"), (a.docs, "teacher-details")):
+        if path:
+            update_readme(path, {name: blocks[name]}, a.runs, prefix="teacher", tool="summarize_teacher.py",
+                          figures=())
     print(block)
 
 

@@ -729,9 +729,15 @@ def test_the_second_regimes_claims_come_out_either_way(tmp_path, agree):
     assert [r[3] for r in rows] == ["agree" if agree else "disagree"] * 4, rows
     assert ("8 of 8 deletions cost less" if agree else "0 of 8 deletions cost less, 8 more") in rows[2][2]
     assert ("46 of 46 permutations lower" if agree else "44 of 46 permutations lower") in rows[3][2]
-    st.main([str(tmp_path), "--no-measure"])
+    readme, docs = tmp_path / "README.md", tmp_path / "models.md"
+    readme.write_text("<!-- teacher-claims -->\nold\n<!-- /teacher-claims -->\n")
+    docs.write_text("x\n<!-- teacher-details -->\n<!-- /teacher-details -->\ny\n")
+    st.main([str(tmp_path), "--no-measure", "--readme", str(readme), "--docs", str(docs)])
     text = (tmp_path / "teacher.md").read_text()
     assert "| `revit-e4+feature-only` | 2 |" in text and "not ADE20k or NYUv2" in text
+    assert rows[0][1] in readme.read_text() and "Seeds: vit 2, revit-e1+feature-only 2" in readme.read_text()
+    assert "| `revit-e4+feature-only` | 2 |" in docs.read_text() and "old" not in readme.read_text()
+    assert docs.read_text().startswith("x\n") and docs.read_text().endswith("y\n")
 
 
 def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was_not_run(tmp_path):
