@@ -306,8 +306,9 @@ TIMES.update({f"in1k-revit-b14-e{e}-dinov2": ("?", "est. 19 h") for e in (1, 4, 
 TIMES.update({"c100-mini-loopvae-global": ("32.4 min, pair", "?"), "c100-mini-loopvae-scale": ("33.0 min, pair", "?"),
               "c100-mini-loopvae-none": ("35.9 min, pair", "?"), "c100-mini-loopvae-unlooped": ("17.2 min, pair", "?"),
               "c100-mini-loopvae-gan": ("10.2 min, pair", "?")})
-# The Transformer-core arms, measured: seed 0 of the study, side by side (CPU-2 AMD EPYC, 2026-12-02; 48.8 and
-# 49.5 min of training, a third process beside them for the first ~10 min; the estimate was 48 and 53).
-TIMES.update({"c100-mini-loopvae-vit-global": ("59.9 min, pair", "?"), "c100-mini-loopvae-vit-none": ("60.9 min, pair", "?")})
+# The Transformer-core arms, measured: seed 1 of the study, the two side by side and nothing else for all but ~1 min
+# (CPU-2 AMD EPYC, 2026-12-02; 25.0 and 25.3 min of training). Seed 0 took 59.9 and 60.9 min with more work on the
+# cores (48.8 and 49.5 min of training); the estimate was 48 and 53.
+TIMES.update({"c100-mini-loopvae-vit-global": ("30.6 min, pair", "?"), "c100-mini-loopvae-vit-none": ("31.6 min, pair", "?")})
 TIMES["in256-loopvae-cnn"] = ("?", "est. 560 h")
 TIMES["in256-loopvae-cnn-gan"] = ("?", "est. 840 h")
