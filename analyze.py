@@ -88,7 +88,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def get_parser():
-    p = Parser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--resume", required=True, metavar="CKPT", help="an rvits checkpoint (train.py's ckpt.pt)")
     p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (LoopVAE: loops.json) and PNGs "
                    "are written")

@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def get_parser():
-    p = Parser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--weights", required=True, metavar="FILE", help="an rvits checkpoint (or run folder) or a "
                    "ViT state dict in timm's layout (DINOv2's)")
     p.add_argument("--task", choices=["linear", "seg", "depth"], help="the probe (default: the preset's, else linear)")

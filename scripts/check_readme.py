@@ -278,7 +278,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def main(argv=None):
-    p = Parser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--only", default="", help="comma-separated run names (see --list)")
     p.add_argument("--all", action="store_true", help="also the runs outside the quick set")
     p.add_argument("--list", action="store_true", help="print the runs and their commands, then exit")

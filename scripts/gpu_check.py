@@ -188,7 +188,7 @@ def failures(res, cuda):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny width, fp32 (compiles: checks the script; "
                    "model_bf16_residual needs bf16 autocast, so not there)")
     p.add_argument("--steps", type=int, default=20, help="steps per timed round (default: 20)")

@@ -101,7 +101,7 @@ def cifar_lines(path, preset):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="every step at tiny width on the CPU")
     a = p.parse_args(argv)
     env = os.environ

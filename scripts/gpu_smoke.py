@@ -58,7 +58,7 @@ def smoke(model_name, device, dry, steps=3):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="32 px, tiny width, eager, on the CPU")
     a = p.parse_args(argv)
     if not a.dry_run and not torch.cuda.is_available():

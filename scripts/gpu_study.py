@@ -291,7 +291,7 @@ def result_line(arm, seed, run_dir, wall_s, meta):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="every arm shrunk to a few steps on the CPU")
     p.add_argument("--probe-worker", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

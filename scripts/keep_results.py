@@ -5,7 +5,7 @@
 
 Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>/, and RUNS' own files
 (ledger.json, summary.md, figures), leaving out what is large or only means something while a run
-trains: checkpoints (*.pt), train.log, running.json, partial.json. A summarizer reads a kept run like a
+trains: checkpoints (*.pt), train.log, running.json, partial.json, .lock. A summarizer reads a kept run like a
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
 probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 
-SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json")
+SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock")
 
 
 def keep(runs, dest):
@@ -40,7 +40,7 @@ def keep(runs, dest):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", help="a study's run folder (scripts/reproduce_mini.sh's OUT)")
     cli.add_argument("dest", help="where to keep it (results/<study>)")
     a = cli.parse_args(argv)

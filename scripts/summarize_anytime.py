@@ -142,7 +142,7 @@ def figure(runs, root):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--readme", help="write the claims and the table between README's <!-- anytime --> markers")
     cli.add_argument("--num-images", type=int, default=2000, help="validation images per analysis")

@@ -100,7 +100,7 @@ def summary(lines):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="?", default="results/gpu", help="folder of results.jsonl (default results/gpu)")
     p.add_argument("--add", metavar="FILE", help="a window's results.jsonl (OUT of gpu_study.sh) to add")
     p.add_argument("--out", help="where summary.md and the figures go (default: the results folder)")

@@ -321,7 +321,8 @@ def figures(runs, root):
             if rs:
                 m = [statistics.mean(c) for c in zip(*rs)]
                 err = [[a - min(c) for a, c in zip(m, zip(*rs))], [max(c) - a for a, c in zip(m, zip(*rs))]]
-                ax.errorbar(range(1, len(m) + 1), m, yerr=err, marker="o", capsize=3, label=f"{arm} (n={len(rs)})")
+                ax.errorbar(range(1, len(m) + 1), m, yerr=err, marker="o", capsize=3, label=f"{arm} (n={len(rs)})",
+                            linestyle="--" if arm in STAGE2 else "-")  # (Stage 2 lies on its Stage-1 run)
         ax.set(title=s, xlabel="passes kept (k)", xticks=range(1, lr[0]["loops"]["stages"][s] + 1))
     axes[0].set_ylabel("validation PSNR (dB)")
     axes[-1].legend(fontsize=7)
@@ -362,7 +363,7 @@ def recon_grid(run, root, plt, n=8):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini-loopvae")
     cli.add_argument("--readme", help="write the claim table into this file between <!-- loopvae-claims --> markers")
     cli.add_argument("--docs", help="write the details into this file between <!-- loopvae-details --> markers")

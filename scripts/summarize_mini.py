@@ -335,7 +335,7 @@ def main(root, readme=None):
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--readme", help="also write the tables into this README between its markers")
     a = cli.parse_args()

@@ -141,7 +141,7 @@ def probe_table(runs):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--readme", help="write the claims between README's <!-- teacher-claims --> markers")
     cli.add_argument("--docs", help="write the per-arm table between this file's <!-- teacher-details --> markers")

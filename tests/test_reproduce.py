@@ -665,7 +665,7 @@ def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(t
     import keep_results
     import summarize_loopvae
     runs = tmp_path / "runs"
-    for name in ("done.json", "log.jsonl", "loops.json", "ckpt.pt", "train.log", "running.json"):
+    for name in ("done.json", "log.jsonl", "loops.json", "ckpt.pt", "train.log", "running.json", ".lock"):
         (runs / "loopvae-global" / "seed0").mkdir(parents=True, exist_ok=True)
         (runs / "loopvae-global" / "seed0" / name).write_text("{}")
     (runs / "loopvae-none" / "seed0").mkdir(parents=True)
