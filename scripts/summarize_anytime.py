@@ -23,7 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import combine, finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r2", "odevit-euler"]
 RECURRENT = ARMS[1:]
@@ -84,8 +84,9 @@ def claims(runs):
         if gains:
             per_arm.append((arm, gains, verdict(gains, [0.0] * len(gains), ">", 0.0)[0]))
     if per_arm:
-        plain = [v.split(" (")[0].replace("leans ", "") for _, _, v in per_arm]
-        v = "agree" if all(p == "agree" for p in plain) else "disagree" if "disagree" in plain else "cannot tell"
+        v = combine([w for _, _, w in per_arm])
+        if len(per_arm) < len(RECURRENT) and not v.startswith("disagree"):  # "every arm": one that disagrees suffices
+            v = f"{v}, on {len(per_arm)} of {len(RECURRENT)} arms so far"
         rows.append(("(b) for every recurrent arm, the best exit rule beats fixed-depth truncation at equal compute",
                      "; ".join(f"{arm} {fmt(g)} points ({w})" for arm, g, w in per_arm)
                      + "".join(f"; {arm} not run" for arm in RECURRENT if arm not in {a for a, _, _ in per_arm}), v))

@@ -150,6 +150,14 @@ def verdict(a, b, want, floor, hardware=0.0):
     return v, diff, noise
 
 
+def combine(parts):
+    """One verdict from several of verdict()'s (a claim made of parts): agree when all agree, disagree when
+    any disagrees, else cannot tell; a lean (a part judged on one seed) makes the whole a lean."""
+    plain = [v.split(" (")[0].replace("leans ", "") for v in parts]
+    v = "agree" if all(p == "agree" for p in plain) else "disagree" if "disagree" in plain else "cannot tell"
+    return f"leans {v} (one seed, spread unknown)" if any(p.startswith("leans") for p in parts) else v
+
+
 def fmt(values):
     m, s, n = stats(values)
     return f"{m:.2f} ± {s / 2:.2f}" if n > 1 else f"{m:.2f}"

@@ -29,7 +29,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import combine, finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
 ARMS = [TEACHER, E1, E4]
@@ -71,12 +71,6 @@ def measure(runs, root, data_dir):
                                 r["dir"], "--num-images", "256", "--data-dir", data_dir]):
                     fail(f"analyze.py --teacher failed on {r['dir']}")
                 r["alignment"] = json.load(open(os.path.join(r["dir"], "alignment.json")))
-
-
-def combine(parts):
-    """One verdict from several: agree when all agree, disagree when any disagrees, else cannot tell."""
-    plain = [v.split(" (")[0].replace("leans ", "") for v in parts]
-    return "agree" if all(v == "agree" for v in plain) else "disagree" if "disagree" in plain else "cannot tell"
 
 
 def claims(runs):

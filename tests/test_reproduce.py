@@ -783,5 +783,9 @@ def test_the_anytime_claims_cannot_tell_within_the_noise(tmp_path):
     for seed, frac in ((0, 0.5), (1, 0.7)):  # 60 % +- 10: within the spread
         fake_anytime_run(tmp_path, "bvit-ds", seed, frac, 1.0)
     rows = sa.claims(sa.load_runs(str(tmp_path)))
-    assert rows[0][2] == "cannot tell" and rows[1][2] == "agree"  # (b) read on the arms that ran, saying so
+    assert rows[0][2] == "cannot tell" and rows[1][2] == "agree, on 1 of 5 arms so far"  # (b): "every arm"
     assert "; bvit not run" in rows[1][1]
+    fake_anytime_run(tmp_path, "bvit", 0, 0.5, 1.0)  # one seed: a lean, and the lean carries into (b)
+    assert sa.claims(sa.load_runs(str(tmp_path)))[1][2] == "leans agree (one seed, spread unknown), on 2 of 5 arms so far"
+    fake_anytime_run(tmp_path, "srvit-r2", 0, 0.5, -30.0)  # an arm that loses decides "every arm" at once
+    assert sa.claims(sa.load_runs(str(tmp_path)))[1][2].startswith("leans disagree")
