@@ -117,15 +117,19 @@ def main(argv=None):
         feats.append(probes.extract(model, loader, args.device, dense, progress=bar))
     (x, ys), (xt, yts) = feats
     seconds = time.time() - t0
+    fits = lambda it, desc: tqdm(it, desc=desc, leave=False, file=sys.stderr)  # each head's passes
     if args.task == "linear":
-        res = probes.linear_probe((x, ys[0]), (xt, yts[0]), classes, args.epochs or 30, args.seed, device=args.device)
+        res = probes.linear_probe((x, ys[0]), (xt, yts[0]), classes, args.epochs or 30, args.seed, device=args.device,
+                                   progress=fits)
         line = f"linear probe top-1 {res['top1']:.2f} %"
     elif args.task == "seg":
-        res = probes.seg_probe((x, ys[0]), (xt, yts[0]), classes, args.epochs or 20, args.seed, device=args.device)
+        res = probes.seg_probe((x, ys[0]), (xt, yts[0]), classes, args.epochs or 20, args.seed, device=args.device,
+                                progress=fits)
         line = f"segmentation mIoU {res['miou']:.2f} % (pixel accuracy {res['pixel_acc']:.2f} %)"
     else:
         k = 1 if args.data == "cifar100" else 0  # the mosaics' second target: log2 zoom
-        res = probes.depth_probe((x, ys[k]), (xt, yts[k]), args.epochs or 20, args.seed, device=args.device)
+        res = probes.depth_probe((x, ys[k]), (xt, yts[k]), args.epochs or 20, args.seed, device=args.device,
+                                  progress=fits)
         unit = "log2 zoom" if args.data == "cifar100" else "m"
         line = f"depth RMSE linear {res['linear']['rmse']:.4f}, MLP {res['mlp']['rmse']:.4f} ({unit})"
     analogue = args.task != "linear" and args.data == "cifar100"

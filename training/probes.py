@@ -80,17 +80,17 @@ class DenseHead(nn.Module):
         return F.interpolate(y, size=(size, size), mode="bilinear", align_corners=False)
 
 
-def fit(make_head, x, y, loss_fn, *, epochs, lr, batch_size=256, weight_decay=1e-4, seed=0, device="cpu"):
+def fit(make_head, x, y, loss_fn, *, epochs, lr, batch_size=256, weight_decay=1e-4, seed=0, device="cpu", progress=None):
     """A fresh head = make_head() fitted on features x (M, ...) and targets y (M, ...) (on the CPU; each
     batch moves to `device`): AdamW at `lr`, cosine to 0 over `epochs` passes in seeded random order;
-    loss_fn(head, xb, yb) -> 0-d loss."""
+    loss_fn(head, xb, yb) -> 0-d loss; progress(iterable, desc) wraps the passes (a progress bar)."""
     torch.manual_seed(seed)
     head = make_head().to(device)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * math.ceil(len(x) / batch_size)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     g = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
+    for _ in (progress(range(epochs), f"head, lr {lr:g}") if progress else range(epochs)):
         order = torch.randperm(len(x), generator=g)
         for i in range(0, len(x), batch_size):
             idx = order[i:i + batch_size]
@@ -102,7 +102,8 @@ def fit(make_head, x, y, loss_fn, *, epochs, lr, batch_size=256, weight_decay=1e
     return head.eval()
 
 
-def select_and_fit(make_head, x, y, loss_fn, score, *, epochs, lrs=LRS, seed=0, higher=True, device="cpu"):
+def select_and_fit(make_head, x, y, loss_fn, score, *, epochs, lrs=LRS, seed=0, higher=True, device="cpu",
+                   progress=None):
     """(head refitted on all of x, y at the chosen lr, {lr: held-out score}): each lr of `lrs` fitted on
     nine tenths (a seeded split) and scored on the rest with score(head, x, y) -> float."""
     g = torch.Generator().manual_seed(seed)
@@ -110,12 +111,13 @@ def select_and_fit(make_head, x, y, loss_fn, score, *, epochs, lrs=LRS, seed=0, 
     held, rest = order[:max(1, len(x) // 10)], order[max(1, len(x) // 10):]
     scores = {}
     for lr in lrs:
-        head = fit(make_head, x[rest], y[rest], loss_fn, epochs=epochs, lr=lr, seed=seed, device=device)
+        head = fit(make_head, x[rest], y[rest], loss_fn, epochs=epochs, lr=lr, seed=seed, device=device,
+                   progress=progress)
         with torch.no_grad():
             scores[lr] = score(head, x[held], y[held])
     best = (max if higher else min)(scores, key=scores.get)
-    return fit(make_head, x, y, loss_fn, epochs=epochs, lr=best, seed=seed, device=device), {"lr": best,
-                                                                                            "held_out": scores}
+    return fit(make_head, x, y, loss_fn, epochs=epochs, lr=best, seed=seed, device=device, progress=progress), {
+        "lr": best, "held_out": scores}
 
 
 @torch.no_grad()
@@ -125,17 +127,17 @@ def batched(head, x, *args, batch_size=256):
     return torch.cat([head(x[i:i + batch_size].to(device), *args).cpu() for i in range(0, len(x), batch_size)])
 
 
-def linear_probe(train, test, num_classes, epochs=30, seed=0, lrs=LRS, device="cpu"):
+def linear_probe(train, test, num_classes, epochs=30, seed=0, lrs=LRS, device="cpu", progress=None):
     """train, test: (features (M, F), labels (M,)). Returns {top1 (%), lr, held_out}."""
     (x, y), (xt, yt) = train, test
     top1 = lambda head, a, b: float(100 * (batched(head, a).argmax(-1) == b).float().mean())
     ce = lambda head, a, b: F.cross_entropy(head(a), b)
     head, how = select_and_fit(lambda: nn.Linear(x.shape[1], num_classes), x, y, ce, top1, epochs=epochs,
-                               seed=seed, lrs=lrs, device=device)
+                               seed=seed, lrs=lrs, device=device, progress=progress)
     return {"top1": top1(head, xt, yt), **how}
 
 
-def seg_probe(train, test, num_classes, epochs=20, seed=0, lrs=LRS, device="cpu"):
+def seg_probe(train, test, num_classes, epochs=20, seed=0, lrs=LRS, device="cpu", progress=None):
     """train, test: (patch tokens (M, N, D), labels (M, H, W), -1 ignored). Returns {miou, pixel_acc (%),
     lr, held_out}."""
     (x, y), (xt, yt) = train, test
@@ -144,12 +146,12 @@ def seg_probe(train, test, num_classes, epochs=20, seed=0, lrs=LRS, device="cpu"
     pred = lambda head, a: batched(head, a, size).argmax(1)
     score = lambda head, a, b: miou(pred(head, a), b, num_classes)
     head, how = select_and_fit(lambda: DenseHead(x.shape[-1], num_classes), x, y, ce, score, epochs=epochs,
-                               seed=seed, lrs=lrs, device=device)
+                               seed=seed, lrs=lrs, device=device, progress=progress)
     p = pred(head, xt)
     return {"miou": miou(p, yt, num_classes), "pixel_acc": float(100 * (p == yt)[yt >= 0].float().mean()), **how}
 
 
-def depth_probe(train, test, epochs=20, seed=0, lrs=LRS, device="cpu"):
+def depth_probe(train, test, epochs=20, seed=0, lrs=LRS, device="cpu", progress=None):
     """train, test: (patch tokens (M, N, D), targets (M, H, W), nan = no reading). Returns {linear: {rmse,
     lr, held_out}, mlp: {...}}: a linear head and a two-layer MLP head (hidden = D)."""
     (x, y), (xt, yt) = train, test
@@ -162,6 +164,6 @@ def depth_probe(train, test, epochs=20, seed=0, lrs=LRS, device="cpu"):
     out = {}
     for name, hidden in (("linear", None), ("mlp", dim)):
         head, how = select_and_fit(lambda: DenseHead(dim, 1, hidden), x, y, mse, score, epochs=epochs, seed=seed,
-                                   lrs=lrs, higher=False, device=device)
+                                   lrs=lrs, higher=False, device=device, progress=progress)
         out[name] = {"rmse": score(head, xt, yt), **how}
     return out
