@@ -1,7 +1,7 @@
 """Summarize the CPU-scale CIFAR-100 study (scripts/reproduce_mini.sh): RUNS/summary.md and figures.
 
     python scripts/summarize_mini.py runs/mini
-    python scripts/summarize_mini.py runs/mini --readme README.md   # also refresh README's tables
+    python scripts/summarize_mini.py runs/mini --readme README.md --docs docs/models.md   # also the tables
 
 
 Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
@@ -317,7 +317,7 @@ def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py", f
             shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"{prefix}_{fig}.png"))
 
 
-def main(root, readme=None):
+def main(root, readme=None, docs=None):
     if not os.path.isdir(root):
         sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
         sys.exit(2)
@@ -338,7 +338,13 @@ def main(root, readme=None):
             sys.stderr.write(f"summarize_mini.py: error: --readme: {', '.join(short[:3])}{' ...' if len(short) > 3 else ''}"
                              f" ran shortened (--max-steps/--val-subset), not the protocol; README keeps its tables\n")
             sys.exit(2)
-        update_readme(readme, blocks, root)
+        files = [readme] + ([docs] if docs else [])  # each block goes to the file holding its markers
+        texts = {f: open(f).read() for f in files}
+        for i, f in enumerate(files):
+            mine = {k: v for k, v in blocks.items() if f"<!-- {k} -->" in texts[f] or (i == 0 and not any(
+                f"<!-- {k} -->" in texts[g] for g in files))}  # (markers nowhere: README's error names them)
+            if mine:
+                update_readme(f, mine, root, figures=("depth", "gates") if i == 0 else ())
     print(text)
 
 
@@ -346,5 +352,6 @@ if __name__ == "__main__":
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--readme", help="also write the tables into this README between its markers")
+    cli.add_argument("--docs", help="with --readme: a file holding some of the markers (docs/models.md: the moe-table)")
     a = cli.parse_args()
-    main(a.runs, a.readme)
+    main(a.runs, a.readme, a.docs)

@@ -277,6 +277,12 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     assert e.value.code == 2 and "bvit seed 1 ran shortened" in capsys.readouterr().err
     assert readme.read_text() == before
     shutil.rmtree(runs / "bvit" / "seed1")
+    docs = tmp_path / "models.md"  # the comparison table in another file (--docs), the others in README
+    docs.write_text("x\n<!-- moe-table -->\n<!-- /moe-table -->\n")
+    readme.write_text("<!-- mini-table -->\n<!-- /mini-table -->\n<!-- mini-verdicts -->\n<!-- /mini-verdicts -->\n")
+    summarize_mini.main(str(runs), str(readme), str(docs))
+    assert "| depth-programmed merging beats SMEAR" in docs.read_text() and "| matched FLOPs" in readme.read_text()
+    assert "SMEAR" not in readme.read_text()
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme))
@@ -749,6 +755,28 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
     assert st.claims(runs)[0][3] == "cannot tell"
     runs.pop(st.E1)
     assert st.claims(runs)[1][3] == "not run"
+
+
+def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
+    """results/mini (scripts/keep_results.py runs/mini results/mini): the second regime's and anytime
+    inference's summaries rebuilt from the kept files (every measurement cached) are README's and
+    docs/models.md's blocks as they stand."""
+    import summarize_anytime
+    import summarize_teacher
+    kept = tmp_path / "mini"
+    shutil.copytree(os.path.join(ROOT, "results", "mini"), kept)
+    monkeypatch.setattr(summarize_anytime, "figure", lambda runs, root: None)
+    summarize_teacher.main([str(kept), "--no-measure"])
+    summarize_anytime.main([str(kept), "--no-measure"])
+    made = (kept / "teacher.md").read_text() + (kept / "anytime.md").read_text()
+    found = 0
+    for doc, names in (("README.md", ("teacher-claims", "anytime")), (os.path.join("docs", "models.md"), ("teacher-details",))):
+        text = open(os.path.join(ROOT, doc)).read()
+        for name in names:
+            block = text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+            assert block in made, f"{doc}'s {name} block is not what results/mini gives"
+            found += 1
+    assert found == 3
 
 
 # ----------------------------------------------------------------------------- anytime inference (issue 40)
