@@ -658,6 +658,7 @@ def run(args):
             write_json()
         finally:
             torch._dynamo.reset()
+    write_json()  # (also when nothing was reported: e.g. no exit rule had an operating point)
     print(f"total {time.time() - t_start:.0f} s on {args.device} ({torch.__version__})"
           + (f"; {len(errors)} measurement(s) failed: {', '.join(errors)}" if errors else ""))
     return errors
