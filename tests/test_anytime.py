@@ -154,3 +154,11 @@ def test_bench_times_the_exit_path_against_fixed_depth_from_an_anytime_json(tmp_
     assert bench.run(args) == {}
     res = json.loads(out.read_text())
     assert not res["errors"] and any(k.startswith("anytime_") and k.endswith("_over_fixed_img_per_s") for k in res)
+    spec = json.loads((run / "anytime.json").read_text())  # no rule has an operating point: the JSON says so
+    for r in spec["rules"].values():
+        r["operating_point"] = None
+    (run / "anytime.json").write_text(json.dumps(spec))
+    out.unlink()
+    assert bench.run(args) == {}
+    res = json.loads(out.read_text())
+    assert not res["errors"] and not any(k.startswith("anytime_") for k in res)
