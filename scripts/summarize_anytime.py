@@ -85,7 +85,7 @@ def claims(runs):
             per_arm.append((arm, gains, verdict(gains, [0.0] * len(gains), ">", 0.0)[0]))
     if per_arm:
         v = combine([w for _, _, w in per_arm])
-        if len(per_arm) < len(RECURRENT) and not v.startswith("disagree"):  # "every arm": one that disagrees suffices
+        if len(per_arm) < len(RECURRENT) and "disagree" not in v:  # "every arm": one that disagrees suffices
             v = f"{v}, on {len(per_arm)} of {len(RECURRENT)} arms so far"
         rows.append(("(b) for every recurrent arm, the best exit rule beats fixed-depth truncation at equal compute",
                      "; ".join(f"{arm} {fmt(g)} points ({w})" for arm, g, w in per_arm)

@@ -338,13 +338,11 @@ def main(root, readme=None, docs=None):
             sys.stderr.write(f"summarize_mini.py: error: --readme: {', '.join(short[:3])}{' ...' if len(short) > 3 else ''}"
                              f" ran shortened (--max-steps/--val-subset), not the protocol; README keeps its tables\n")
             sys.exit(2)
-        files = [readme] + ([docs] if docs else [])  # each block goes to the file holding its markers
-        texts = {f: open(f).read() for f in files}
-        for i, f in enumerate(files):
-            mine = {k: v for k, v in blocks.items() if f"<!-- {k} -->" in texts[f] or (i == 0 and not any(
-                f"<!-- {k} -->" in texts[g] for g in files))}  # (markers nowhere: README's error names them)
-            if mine:
-                update_readme(f, mine, root, figures=("depth", "gates") if i == 0 else ())
+        # each block goes to --docs when that file holds its markers, else to README (which says when it lacks them)
+        in_docs = {k for k in blocks if docs and f"<!-- {k} -->" in open(docs).read()}
+        update_readme(readme, {k: v for k, v in blocks.items() if k not in in_docs}, root)
+        if in_docs:
+            update_readme(docs, {k: blocks[k] for k in in_docs}, root, figures=())
     print(text)
 
 

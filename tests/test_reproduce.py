@@ -665,6 +665,11 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
 
 
 
+def marked_block(text, name):
+    """What a summarizer wrote between `text`'s <!-- name --> markers (summarize_mini.update_readme)."""
+    return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+
+
 def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(tmp_path, monkeypatch, capsys):
     """keep_results.py copies finished runs without checkpoints; summarize_loopvae on the kept study
     (results/loopvae) gives README's and docs/models.md's tables as they stand."""
@@ -691,7 +696,7 @@ def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(t
         text = open(os.path.join(ROOT, doc)).read()
         for name in ("loopvae-claims", "loopvae-details"):
             if f"<!-- {name} -->" in text:
-                block = text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+                block = marked_block(text, name)
                 assert block in summary, f"{doc}'s {name} table is not what results/loopvae gives"
                 found += 1
     assert found == 2  # the claims in README, the details in docs/models.md
@@ -773,7 +778,7 @@ def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path
     for doc, names in (("README.md", ("teacher-claims", "anytime")), (os.path.join("docs", "models.md"), ("teacher-details",))):
         text = open(os.path.join(ROOT, doc)).read()
         for name in names:
-            block = text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+            block = marked_block(text, name)
             assert block in made, f"{doc}'s {name} block is not what results/mini gives"
             found += 1
     assert found == 3
