@@ -104,7 +104,7 @@ def get_parser():
     p.add_argument("--anytime", action="store_true", help="instead: per-image early exit (training/anytime.py): "
                    "top-1 against mean block applications per rule, beside fixed depth and the oracle, and the "
                    "per-step diagnostics (anytime.json, anytime.png)")
-    p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget (default: twice "
+    p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget, at most 8x the trained depth (default: twice "
                    "the trained depth where a step does not depend on the budget: one-block bvit, srvit, odevit "
                    "without refine; else the trained depth)")
     return p
@@ -598,6 +598,8 @@ def main(argv=None):
     args = get_parser().parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
+    if args.budget and not args.anytime:
+        raise Fail(f"--budget {args.budget}: the step budget of --anytime; add --anytime or drop --budget")
     model, val_set, run = load(args)
     if args.teacher:
         return main_alignment(args, model, val_set, run)
@@ -671,6 +673,8 @@ def main_alignment(args, model, val_set, run):
 
 THRESHOLDS = {"confidence": [0.05 * i for i in range(1, 20)] + [0.97, 0.99, 0.999],
               **{r: [10 ** (e / 4) for e in range(-20, 3)] for r in ("kl", "update", "second-order")}}
+PER_IMAGE = 256  # anytime.json keeps the per-image relative updates of the first this many images
+MAX_BUDGET = 8  # --budget: at most this many times the trained depth
 WITHIN = 0.5  # top-1 points: a rule's operating point keeps full-depth top-1 within this (issue 40)
 
 
@@ -680,34 +684,30 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
     THRESHOLDS and its operating point (the fewest mean block applications whose top-1 is within WITHIN
     points of the trained depth's), its exit steps there (histogram; mean per class) and the best gain
     over fixed depth at equal mean compute (the fixed curve interpolated linearly); the oracle; per step
-    the readout's top-1, relative update and residual (mean and per image), and the behaviour beyond
-    the trained depth (anytime.behaviour)."""
+    the readout's top-1, relative update and residual (mean; the update also per image, for the first
+    PER_IMAGE images), the behaviour beyond the trained depth (anytime.behaviour), and the best rule's
+    gain chosen on half the images and scored on the other half (anytime.heldout_gain: claim (b) of
+    issue 40)."""
     from training import anytime
     subset = Subset(val_set, range(min(num_images, len(val_set))))
-    parts, labels, fixed = [], [], torch.zeros(budget, dtype=torch.float64)
+    parts, labels, fixed_right = [], [], []
     for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="anytime", unit="batch"):
         x, y, _ = data.drop_undecodable(x, y, subset)
         x = x.to(device)
         parts.append(anytime.trace(model, x, budget))
         labels.append(y)
-        with torch.no_grad():
-            for d in range(1, budget + 1):
-                fixed[d - 1] += float((model(x, depth=d)[0].argmax(1).cpu() == y).sum())
+        with torch.no_grad():  # (B, L): depth d's prediction right (reViT's depth d is not trace step d)
+            fixed_right.append(torch.stack([model(x, depth=d)[0].argmax(1).cpu() == y for d in range(1, budget + 1)], 1))
     tr = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    y = torch.cat(labels)
+    y, fixed_right = torch.cat(labels), torch.cat(fixed_right)
     n, bps = len(y), model.blocks_per_step
     right = tr["pred"] == y[:, None]
-    fixed = [float(100 * v / n) for v in fixed]
+    fixed = [float(100 * v) for v in fixed_right.double().mean(0)]
     full = fixed[trained - 1]
     apps = [(d + 1) * bps for d in range(budget)]
 
     def at(c):  # the fixed-depth top-1 at mean compute c, interpolated between depths
-        if c <= apps[0]:
-            return fixed[0]
-        for (a0, f0), (a1, f1) in zip(zip(apps, fixed), zip(apps[1:], fixed[1:])):
-            if c <= a1:
-                return f0 + (f1 - f0) * (c - a0) / (a1 - a0)
-        return fixed[-1]
+        return float(100 * anytime.fixed_at(fixed_right, c, bps).mean())
 
     rules = {}
     for rule, ts in THRESHOLDS.items():
@@ -731,11 +731,11 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
     return {"num_images": n, "budget": budget, "trained_depth": trained, "blocks_per_step": bps,
             "full_top1": full, "fixed": [{"depth": d + 1, "applications": a, "top1": v}
                                          for d, (a, v) in enumerate(zip(apps, fixed))],
-            "rules": rules, "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
+            "rules": rules, "heldout": anytime.heldout_gain(tr, right, fixed_right, THRESHOLDS, bps), "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
                                        "top1": float(100 * right.gather(1, oracle[:, None]).float().mean())},
             "per_step": {"top1": [float(100 * v) for v in right.float().mean(0)], "update": mean("update"),
                          "residual": mean("residual"), "return2": mean("return2"),
-                         "update_per_image": [[round(float(v), 5) for v in row] for row in tr["update"]]},
+                         "update_per_image": [[round(float(v), 5) for v in row] for row in tr["update"][:PER_IMAGE]]},
             "behaviour": anytime.behaviour(mean("residual"), mean("return2"), trained)}
 
 
@@ -757,6 +757,8 @@ def main_anytime(args, model, val_set, run):
         raise Fail(f"--budget {budget}: {e}")
     if budget < trained:
         raise Fail(f"--budget {budget}: below the trained depth {trained}; the operating point is read against it")
+    if budget > MAX_BUDGET * trained:  # every fixed depth 1..budget is run too: the cost grows as budget^2
+        raise Fail(f"--budget {budget}: at most {MAX_BUDGET}x the trained depth ({MAX_BUDGET * trained} steps)")
     res = anytime_analysis(model, val_set, args.num_images, budget, trained, args.batch_size, args.device)
     res.update(checkpoint=args.resume, model=run.model)
     save(res, args.out_dir, "anytime", plot_anytime)

@@ -104,7 +104,7 @@ def claims(runs):
             less, more = less + (d["teacher_cka"] > m + sd), more + (d["teacher_cka"] < m - sd)
         v = "agree" if less > len(dels) / 2 else "disagree" if more > len(dels) / 2 else "cannot tell"
         rows.append(("(c) expert deletions cost less teacher CKA than matched random gate changes", PAPER["c"],
-                     f"{less} of {len(dels)} deletions cost less, {more} more (E=4, {len(a4)} seed(s))", v))
+                     f"{less} of {len(dels)} deletions cost less, {more} more (E=4, {len(a4)} seed{'s' if len(a4) != 1 else ''})", v))
     else:
         rows.append(("(c) expert deletions cost less than matched random gate changes", PAPER["c"], "", "not run"))
     perms = [(a["teacher_cka"], [p["teacher_cka"] for p in a["permutations"][1:]]) for a in a4 if a.get("permutations")]

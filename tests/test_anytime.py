@@ -98,6 +98,31 @@ def test_each_rule_exits_where_it_says_on_a_constructed_recurrence():
     assert anytime.exit_steps(tr, "oracle", None).tolist() == [4, 0, 0]  # right from 4 on; 0; never right
 
 
+def test_fixed_depth_at_a_mean_compute_is_the_mixture_of_the_two_depths_around_it():
+    torch.manual_seed(0)
+    fr = torch.rand(50, 4) < 0.5  # (B, L): depth d right
+    col = fr.float().mean(0)
+    for apps, want in ((1, col[0]), (3, col[2]), (4, col[3]), (2.25, 0.75 * col[1] + 0.25 * col[2]),
+                       (0.5, col[0]), (9, col[3])):  # clamped outside depths 1..L
+        assert math.isclose(float(anytime.fixed_at(fr, apps, 1).mean()), float(want), abs_tol=1e-6), apps
+    assert torch.equal(anytime.fixed_at(fr, 6, 2), fr[:, 2].float())  # 2 blocks a step: 6 applications = depth 3
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_the_heldout_gain_is_scored_on_images_it_was_not_chosen_on(holds):
+    # 8 images, 2 steps; images 0-3 are confident at step 0 (a 0.5 threshold exits them there). Even images
+    # choose: 0, 2 are right only at step 0 and 4, 6 only at step 1, so exiting gains 50 points over the
+    # fixed-depth mixture at the same mean compute (1.5 steps). Odd images score: the same ("holds"), or the
+    # other way round, where exiting loses 50 points.
+    conf = torch.tensor([[0.9, 0.5]] * 4 + [[0.1, 0.5]] * 4)
+    early, late = [True, False], [False, True]
+    odd = (early, late) if holds else (late, early)
+    right = torch.tensor([early, odd[0], early, odd[0], late, odd[1], late, odd[1]])
+    h = anytime.heldout_gain({"conf": conf}, right, right, {"confidence": [0.5, 0.99]}, 1)
+    assert (h["rule"], h["threshold"], h["chosen_gain"], h["images"]) == ("confidence", 0.5, 50.0, 4)
+    assert math.isclose(h["gain"], 50.0 if holds else -50.0) and h["se"] == 0.0 and h["applications"] == 1.5
+
+
 def test_bad_budgets_and_rules_are_one_clear_error():
     m = models()
     vit = bvit.BViT(depth=3, num_blocks=3, **KW).eval()
@@ -127,8 +152,12 @@ def test_analyze_anytime_writes_the_curves_and_refuses_bad_budgets(tmp_path, cap
     assert conf[-1]["applications"] == 4 and conf[-1]["top1"] == res["fixed"][-1]["top1"]  # never fires: budget
     assert "full-depth top-1" in capsys.readouterr().out
     for argv, says in ((["--resume", str(tmp_path / "v" / "ckpt.pt"), "--budget", "3"], "untied ViT has 2 blocks"),
-                       (["--resume", ck, "--budget", "1"], "below the trained depth 2")):
-        assert analyze.cli(argv + ["--anytime", "--out-dir", str(tmp_path / "x")]) == 2
+                       (["--resume", ck, "--budget", "1"], "below the trained depth 2"),
+                       (["--resume", ck, "--budget", "17"], "at most 8x the trained depth (16 steps)"),
+                       (["--resume", ck, "--budget", "4", "--no-anytime"], "add --anytime or drop --budget")):
+        anytime_flag = [] if "--no-anytime" in argv else ["--anytime"]
+        argv = [a for a in argv if a != "--no-anytime"]
+        assert analyze.cli(argv + anytime_flag + ["--out-dir", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
 

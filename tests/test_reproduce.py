@@ -785,14 +785,16 @@ def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path
 
 
 # ----------------------------------------------------------------------------- anytime inference (issue 40)
-def fake_anytime_run(root, arm, seed, fraction, gain):
+def fake_anytime_run(root, arm, seed, fraction, gain, se=0.1):
     d = root / arm / f"seed{seed}"
     d.mkdir(parents=True)
     (d / "done.json").write_text("{}")
     op = {"threshold": 0.5, "applications": 8 * fraction, "top1": 30.0, "fraction_of_trained": fraction}
     rules = {r: {"operating_point": op if r == "confidence" else None, "best_gain_over_fixed": gain - (r != "kl"),
                  "curve": []} for r in ("confidence", "kl", "update", "second-order")}
-    (d / "anytime.json").write_text(json.dumps({"rules": rules, "blocks_per_step": 1, "full_top1": 30.0,
+    heldout = {"rule": "kl", "threshold": 0.01, "gain": gain, "se": se}  # claim (b) reads only this
+    (d / "anytime.json").write_text(json.dumps({"rules": rules, "heldout": heldout, "blocks_per_step": 1, "full_top1": 30.0,
+                                                "num_images": 2000,
                                                 "behaviour": "drifts", "fixed": [], "oracle": {}}))
     (d / "bench_anytime.json").write_text(json.dumps({"anytime_confidence_over_fixed_img_per_s": 1.6}))
 
@@ -822,3 +824,15 @@ def test_the_anytime_claims_cannot_tell_within_the_noise(tmp_path):
     assert sa.claims(sa.load_runs(str(tmp_path)))[1][2] == "leans agree (one seed, spread unknown), on 2 of 5 arms so far"
     fake_anytime_run(tmp_path, "srvit-r2", 0, 0.5, -30.0)  # an arm that loses decides "every arm" at once
     assert sa.claims(sa.load_runs(str(tmp_path)))[1][2].startswith("leans disagree")
+
+
+def test_the_anytime_gain_is_judged_against_its_sampling_noise_over_images(tmp_path):
+    import summarize_anytime as sa
+    for seed, gain in ((0, 1.0), (1, 1.1)):  # the seeds agree closely, but each gain is +-2 on its images
+        fake_anytime_run(tmp_path, "bvit", seed, 0.5, gain, se=2.0)
+    row = sa.claims(sa.load_runs(str(tmp_path)))[1]
+    assert row[2] == "cannot tell, on 1 of 5 arms so far" and "noise 2.83" in row[1], row  # 2 sqrt(2 * 2^2) / 2
+    for seed, gain in ((0, 1.0), (1, 1.1)):
+        fake_anytime_run(tmp_path, "bvit-ds", seed, 0.5, gain, se=0.2)  # the same gains, measured on more images
+    row = sa.claims(sa.load_runs(str(tmp_path)))[1]
+    assert "bvit-ds 1.05 ± 0.05 points (kl; noise 0.28: agree)" in row[1], row

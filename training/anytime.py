@@ -124,6 +124,46 @@ def curve(tr, right, rule, thresholds, blocks_per_step):
     return out
 
 
+def fixed_at(fixed_right, applications, blocks_per_step):
+    """(B,) float: per image, fixed-depth correctness at mean compute `applications` (block applications
+    per image), from fixed_right (B, L) bool (depth d's prediction right, d = 1..L). Between depths k and
+    k + 1 it is their mixture (a fraction w of the images sent to k + 1: the linear interpolation of the
+    fixed-depth curve); clamped to depth 1 and depth L outside them."""
+    s = min(max(applications / blocks_per_step, 1.0), float(fixed_right.shape[1]))
+    k = min(int(s), fixed_right.shape[1] - 1)  # depth k (1-based) and k + 1, weight w on k + 1
+    w, f = s - k, fixed_right.float()
+    return f[:, k - 1] if w == 0 else (1 - w) * f[:, k - 1] + w * f[:, k]
+
+
+def heldout_gain(tr, right, fixed_right, thresholds, blocks_per_step):
+    """The best exit rule's top-1 gain over fixed-depth truncation at equal mean compute, measured
+    without the optimism of choosing among many (rule, threshold) pairs on the images that score it:
+    the pair with the largest gain is chosen on the even-indexed images and scored on the odd ones.
+    tr, right (B, L): a trace and its per-step correctness; fixed_right (B, L): depth d's correctness;
+    thresholds {rule: [threshold]}. Returns {rule, threshold, chosen_gain (on the choosing half),
+    gain, se (on the scoring half: the mean and standard error of the paired per-image difference,
+    top-1 points), applications (the scoring half's mean block applications), images (scored)}.
+    The gain can be negative: a rule that only helps on the images it was tuned on loses here."""
+    def half(idx):
+        sub = {k: v[idx] for k, v in tr.items()}
+        return sub, right[idx], fixed_right[idx]
+
+    def diffs(part, rule, t):  # per-image 100 * (exit-path correctness - fixed-depth mixture), and the compute
+        sub, r, fr = part
+        e = exit_steps({**sub, "right": r}, rule, t)
+        apps = float((e + 1).float().mean()) * blocks_per_step
+        return 100 * (r.gather(1, e[:, None])[:, 0].float() - fixed_at(fr, apps, blocks_per_step)), apps
+
+    n = len(right)
+    choose, score = half(torch.arange(0, n, 2)), half(torch.arange(1, n, 2))
+    rule, t, chosen = max(((r, t, float(diffs(choose, r, t)[0].mean())) for r, ts in thresholds.items() for t in ts),
+                          key=lambda p: p[2])
+    d, apps = diffs(score, rule, t)
+    se = float(d.std() / len(d) ** 0.5) if len(d) > 1 else float("nan")
+    return {"rule": rule, "threshold": t, "chosen_gain": chosen, "gain": float(d.mean()), "se": se,
+            "applications": apps, "images": len(d)}
+
+
 def exit_steps(tr, rule, threshold):
     """(B,) the 0-based step at which each image of trace `tr` stops under `rule` at `threshold` (the
     budget's last step when it never fires); rule "oracle" needs tr["right"] (B, L) bool."""

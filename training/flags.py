@@ -46,7 +46,7 @@ def positive(kind):
         try:
             v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {s!r}")
+            raise argparse.ArgumentTypeError(f"expected {'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}, got {s!r}")
         if not v > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
