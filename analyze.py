@@ -104,9 +104,9 @@ def get_parser():
     p.add_argument("--anytime", action="store_true", help="instead: per-image early exit (training/anytime.py): "
                    "top-1 against mean block applications per rule, beside fixed depth and the oracle, and the "
                    "per-step diagnostics (anytime.json, anytime.png)")
-    p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget, at most 8x the trained depth (default: twice "
-                   "the trained depth where a step does not depend on the budget: one-block bvit, srvit, odevit "
-                   "without refine; else the trained depth)")
+    p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget, at most 8x the "
+                   "trained depth (default: twice the trained depth where a step does not depend on the budget: "
+                   "one-block bvit, srvit, odevit without refine; else the trained depth)")
     return p
 
 
@@ -697,7 +697,8 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
         parts.append(anytime.trace(model, x, budget))
         labels.append(y)
         with torch.no_grad():  # (B, L): depth d's prediction right (reViT's depth d is not trace step d)
-            fixed_right.append(torch.stack([model(x, depth=d)[0].argmax(1).cpu() == y for d in range(1, budget + 1)], 1))
+            fixed_right.append(torch.stack([model(x, depth=d)[0].argmax(1).cpu() == y
+                                            for d in range(1, budget + 1)], 1))
     tr = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     y, fixed_right = torch.cat(labels), torch.cat(fixed_right)
     n, bps = len(y), model.blocks_per_step
@@ -731,8 +732,9 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
     return {"num_images": n, "budget": budget, "trained_depth": trained, "blocks_per_step": bps,
             "full_top1": full, "fixed": [{"depth": d + 1, "applications": a, "top1": v}
                                          for d, (a, v) in enumerate(zip(apps, fixed))],
-            "rules": rules, "heldout": anytime.heldout_gain(tr, right, fixed_right, THRESHOLDS, bps), "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
-                                       "top1": float(100 * right.gather(1, oracle[:, None]).float().mean())},
+            "rules": rules, "heldout": anytime.heldout_gain(tr, right, fixed_right, THRESHOLDS, bps),
+            "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
+                       "top1": float(100 * right.gather(1, oracle[:, None]).float().mean())},
             "per_step": {"top1": [float(100 * v) for v in right.float().mean(0)], "update": mean("update"),
                          "residual": mean("residual"), "return2": mean("return2"),
                          "update_per_image": [[round(float(v), 5) for v in row] for row in tr["update"][:PER_IMAGE]]},

@@ -50,8 +50,9 @@ def measure(runs, num_images, data_dir):
     import analyze
     for arm, rs in runs.items():
         for r in rs:
-            if r.get("anytime", {}).get("num_images") not in (num_images, None) or "heldout" not in r.get("anytime", {}):
-                r.pop("anytime", None), r.pop("bench", None)  # an older analysis: redone, and its timing with it
+            old = r.get("anytime")
+            if old and ("heldout" not in old or old["num_images"] != num_images):  # an older analysis: redone,
+                r.pop("anytime"), r.pop("bench", None)  # and the timing at its operating points with it
             if "anytime" not in r:
                 print(f"anytime: {arm} seed {r['seed']} ({num_images} images)", flush=True)
                 if analyze.cli(["--resume", os.path.join(r["dir"], "ckpt.pt"), "--anytime", "--out-dir", r["dir"],

@@ -143,7 +143,8 @@ def heldout_gain(tr, right, fixed_right, thresholds, blocks_per_step):
     thresholds {rule: [threshold]}. Returns {rule, threshold, chosen_gain (on the choosing half),
     gain, se (on the scoring half: the mean and standard error of the paired per-image difference,
     top-1 points), applications (the scoring half's mean block applications), images (scored)}.
-    The gain can be negative: a rule that only helps on the images it was tuned on loses here."""
+    The gain can be negative: a rule that only helps on the images it was tuned on loses here. Our
+    protocol for issue 40's claim (b), not a paper's."""
     def half(idx):
         sub = {k: v[idx] for k, v in tr.items()}
         return sub, right[idx], fixed_right[idx]

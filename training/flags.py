@@ -46,7 +46,8 @@ def positive(kind):
         try:
             v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}, got {s!r}")
+            article = "an" if kind.__name__[0] in "aeiou" else "a"
+            raise argparse.ArgumentTypeError(f"expected {article} {kind.__name__}, got {s!r}")
         if not v > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
