@@ -41,7 +41,8 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
 Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
 loops: many steps per timing and one sync, as train.py queues them). --json is rewritten after
 every key, so a run cut short keeps its results. --only NAME,... runs some measurements only
-(MEASUREMENTS: matmul, cifar_preset, exit_delay, mfu_b16, timm_eager, ...).
+(MEASUREMENTS: matmul, cifar_preset, exit_delay, mfu_b16, timm_eager, ...). Exit status: 0, 1 when a
+measurement failed (its FAILED line says why; the others still ran), 2 for bad input.
 """
 import argparse
 import json
@@ -471,6 +472,9 @@ def main():
     p.add_argument("--anytime", metavar="DIR", help="a run folder with ckpt.pt and analyze.py --anytime's "
                    "anytime.json (--out-dir DIR): adds the anytime measurement")
     args = p.parse_args()
+    if args.anytime and not os.path.isfile(os.path.join(args.anytime, "ckpt.pt")):
+        p.error(f"--anytime {args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in "
+                "results/, cannot be timed); give the folder of a run that holds one")
     if args.anytime and not os.path.isfile(os.path.join(args.anytime, "anytime.json")):
         p.error(f"--anytime {args.anytime}: no anytime.json there; run analyze.py --resume {args.anytime}/ckpt.pt "
                 f"--anytime --out-dir {args.anytime} first")
@@ -482,7 +486,7 @@ def main():
     if unknown:
         p.error(f"--only: unknown measurement(s) {', '.join(sorted(unknown))}; allowed: {', '.join(MEASUREMENTS)}")
     try:
-        run(args)
+        return run(args)
     finally:
         kernels.release_compile_workers()  # a compiled benchmark exits right after its last line
 
@@ -665,4 +669,4 @@ def run(args):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if main() else 0)  # a failed measurement: exit status 1 (its line says why)

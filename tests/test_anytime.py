@@ -171,7 +171,12 @@ def test_bench_times_the_exit_path_against_fixed_depth_from_an_anytime_json(tmp_
     run = tmp_path / "b"
     assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--model", "bvit",
                              "--out-dir", str(run)]) == 0
+    kept = tmp_path / "kept"  # a run kept without its checkpoint (results/): refused, not a FAILED line and exit 0
+    kept.mkdir()
+    (kept / "anytime.json").write_text("{}")
     for argv, says in ((["--anytime", str(run)], "no anytime.json there"),  # analyze.py --anytime comes first
+                       (["--anytime", str(kept)], "no ckpt.pt there"),
+                       (["--anytime", str(tmp_path / "missing")], "no ckpt.pt there"),
                        ([], "--only anytime needs --anytime DIR")):
         monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "anytime", *argv])
         with pytest.raises(SystemExit) as e:

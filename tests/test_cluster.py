@@ -521,3 +521,56 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
     assert not (tmp_path / "ev" / "depth_eval.json").exists()
     assert status(job) == 0, capsys.readouterr().err  # the requeue: nothing left to train, the evaluations again
     assert [r["depth"] for r in map(json.loads, open(out / "log.jsonl")) if "depth" in r] == [1, 2, 1, 2, 4]
+
+# ----------------------------------------------------------------------------- one decision, every process (issue 53)
+def torchrun(args, nproc=2):
+    """train.py under torchrun with `nproc` processes on this machine: the finished process."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+                str(free_port())]
+    return subprocess.run(command(args, launcher), capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_eval_depths_after_torchrun_training_equal_eval_only_on_one_and_two_processes(tmp_path):
+    """--eval-depths after a 2-process run reuses the trained depth's epoch evaluation on every process or
+    on none: each depth's numbers equal --eval-only's of the same checkpoint (1 and 2 processes), exit 0.
+    (Each process used to read log.jsonl, which rank 0 alone writes, so a peer could take the other path
+    and pair its depths with rank 0's in one all-reduce.)"""
+    out = tmp_path / "run"
+    job = SYNTH[:-4] + ["--val-subset", "64", "--eval-batch-size", "16", "--data", "synthetic", "--batch-size", "16",
+                        "--max-steps", "4", "--eval-depths", "1,2,3,4"]
+    r = torchrun(job + ["--out-dir", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    trained = {d["depth"]: d for d in json.load(open(out / "depth_eval.json"))["results"]}
+    assert sorted(trained) == [1, 2, 3, 4]
+    for nproc in (1, 2):
+        ev = tmp_path / f"eval{nproc}"
+        job = ["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1,2,3,4", "--out-dir", str(ev),
+               "--workers", "0", "--device", "cpu"]
+        e = torchrun(job, nproc) if nproc > 1 else subprocess.run(cmd(job), capture_output=True, text=True, cwd=ROOT,
+                                                                  timeout=300)
+        assert e.returncode == 0, e.stderr[-3000:]
+        for d in json.load(open(ev / "depth_eval.json"))["results"]:
+            for k in ("val_acc1", "val_acc5", "val_loss"):
+                assert abs(d[k] - trained[d["depth"]][k]) < 1e-4, (nproc, d, trained[d["depth"]])
+
+
+def test_a_node_that_does_not_see_the_run_folder_is_refused_on_every_process(tmp_path):
+    """--resume auto read per process: a node whose --out-dir holds no checkpoint (its own disk, not the
+    shared one) would start afresh beside a resuming rank 0. Both processes refuse it with one line (exit 2, which torchrun
+    reports as its own exit 1), before a step."""
+    job = SYNTH + ["--batch-size", "16", "--max-steps", "2", "--resume", "auto"]
+    assert train.cli(job + ["--out-dir", str(tmp_path / "shared")]) == 0
+    port, env = free_port(), {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+                               str(r), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                               str(port), os.path.join(ROOT, "train.py")] + job + ["--max-steps", "4", "--out-dir",
+                                                                                   str(tmp_path / ("shared", "own")[r])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+             for r in (0, 1)]
+    for n in nodes:
+        _, err = n.communicate(timeout=300)
+        said = [ln for ln in err.splitlines() if ln.startswith("train.py:")]
+        assert n.returncode == 1 and len(said) == 1 and "exitcode  : 2" in err, err[-2000:]
+        assert "rank 0 resumes" in said[0] and "rank 1 starts afresh" in said[0] and "shared filesystem" in said[0]
+    assert load(tmp_path / "shared" / "ckpt.pt")["step"] == 2  # nothing was trained further

@@ -575,6 +575,8 @@ def test_bench_runs_every_measurement_when_one_fails(tmp_path, monkeypatch, caps
     assert res["errors"] == {"timm_eager": "RuntimeError: a measurement that fails"}
     assert {"matmul_tflops", "revit_dynamic_over_materialized_b1", "revit_dynamic_over_materialized_b64"} <= res.keys()
     assert "timm_eager" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "timm_eager"])
+    assert bench.main() == {"timm_eager": "RuntimeError: a measurement that fails"}  # __main__: exit status 1
 
 
 def test_loopvae_ledger_counts_blocks_applications_and_macs_of_each_arm(monkeypatch):

@@ -411,7 +411,8 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state; else
     refuse an existing OUT/ckpt.pt and seed this rank.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
-    resumed with these flags."""
+    resumed with these flags, or (DDP) when the processes do not see the same files (same_files)."""
+    same_files(args, ckpt_path)
     if not args.resume:
         if os.path.exists(ckpt_path):
             raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
@@ -440,6 +441,24 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
     return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+
+
+def same_files(args, ckpt_path):
+    """Under DDP, check that every process took the decisions that read the run folder from the same
+    files: which checkpoint --resume (auto) continues, and whether OUT/ckpt.pt exists (a fresh run
+    refuses it). Rank 0 alone writes that folder, so a process on a node that does not see it would
+    start afresh beside a resumed rank 0. Raises Fail on every process, naming the first that differs."""
+    if not dist.is_initialized():
+        return
+    seen = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, (args.resume, os.path.exists(ckpt_path)))
+    odd = next((r for r, s in enumerate(seen) if s != seen[0]), None)
+    if odd is not None:
+        said = lambda s: (f"resumes {s[0]}" if s[0] else "starts afresh") + (", sees" if s[1] else ", does not see") \
+            + f" {ckpt_path}"  # noqa: E731
+        raise Fail(f"the processes do not see the same run folder: rank 0 {said(seen[0])}, rank {odd} "
+                   f"{said(seen[odd])}; --out-dir must be a folder every process reads (a shared filesystem on "
+                   "a cluster)")
 
 
 def log_the_saved_epoch(ck, path, out_dir):

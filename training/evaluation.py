@@ -123,7 +123,13 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
         depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
     ddp = dist.is_initialized()
-    known = None if args.eval_only else epoch_evaluation(log_path, step, "ema_" if args.eval_ema else "")
+    # the trained depth's epoch evaluation, reused: rank 0 wrote log.jsonl, so its reading decides for every
+    # process (a peer may read the file before that write, or not see it on another node's disk)
+    known = [epoch_evaluation(log_path, step, "ema_" if args.eval_ema else "") if master and not args.eval_only
+             else None]
+    if ddp:
+        dist.broadcast_object_list(known, src=0)
+    known = known[0]
     for depth in depths:
         try:
             if known and depth == trained_depth(args):  # the last epoch's own evaluation, of these weights
