@@ -15,8 +15,10 @@ Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t =
 Elastic depth (3.2, A.2): in training each step is dropped per image with probability
 `depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
 coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
-The paper trains with depth_dropout = 0.3 (train.py's --depth-dropout default and the presets);
-the class default 0.0 is the plain model, which runs every step in training too.
+Elastic depth is the paper's second stage, not its supervised recipe: Table 6 (the recipe of Tables 1,
+3, 5, 10) has no depth dropout, and A.2-A.3 continue the trained models with per-image depth dropout
+0.3 ("for Fig. 2"). So depth_dropout defaults to 0.0 here and in train.py; the presets' `*-elastic`
+arms continue a fixed-depth run at 0.3 (presets.py says for how long: the paper does not).
 ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
 `layer_scale` is given); without a class token the readout is global average pooling (GAP: the
 mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
@@ -180,16 +182,18 @@ class ReViT(nn.Module):
 
     Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
     targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
-    with `depth_dropout > 0` (the paper's 0.3; the default 0.0 runs every step) a keep mask
-    (B, depth) is sampled per call; `keep` may also be given (tests, analysis). loss =
-    cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy) + (E > 1 only, A.2) the
-    regularizers, evaluated on the grid of the call's depth (our choice: deterministic,
-    independent of the drop mask):
-        L_bal = E * sum_e (mean_k g_e(t_k))^2             usage balance, 1 at uniform use
-        L_z   = mean_k logsumexp(router_logits(t_k))^2    router z-loss (ST-MoE)
-        L_div = mean over pairs e != e' of cos(theta_e, theta_e'), theta_e = expert e's flattened
-                fc1.weight, fc1.bias, fc2.weight, fc2.bias (our definition)
-    weighted by lambda_bal, lambda_z, lambda_div. `model.aux` holds the detached terms.
+    with `depth_dropout > 0` (elastic depth, A.2: 0.3 in the paper's second stage; the default 0.0
+    runs every step) a keep mask (B, depth) is sampled per call; `keep` may also be given (tests,
+    analysis). loss = cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy) + (E > 1
+    only, eq. 7) the regularizers of section 3.2, evaluated on the grid of the call's depth (our
+    choice: deterministic, independent of the drop mask):
+        L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]       eq. 6, H the Shannon entropy: 0 for a
+                                                          uniform gate, 1 for a one-hot one
+        L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8, router z-loss
+        L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e = expert e's
+                flattened fc1.weight, fc1.bias, fc2.weight, fc2.bias: 0 orthogonal, 1 (anti)parallel
+    weighted by lambda_bal, lambda_z, lambda_div (eq. 7: 1e-2, 1e-3, 1e-3). `model.aux` holds the
+    detached terms.
     experts=1 is the tied bViT block (no router, no regularizers).
     As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
@@ -320,13 +324,15 @@ class ReViT(nn.Module):
     def regularizers(self, depth=None):
         """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
         logits = self.route(self.grid(depth)).float()  # (L, E)
-        g, E = logits.softmax(-1), logits.shape[1]
+        E = logits.shape[1]
+        entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # (L,) H(g_t), in nats
         theta = torch.cat([p.flatten(1) for p in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
         with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
             theta = F.normalize(theta.float(), dim=1)
-            cos = theta @ theta.T  # (E, E)
-        return {"bal": E * g.mean(0).pow(2).sum(), "z": torch.logsumexp(logits, -1).pow(2).mean(),
-                "div": (cos.sum() - cos.diagonal().sum()) / (E * (E - 1))}
+            cos2 = (theta @ theta.T).pow(2)  # (E, E)
+        return {"bal": (1 - entropy / math.log(E)).mean(),  # eq. 6
+                "z": torch.logsumexp(logits, -1).pow(2).mean(),  # eq. 8
+                "div": (cos2.sum() - cos2.diagonal().sum()) / (E * (E - 1))}  # eq. 9: the pairs e < e', twice
 
     @torch.no_grad()
     def materialize(self, depth=None):

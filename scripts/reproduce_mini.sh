@@ -35,6 +35,9 @@ REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vi
 # same seed (+feature-only: from its features alone, --task-weight 0, the paper's DINOv2 regime,
 # A.3); a distilled arm runs after the arms it does not need, and its teacher must be done or in ARMS.
 MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
+# reViT's elastic depth, the paper's second stage (A.2-A.3): revit-eN continued with depth dropout 0.3, and
+# its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
+ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
@@ -44,11 +47,12 @@ ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
-  case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;; esac
+  case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;;
+    revit-e*-elastic|revit-e*-cont) echo "${1%-*}" ;; esac
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call
@@ -80,6 +84,8 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     if [ "$kind" = feature-only ]; then flags+=(--task-weight 0); fi
   elif [ "$src" = loopvae-global ]; then  # Stage 2 of the global arm's Stage-1 run of the same seed
     flags+=(--stage2 "$OUT/loopvae-global/seed$2")
+  elif [ -n "$src" ]; then  # revit-eN-elastic / -cont: the continuation of revit-eN's run of the same seed
+    flags+=(--finetune "$OUT/$src/seed$2")
   elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the preset with --init INIT
     flags+=(--init "${arm#*+}")
   fi

@@ -81,7 +81,8 @@ def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itse
                           ("c100-mini-revit-smear", "revit"), (None, "bvit")]:
         line = monitor.estimate_line(SimpleNamespace(preset=preset, model=model), torch.device("cpu"), pace, steps)
         cpu = monitor.CPU_PRESETS[model]
-        says = f"--preset {cpu} is this model's CPU-sized protocol ({presets.TIMES[cpu][0]} on 2 cores as measured"
+        measured = "" if presets.TIMES[cpu][0].startswith("est.") else " as measured"  # (an estimate says so)
+        says = f"--preset {cpu} is this model's CPU-sized protocol ({presets.TIMES[cpu][0]} on 2 cores{measured}"
         assert (says in line) == (preset is None or not preset.startswith("c100-mini-")), (preset, line)
 
 
@@ -165,7 +166,13 @@ def test_each_cifar_preset_trains_one_step(name, tmp_path):
     out = tmp_path / "out"
     data_dir = fake_cifar(tmp_path / "data")
     depth = ["--depth", str(presets.PRESETS[name][1].get("stages", 3))]  # stages must divide the depth
-    assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY, *depth]) == 0
+    src = []
+    if name.endswith(("-elastic", "-cont")):  # a continuation: first the fixed-depth run it starts from
+        base = name.rsplit("-", 1)[0]
+        assert train.cli(["--preset", base, "--data-dir", data_dir, "--out-dir", str(tmp_path / "src"), *TINY,
+                          *depth]) == 0
+        src = ["--finetune", str(tmp_path / "src")]
+    assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY, *depth, *src]) == 0
     saved = json.loads((out / "args.json").read_text())
     assert saved["preset"] == name and saved["embed_dim"] == 16
     assert saved["randaug"] == (0.0 if "-mini-" in name or "-gpu-" in name else 9.0)
@@ -177,11 +184,34 @@ def test_each_cifar_preset_trains_one_step(name, tmp_path):
 MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2",
         "revit-smear", "revit-lory", "revit-token", "revit-mixture", "revit-lora"]  # reViT's comparisons
+ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
+
+
+def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_one_continues_a_fixed_depth_run(capsys):
+    """reViT paper, Table 6 (the supervised recipe of Tables 1, 3, 5, 10) lists no depth dropout; A.2-A.3
+    apply per-image depth dropout 0.3 to trained models afterwards. So: train.py's default is fixed depth, no
+    supervised preset sets depth dropout, and each elastic arm (and its control) is a --finetune of the
+    fixed-depth run of its own arm, with that arm's model."""
+    assert config(capsys, "--model", "revit")["depth_dropout"] == 0.0
+    revit = [n for n, (_, f) in presets.PRESETS.items() if f.get("model") == "revit" or "-revit-" in n]
+    assert len(revit) > 20
+    for name in revit:
+        cfg = config(capsys, "--preset", name)
+        if name.endswith(("-elastic", "-cont")):
+            src = name.rsplit("-", 1)[0]  # c100-mini-revit-e4
+            assert cfg["finetune"] == f"runs/mini/{src.split('c100-mini-')[1]}/seed0", name
+            assert cfg["depth_dropout"] == (0.3 if name.endswith("-elastic") else 0.0), name
+            base = presets.PRESETS[src][1]
+            assert config(capsys, "--preset", src)["depth_dropout"] == 0.0 and base["experts"] == cfg["experts"]
+            assert cfg["epochs"] < base["epochs"] and cfg["lr"] < base["lr"], name  # a continuation
+        else:
+            assert cfg["depth_dropout"] == 0.0 and not cfg["finetune"], name
+    assert sorted(n for n in revit if n.endswith(("-elastic", "-cont"))) == sorted(f"c100-mini-{a}" for a in ELASTIC)
 
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
     classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
-    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI)  # test_loopvae_train.py)
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC)  # test_loopvae_train.py)
     recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI:  # one recipe: only model flags differ
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]

@@ -54,6 +54,10 @@ def test_verdicts_compare_the_difference_of_means_with_the_seed_spread():
     assert v([30], [25], ">", 0.0)[0] == "leans agree (one seed, spread unknown)"
     assert v([30, 31], [25, 26], "<=", 0)[0] == "disagree"  # "a does not beat b", and a clearly does
     assert v([25, 26], [25, 27], "<=", 0)[0] == "agree"
+    assert v([25, 26], [30, 31], ">=", 0)[0] == "disagree"  # "a at least matches b", and b clearly beats it
+    assert v([25, 27], [25, 26], ">=", 0)[0] == v([35, 36], [25, 26], ">=", 0)[0] == "agree"  # a tie, a win
+    assert v([25, 27], [26, 26.5], "~", 0)[0] == "agree"  # "within the noise": 0.75 apart, spread 2
+    assert v([30, 31], [25, 26], "~", 0)[0] == v([25, 26], [30, 31], "~", 0)[0] == "disagree"  # either way
     assert v([30, 31], [25, 26], ">", 0)[1:] == (5.0, 1.0)
     # the cross-CPU noise is a floor under every comparison (README: the same run on two CPU models)
     assert v([30, 31], [29, 29.5], ">", 0)[0] == "agree"  # 1.25 points apart, seed spread 1
@@ -88,8 +92,9 @@ def test_summary_tables_relative_depths_and_verdicts(tmp_path):
     assert "Seed noise used for one-seed arms: 1.00 points" in text and f"at least {hw} points" in text
     assert "the 10,000 test images" in text and "revit-smear" not in text  # a comparison arm: its own table
     moe = blocks["moe-table"]  # the comparison arms with their reference, revit-e4; noise max(1.0, cross-CPU)
-    assert "| revit-smear | smear: E=4 merged per image from its content | 1 | 0.365 | 0.032 |" in moe
-    assert f"| revit-e4 | revit-smear | 1x | +5.00 | {hw} | agree |" in moe and "| revit-lory | 1x | | | not run |" in moe
+    assert f"| revit-smear | {summarize_mini.MOE['revit-smear']} | 1 | 0.365 | 0.032 |" in moe
+    # "SMEAR lands within the noise of reViT" (Table 3), 5 points below it: disagree; Lory not run
+    assert f"| revit-smear | revit-e4 | 1x | -5.00 | {hw} | disagree |" in moe and "| revit-lory | revit-e4 | 1x | | | not run |" in moe
 
 
 def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
@@ -267,7 +272,7 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     table = text.split("<!-- mini-table -->")[1].split("<!-- /mini-table -->")[0]
     assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
     assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
-    assert "| depth-programmed merging beats SMEAR" in text.split("<!-- moe-table -->")[1]
+    assert "| SMEAR lands within the noise of reViT" in text.split("<!-- moe-table -->")[1]
     fake_run(runs, "bvit", 1, 24.0, {8: 24.0})
     args = json.loads((runs / "bvit" / "seed1" / "args.json").read_text())
     (runs / "bvit" / "seed1" / "args.json").write_text(json.dumps({**args, "max_steps": 5}))
@@ -281,7 +286,7 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     docs.write_text("x\n<!-- moe-table -->\n<!-- /moe-table -->\n")
     readme.write_text("<!-- mini-table -->\n<!-- /mini-table -->\n<!-- mini-verdicts -->\n<!-- /mini-verdicts -->\n")
     summarize_mini.main(str(runs), str(readme), str(docs))
-    assert "| depth-programmed merging beats SMEAR" in docs.read_text() and "| matched FLOPs" in readme.read_text()
+    assert "| SMEAR lands within the noise of reViT" in docs.read_text() and "| matched FLOPs" in readme.read_text()
     assert "SMEAR" not in readme.read_text()
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit) as e:
@@ -395,7 +400,7 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     verdicts = text.split("<!-- gpu-verdicts -->")[1]
     assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +5.00 | 1.00 | agree |" in verdicts
     assert "revit-e1" not in verdicts and "more claim(s) wait for an arm not run yet" in verdicts
-    assert "vit+structured" not in verdicts and "12 more claim(s) wait" in verdicts  # (the init claim among them)
+    assert "vit+structured" not in verdicts and "15 more claim(s) wait" in verdicts  # (the init claim among them)
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps(gpu_line("vit-narrow", 0, 40.0, max_steps=2)) + "\n")
     before = readme.read_text()

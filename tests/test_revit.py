@@ -82,12 +82,12 @@ def test_one_expert_is_tied_block():
 
 
 @pytest.mark.parametrize("E", [2, 3, 4, 8])
-def test_gates_are_uniform_at_init_and_balance_is_one(E):
+def test_gates_are_uniform_at_init_and_balance_is_zero(E):
     m = tiny(programmed=False, experts=E, depth=6)
     assert torch.equal(m.gates(), torch.full((6, E), 1.0 / E))
     assert torch.equal(m.gates(11), torch.full((11, E), 1.0 / E))
     m(images(), torch.tensor([0, 1, 2]))
-    assert m.aux["bal_loss"].item() == pytest.approx(1.0, abs=1e-6)  # E * sum_e (1/E)^2
+    assert m.aux["bal_loss"].item() == pytest.approx(0.0, abs=1e-6)  # eq. 6: 1 - H(uniform) / log E
     assert m.aux["z_loss"].item() == pytest.approx(math.log(E) ** 2, rel=1e-6)  # logsumexp(0) = log E
 
 
@@ -176,7 +176,7 @@ def test_training_samples_a_drop_mask_per_image_and_evaluation_runs_the_full_gri
     assert torch.allclose(m(x)[0], m(x, keep=torch.ones(8, 6, dtype=torch.bool))[0], atol=1e-5)
 
 
-def test_plain_revit_runs_every_step_in_training_and_train_py_chooses_the_papers_depth_dropout():
+def test_plain_revit_runs_every_step_in_training_and_train_py_trains_at_fixed_depth_too():
     m = tiny(depth=4)  # library default: the plain model, no elastic depth
     x = images()
     assert m.depth_dropout == 0.0 and m.trains_as_one_graph()
@@ -187,7 +187,8 @@ def test_plain_revit_runs_every_step_in_training_and_train_py_chooses_the_papers
     assert torch.equal(torch.rand(1), before)  # no step was sampled
     assert torch.allclose(trained, m.eval()(x)[0], atol=1e-6)
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
-    assert registry.MODELS["revit"](get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.3
+    # train.py too: the supervised recipe trains at fixed depth (Table 6); elastic depth is a second stage
+    assert registry.MODELS["revit"](get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.0
 
 
 def test_every_parameter_gets_a_gradient_in_a_training_step():
@@ -213,18 +214,47 @@ def test_regularizer_values_by_hand():
     logits, loss = m(x, y)
     E, ts = 3, [k / 4 for k in range(5)]
     g = torch.stack([hand_gates(m, t) for t in ts])  # (L, E)
-    bal = E * sum(g[:, e].mean() ** 2 for e in range(E))
+    bal = sum(1 + sum(g[k, e] * torch.log(g[k, e]) for e in range(E)) / math.log(E) for k in range(5)) / 5  # eq. 6
     raw = [m.router[2].weight @ F.silu(m.router[0].weight[:, 0] * t + m.router[0].bias) + m.router[2].bias
            for t in ts]
     z = sum(torch.log(torch.exp(r).sum()) ** 2 for r in raw) / len(ts)
     theta = [torch.cat([p[e].flatten() for p in m.blocks[0].mlp.tensors()]) for e in range(E)]
-    pairs = [(a, b) for a in range(E) for b in range(E) if a != b]
-    div = sum(theta[a] @ theta[b] / (theta[a].norm() * theta[b].norm()) for a, b in pairs) / len(pairs)
+    pairs = [(a, b) for a in range(E) for b in range(a + 1, E)]  # eq. 9: e < e', the squared cosine
+    div = sum((theta[a] @ theta[b] / (theta[a].norm() * theta[b].norm())) ** 2 for a, b in pairs) / len(pairs)
     for key, want in (("bal_loss", bal), ("z_loss", z), ("div_loss", div)):
         assert m.aux[key].item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7), key
-    assert bal.item() > 1.0 + 1e-3  # not at the uniform value: the test sees the gates
+    assert bal.item() > 1e-3  # not at the uniform value: the test sees the gates
     ce = F.cross_entropy(logits, y)
     assert loss.item() == pytest.approx((ce + 0.5 * bal + 0.25 * z + 2.0 * div).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("E", [2, 4])
+def test_balance_is_eq6_on_constructed_gates_and_diversity_eq9_on_constructed_banks(E):
+    """Section 3.2: a uniform gate costs 0 and a one-hot gate 1 under eq. 6 (the entropy balance, which
+    favors soft mixtures; a Switch-style usage balance would rate a one-expert-per-step table as
+    balanced), and orthogonal experts cost 0 and identical (or negated) ones 1 under eq. 9 (the squared
+    cosine: anti-correlated experts do not score below orthogonal ones)."""
+    m = tiny(experts=E, depth=E)
+    with torch.no_grad():
+        last = m.router[2]
+        last.weight.zero_()
+        last.bias.zero_()
+        assert m.regularizers()["bal"].item() == pytest.approx(0.0, abs=1e-6)  # uniform at every step
+        m.router[0].weight.zero_()
+        m.router[0].bias.fill_(1.0)  # SiLU(1) > 0 in every hidden unit
+        last.weight.zero_()
+        last.weight[0].fill_(1e3)  # logit of expert 0: huge at every step -> one-hot
+        assert m.regularizers()["bal"].item() == pytest.approx(1.0, abs=1e-6)
+        bank = m.blocks[0].mlp.tensors()
+        for p in bank:
+            p.zero_()
+        w1 = bank[0]  # (E, H, D): expert e holds a one at its own entry: orthogonal flattened experts
+        for e in range(E):
+            w1[e].view(-1)[e] = 1.0
+        assert m.regularizers()["div"].item() == pytest.approx(0.0, abs=1e-7)
+        for e in range(E):
+            w1[e].view(-1)[:E] = 1.0 if e % 2 == 0 else -1.0  # identical up to sign: cos^2 = 1 for every pair
+        assert m.regularizers()["div"].item() == pytest.approx(1.0, abs=1e-6)
 
 
 def test_bf16_autocast_and_bf16_weights_run_every_path():
@@ -289,7 +319,7 @@ def test_train_revit_logs_regularizers_and_gates(tmp_path):
     assert epoch["step"] == 3
     for key in ("ce_loss", "bal_loss", "z_loss", "div_loss"):
         assert math.isfinite(epoch[key]), key
-    assert epoch["bal_loss"] >= 1.0 - 1e-6  # 1 is its minimum (uniform use)
+    assert 0.0 <= epoch["bal_loss"] <= 1.0  # eq. 6 lies in [0, 1]
     gates = torch.tensor(epoch["gates"])
     assert gates.shape == (3, 3) and torch.allclose(gates.sum(1), torch.ones(3), atol=1e-3)
     assert [d["depth"] for d in depths] == [2, 5]

@@ -142,20 +142,21 @@ def get_parser():
     a = p.add_argument_group('model: reViT', 'revit.py, revit_moe.py').add_argument
     a("--experts", type=positive(int), default=4, help="revit: FFN experts merged per step by "
       "normalized depth (1 = the tied bViT block)")
-    a("--depth-dropout", type=non_negative, default=0.3, help="revit: per-image probability of "
-      "dropping each step in training (elastic depth; dropped = identity), in [0, 1), 0 = off")
+    a("--depth-dropout", type=non_negative, default=0.0, help="revit: per-image probability of "
+      "dropping each step in training (elastic depth, the paper's second stage at 0.3: the c100-*-elastic "
+      "presets; dropped = identity), in [0, 1), 0 = off (fixed depth, the paper's supervised recipe)")
     a("--routing", default="depth", choices=["depth", "smear", "lory", "token", "mixture"], help="revit: "
       "how experts are chosen (revit_moe.py): depth = reViT; smear / lory = one FFN merged per image "
       "from the step's FFN input / the previous state; token = top-1 of E routed + 1 shared expert "
       "(hidden ratio 2); mixture = all E experts per token (compute grows with E)")
     a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
       "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
-    a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the expert usage "
-      "balance loss E*sum_e mean_k(g_e)^2 (E > 1 only)")
+    a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the gate-entropy "
+      "balance loss mean_k [1 - H(g_k)/log E] (eq. 6; E > 1 only)")
     a("--lambda-z", type=non_negative, default=1e-3, help="revit: weight of the router z-loss "
-      "mean_k logsumexp(logits)^2 (E > 1 only)")
+      "mean_k logsumexp(logits)^2 (eq. 8; E > 1 only)")
     a("--lambda-div", type=non_negative, default=1e-3, help="revit: weight of the mean pairwise "
-      "cosine similarity of the experts' parameters (E > 1 only)")
+      "squared cosine similarity of the experts' parameters (eq. 9; E > 1 only)")
     a = p.add_argument_group('model: ODEViT', 'odevit.py').add_argument
     a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
       "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
@@ -487,8 +488,9 @@ def configure(p, argv):
         args = checkpoint_args(p, args, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
     elif args.resume or args.finetune or args.stage2:  # with --resume, --finetune/--stage2 are ignored: the run continues
         source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
-        if not (args.print_config and source[0] == "--stage2" and not os.path.exists(source[1])):
-            # (a preset's Stage 2 printed before its Stage-1 run exists: the preset's flags describe the model)
+        if not (args.print_config and source[0] in ("--stage2", "--finetune") and not os.path.exists(source[1])):
+            # (a preset's Stage 2 or continuation printed before the run it starts from exists: the preset's
+            # flags describe the model)
             carried = ARCH_FLAGS | (STAGE1_FLAGS if source[0] == "--stage2" else set())  # Stage 2: its loss and data too
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
