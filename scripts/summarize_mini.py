@@ -34,8 +34,6 @@ CLAIMS = [
      "odevit-rk4", "odevit-euler", 1, "<="),
     ("solver order at equal NFE: Heun is no uniform gain over Euler (Training Crossroads)",
      "odevit-heun", "odevit-euler", 1, "<="),
-    ("reViT: E=4 depth-programmed experts beat E=1, both at fixed depth (reViT Table 5, S/16: 78.2 vs 70.6)",
-     "revit-e4", "revit-e1", 1, ">"),
     ("SR-ViT: R=2 recursions beat R=1 (SoftMoR)", "srvit-r2", "srvit-r1", 1, ">"),
     ("structured attention init beats the default (timm) init (structured init paper)", "vit", "vit+default", 1, ">"),
 ]
@@ -54,9 +52,15 @@ MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT), U = 1",
        "revit-softmoe": "Soft-MoE: patch-count slots over 4 full-width experts, U = 1",
        "revit-e1": "E=1: the tied block",
        "revit-lora": "E=1 + layer-wise LoRA, rank 16 per step",
-       "revit-e4+feature": "depth E=4, distilled from the same seed's vit (final features, weight 1)"}
+       "revit-e4+feature": "depth E=4, distilled from the same seed's vit (final features, weight 1)",
+       "revit-e4-elastic": "revit-e4 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
+       "revit-e4-cont": "revit-e4 continued 3 epochs at fixed depth (the elastic arm's control)",
+       "revit-e1-elastic": "revit-e1 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
+       "revit-e1-cont": "revit-e1 continued 3 epochs at fixed depth (the elastic arm's control)"}
 # want: ">" a beats b; "~" a lands within the noise of b; ">=" a at least matches b (b does not beat it)
-MOE_CLAIMS = [  # reViT paper, Table 3 (ImageNet-1k S/16, L = 12, U = 1; appendix B), Table 10 (B.1)
+MOE_CLAIMS = [  # reViT paper, Table 5 and Table 3 (ImageNet-1k S/16, L = 12, U = 1; appendix B), Table 10 (B.1)
+    ("reViT: E=4 depth-programmed experts beat E=1, both at fixed depth (reViT Table 5, S/16: 78.2 vs 70.6)",
+     "revit-e4", "revit-e1", 1, ">"),
     *[(f"at U = 1, reViT E=4 beats {name} (Table 3: 78.2 vs {top1})", "revit-e4", f"revit-{arm}", 1, ">")
       for arm, name, top1 in (("deepseek", "DeepSeek-V3", "70.6"), ("qwen3", "Qwen3", "68.6"), ("moeut", "MoEUT", "67.8"),
                               ("remoe", "ReMoE", "70.1"), ("softmoe", "Soft-MoE", "69.2"))],
@@ -339,7 +343,9 @@ def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py", f
             shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"{prefix}_{fig}.png"))
 
 
-def main(root, readme=None, docs=None):
+def main(root, readme=None, docs=None, only=None):
+    """Summarize ROOT; with `readme` (and `docs`) write the blocks there, or only the blocks named in `only`
+    (e.g. ["moe-table"]: a folder holding one study's arms, whose other tables would be partial)."""
     if not os.path.isdir(root):
         sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
         sys.exit(2)
@@ -350,6 +356,11 @@ def main(root, readme=None, docs=None):
         sys.exit(2)
     blocks = summary(runs)
     text = markdown(blocks)
+    unknown = sorted(set(only or ()) - set(blocks))
+    if unknown:
+        sys.stderr.write(f"summarize_mini.py: error: --blocks {','.join(unknown)}: allowed: {', '.join(blocks)}\n")
+        sys.exit(2)
+    blocks = {k: v for k, v in blocks.items() if not only or k in only}
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write(text)
     figures({arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}, root)
@@ -373,5 +384,7 @@ if __name__ == "__main__":
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--readme", help="also write the tables into this README between its markers")
     cli.add_argument("--docs", help="with --readme: a file holding some of the markers (docs/models.md: the moe-table)")
+    cli.add_argument("--blocks", help="with --readme: write only these comma-separated blocks (mini-table, "
+                     "mini-verdicts, moe-table), e.g. moe-table for a folder of reViT's arms alone")
     a = cli.parse_args()
-    main(a.runs, a.readme, a.docs)
+    main(a.runs, a.readme, a.docs, a.blocks.split(",") if a.blocks else None)

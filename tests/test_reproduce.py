@@ -292,6 +292,14 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme))
     assert e.value.code == 2 and "markers" in capsys.readouterr().err
+    # --blocks: one study's folder (reViT's arms alone) writes its block and leaves the others' tables alone
+    readme.write_text("<!-- mini-table -->\nkept\n<!-- /mini-table -->\n<!-- moe-table -->\n<!-- /moe-table -->\n")
+    summarize_mini.main(str(runs), str(readme), None, ["moe-table"])
+    text = readme.read_text()
+    assert "\nkept\n" in text and "| SMEAR lands within the noise of reViT" in text
+    with pytest.raises(SystemExit) as e:
+        summarize_mini.main(str(runs), str(readme), None, ["moe"])
+    assert e.value.code == 2 and "--blocks moe: allowed: mini-table" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- the study at GPU scale
