@@ -1,6 +1,6 @@
 """Summarize anytime inference on the CPU-scale study's checkpoints (issue 40): RUNS/anytime.md and a figure.
 
-    bash scripts/reproduce_mini.sh        # (or ARMS="vit bvit bvit-ds revit-e4 srvit-r2 odevit-euler")
+    bash scripts/reproduce_mini.sh        # (or ARMS="vit bvit bvit-ds revit-e4 revit-e4-elastic srvit-r2 odevit-euler")
     python scripts/summarize_anytime.py runs/mini [--readme README.md]
 
 For each finished run of ARMS it runs (once; cached in the run's folder) `analyze.py --anytime --out-dir
@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from summarize_mini import combine, finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
 
-ARMS = ["vit", "bvit", "bvit-ds", "revit-e4", "srvit-r2", "odevit-euler"]
+ARMS = ["vit", "bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler"]  # reViT: its elastic variant (A.2)
 RECURRENT = ARMS[1:]
 RULES = ("confidence", "kl", "update", "second-order")
 LIMIT = 0.6  # claim (a): at most 60 % of the block applications

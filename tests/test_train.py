@@ -207,8 +207,9 @@ def bad_cases(tmp_path, cifar):
         "distill without teacher": (d + ["--distill", "logits"], "--teacher"),
         "unknown device": (d + ["--device", "tpu"], "--device"),
         "compile scope without --compile": (d + ["--compile-scope", "model"], "needs --compile"),
-        "whole-model compile of elastic depth": (d + ["--model", "revit", "--compile", "--compile-scope", "model",
-                                                      "--out-dir", str(tmp_path / "fresh")], "changes shape"),
+        "whole-model compile of elastic depth": (d + ["--model", "revit", "--depth-dropout", "0.3", "--compile",
+                                                      "--compile-scope", "model", "--out-dir", str(tmp_path / "fresh")],
+                                                 "changes shape"),
     }
 
 
