@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torchvision.transforms import v2
 
 import bvit
 import data
@@ -337,6 +338,22 @@ def test_deit3_flags_reach_the_optimizer_the_loss_and_the_data(tmp_path, monkeyp
     assert rc == 0 and seen["loss"] == "bce" and seen["lamb"] and seen["three_aug"] is True
     t = seen["targets"]  # MixUp + --bce: every class in the mix is a positive (DeiT's code)
     assert t.shape == (8, 100) and set(t.unique().tolist()) == {0.0, 1.0} and t.sum(1).max() == 2
+
+
+def test_color_jitter_is_3_augments_and_the_new_flags_refuse_what_they_cannot_do(tmp_path, capsys):
+    p = get_parser()
+    for flags, want in (([], (0.7, 1.3)), (["--color-jitter", "0.1"], (0.9, 1.1)), (["--color-jitter", "0"], None)):
+        args = parse_args(p, ["--three-augment", "--data-dir", fake_cifar(tmp_path / f"d{len(flags)}"), *flags])
+        ops = train.load_data(args, p)[1].transform.transforms  # the run's training pipeline
+        jitter = [(op.brightness, op.contrast, op.saturation, op.hue) for op in ops if isinstance(op, v2.ColorJitter)]
+        assert jitter == ([(pytest.approx(want),) * 3 + (None,)] if want else []), flags  # no hue, as DeiT III
+    for argv, says in ((["--color-jitter", "0.2"], "no --three-augment"),
+                       (["--warmup-lr", "0.1"], "--warmup-lr 0.1: above --lr 0.001"),
+                       (["--warmup-lr", "1e-6", "--warmup-epochs", "0"], "--warmup-epochs 0 has no warmup")):
+        capsys.readouterr()
+        assert train.cli([*argv, "--print-config"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and argv[0] in err[0] and says in err[0], err
 
 
 def lamb_by_hand(p, grads, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):
