@@ -149,16 +149,17 @@ class SyntheticImages(Dataset):
         return self.transform(img), torch.tensor(i % self.num_classes)
 
 
-def three_augment(img_size, dataset):
+def three_augment(img_size, dataset, color_jitter=0.3):
     """DeiT III's "simple random crop" + 3-Augment (Touvron et al. 2022, section 3): resize (ImageNet),
     random crop with 4 px reflect padding, flip, then one of grayscale / solarization / Gaussian
-    blur chosen uniformly, then color jitter 0.3."""
+    blur chosen uniformly, then color jitter: brightness, contrast and saturation each by a factor
+    in [1 - c, 1 + c], no hue (DeiT III's --color-jitter c, default 0.3; 0 = none)."""
     ops = [v2.Resize(img_size, antialias=True)] if dataset == "imagenet" else []
     return ops + [
         v2.RandomCrop(img_size, padding=4, padding_mode="reflect"), v2.RandomHorizontalFlip(),
         v2.RandomChoice([v2.Grayscale(num_output_channels=3), v2.RandomSolarize(128, p=1.0),
-                         v2.GaussianBlur(kernel_size=7, sigma=(0.1, 2.0))]),
-        v2.ColorJitter(0.3, 0.3, 0.3)]
+                         v2.GaussianBlur(kernel_size=7, sigma=(0.1, 2.0))])] + \
+        ([v2.ColorJitter(color_jitter, color_jitter, color_jitter)] if color_jitter else [])
 
 
 def crop_padding(img_size):
@@ -167,7 +168,8 @@ def crop_padding(img_size):
     return img_size // 8
 
 
-def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False, reconstruct=False):
+def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False, reconstruct=False,
+                    color_jitter=0.3, crop_ratio=0.875):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
 
     `reconstruct` (a tokenizer, LoopVAE: arXiv 2609.11516, sec. 4.1) on image folders: the short side
@@ -177,9 +179,11 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
     CIFAR (bicubically resized first when img_size is not 32) training: random crop with
     crop_padding(img_size) zero padding + horizontal flip (the same draws as the batched
     `random_crop_flip`; module docstring); ImageNet training:
-    RandomResizedCrop + flip; `three_aug`: DeiT III's simple random crop + 3-Augment instead;
-    evaluation: CIFAR as is, ImageNet resize to img_size/0.875 + center crop. `randaug` > 0 adds
-    RandAugment(num_ops=2, magnitude=randaug).
+    RandomResizedCrop + flip; `three_aug`: DeiT III's simple random crop + 3-Augment instead, with
+    `color_jitter` (three_augment); evaluation: CIFAR as is, ImageNet the short side resized to
+    int(img_size / crop_ratio) + the center crop of img_size (DeiT III's --eval-crop-ratio: 0.875, the
+    usual 256 -> 224; 1.0, the reViT paper's Table 6: the short side resized to img_size, nothing cut
+    from it). `randaug` > 0 adds RandAugment(num_ops=2, magnitude=randaug).
     """
     ops = [v2.ToImage()]
     if dataset == "cifar100" and img_size != 32:  # upsampled, as when fine-tuning at 224 px (DeiT)
@@ -189,7 +193,7 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
                 v2.RandomCrop(img_size) if train and augment else v2.CenterCrop(img_size)]
     elif train and augment:
         if three_aug:
-            ops += three_augment(img_size, dataset)
+            ops += three_augment(img_size, dataset, color_jitter)
         elif dataset == "imagenet":
             ops += [v2.RandomResizedCrop(img_size, antialias=True), v2.RandomHorizontalFlip()]
         else:
@@ -197,7 +201,7 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
         if randaug:
             ops.append(v2.RandAugment(num_ops=2, magnitude=randaug))
     elif dataset == "imagenet":
-        ops += [v2.Resize(int(img_size / 0.875), antialias=True), v2.CenterCrop(img_size)]
+        ops += [v2.Resize(int(img_size / crop_ratio), antialias=True), v2.CenterCrop(img_size)]
     ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
     return v2.Compose(ops)
 
@@ -518,13 +522,13 @@ class DeviceDecodeLoader:
     PIL like ImageFiles. A 2-core host
     cannot decode ImageNet fast enough for one GPU; this moves the work to it.
 
-    Same order, shards and resume as `build_loader` (a ResumableSampler). Yields (images float
+    Same order, shards, resume and `repeats` as `build_loader` (a ResumableSampler). Yields (images float
     (B, 3, S, S) normalized on `device`, labels int64 (B,) on the CPU); an undecodable file gives
     a zero image and label -1 - i, as ImageFiles does (`drop_undecodable`)."""
 
-    def __init__(self, files, batch_size, rank=0, world_size=1, seed=0, workers=2, device="cuda"):
+    def __init__(self, files, batch_size, rank=0, world_size=1, seed=0, workers=2, device="cuda", repeats=0):
         self.files, self.device = files, torch.device(device)
-        self.sampler = ResumableSampler(files, world_size, rank, seed)
+        self.sampler = ResumableSampler(files, world_size, rank, seed, repeats)
         self.loader = DataLoader(FileBytes(files), batch_size, sampler=self.sampler, num_workers=workers,
                                  drop_last=True, persistent_workers=workers > 0, collate_fn=list,
                                  generator=torch.Generator(), worker_init_fn=partial(worker_signals, os.getpid()))
@@ -577,7 +581,8 @@ def normalization(name):
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
-                   val_labels=None, train=True, classes=None, mean_std=None, reconstruct=False):
+                   val_labels=None, train=True, classes=None, mean_std=None, reconstruct=False, color_jitter=0.3,
+                   crop_ratio=0.875):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
@@ -586,6 +591,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     (train_set None), for --eval-only. mean_std: the (mean, std) per channel images are normalized
     with, the model's choice (LoopVAE: ((0.5,) * 3, (0.5,) * 3), i.e. [0, 1] -> [-1, 1]); None: the
     dataset's own statistics. reconstruct: a tokenizer's crops for image folders (build_transform).
+    color_jitter: 3-Augment's (three_aug); crop_ratio: image folders' evaluation crop (build_transform).
     Raises DataError for a missing/corrupt dataset and ValueError for an
     unknown name.
     """
@@ -593,7 +599,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     if name == "cifar100":
         img_size = img_size or 32
         mean, std = mean_std or normalization(name)
-        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, color_jitter=color_jitter)
         t_val = build_transform(False, img_size, mean, std, name)
         train_set = TensorImages(*load_cifar100(root, True, download), t_train, (mean, std)) if train else None
         val = TensorImages(*load_cifar100(root, False, download), t_val, (mean, std))
@@ -601,8 +607,9 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     if name == "imagenet":
         img_size = img_size or 224
         mean, std = mean_std or normalization(name)
-        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct)
-        t_val = build_transform(False, img_size, mean, std, name, reconstruct=reconstruct)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct,
+                                  color_jitter)
+        t_val = build_transform(False, img_size, mean, std, name, reconstruct=reconstruct, crop_ratio=crop_ratio)
         classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
         return (ImageFiles(train_samples, classes, t_train, img_size) if train else None,
                 ImageFiles(val_samples, classes, t_val, img_size), len(classes), img_size)
@@ -642,19 +649,43 @@ class Seeded(Dataset):
 class ResumableSampler(DistributedSampler):
     """DistributedSampler (this rank's disjoint shard, reshuffled by `set_epoch`) that yields
     `(index, per-sample seed)` pairs for `Seeded` and can start mid-epoch (`set_start(n)`, n
-    samples of this rank already consumed), so a resumed run sees exactly the data it would have."""
+    samples of this rank already consumed), so a resumed run sees exactly the data it would have.
 
-    def __init__(self, dataset, world_size, rank, seed):
+    `repeats` N >= 2: repeated augmentation (--repeated-aug; Hoffer et al. 2020, Berman et al. 2019),
+    with the semantics of DeiT's RASampler (github.com/facebookresearch/deit, samplers.py). Every
+    rank draws the same permutation p of the n images (seeded by seed + epoch, as without repeats);
+    the repeated list holds each image N times in a row, slot q holding image p[q // N] as its copy
+    q % N; rank r takes slots r, r + W, r + 2W, ... (W ranks), so the copies of one image go to N
+    different ranks when W >= N (to some ranks twice when W < N). An epoch keeps DeiT's length: the
+    first n - n % 256 slots in all (whole batches of 256, DeiT's rounding; a set under 256 images keeps
+    its n, where DeiT's epoch would be empty), (n - n % 256) // W per rank, so that about n / N
+    distinct images are seen per epoch, N times each. A copy's seed comes from (index, copy), so the
+    N copies get N different augmentations. N = 0 (or 1) is the plain shard, slot q holding p[q].
+    """
+
+    def __init__(self, dataset, world_size, rank, seed, repeats=0):
         super().__init__(dataset, world_size, rank, shuffle=True, seed=seed, drop_last=True)
-        self.start = 0
+        self.start, self.repeats = 0, max(1, repeats)
+        if repeats > 1:
+            n = len(dataset)
+            self.num_samples = (n - n % 256 if n >= 256 else n) // world_size
 
     def set_start(self, n):
         self.start = n
 
+    def slots(self):
+        """This rank's samples from set_start on: (image indices (M,), keys (M,)) as int64 tensors, the
+        key index + n * copy (copy 0 without repeats), unique per sample of the epoch."""
+        n, world = len(self.dataset), self.num_replicas
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch))  # DistributedSampler's
+        slot = torch.arange(self.rank + self.start * world, self.num_samples * world, world)
+        index = perm[slot // self.repeats]
+        return index, index + n * (slot % self.repeats)
+
     def __iter__(self):
         base = (self.seed * 1_000_003 + self.epoch) * 100_003
-        for i in list(super().__iter__())[self.start:]:
-            yield i, (base + i) % (2 ** 63)
+        for i, key in zip(*(t.tolist() for t in self.slots())):
+            yield i, (base + key) % (2 ** 63)
 
     def __len__(self):
         return self.num_samples - self.start
@@ -695,13 +726,14 @@ class DeviceCIFARLoader:
     so data loading never waits on CPU workers.
 
     Same order and shards as `build_loader` (a ResumableSampler: `loader.sampler.set_epoch(e)`,
-    `loader.sampler.set_start(n)`); each image's crop and flip are a function of (seed, epoch,
-    index) (image_hash), as on the CPU path, so runs are deterministic, resume exactly, and do
-    not change with the batch split (--grad-accum, the number of processes). Yields
+    `loader.sampler.set_start(n)`, `repeats`); each image's crop and flip are a function of (seed,
+    epoch, index, and its copy under repeats: the sampler's key) (image_hash), as on the CPU path, so
+    runs are deterministic, resume exactly, and do not change with the batch split (--grad-accum,
+    the number of processes). Yields
     (images float32 (B, 3, 32, 32) normalized with the dataset's `mean_std`, labels int64 (B,)).
     """
 
-    def __init__(self, dataset, batch_size, train, rank=0, world_size=1, seed=0, device="cuda"):
+    def __init__(self, dataset, batch_size, train, rank=0, world_size=1, seed=0, device="cuda", repeats=0):
         self.batch_size, self.train, self.seed, self.rank, self.device = batch_size, train, seed, rank, device
         keep = None
         if isinstance(dataset, Subset):  # --val-subset: the chosen images only
@@ -712,7 +744,7 @@ class DeviceCIFARLoader:
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
         if train:
-            self.sampler = ResumableSampler(dataset, world_size, rank, seed)
+            self.sampler = ResumableSampler(dataset, world_size, rank, seed, repeats)
         else:
             self.shard = torch.arange(rank, len(self.labels), world_size, device=device)
 
@@ -726,11 +758,11 @@ class DeviceCIFARLoader:
                 idx = self.shard[j * self.batch_size:(j + 1) * self.batch_size]
                 yield (self.images[idx].float() - self.mean) / self.std, self.labels[idx]
             return
-        order = torch.tensor([i for i, _ in self.sampler], device=self.device)
+        order, keys = (t.to(self.device) for t in self.sampler.slots())
         for j in range(len(self)):
-            idx = order[j * self.batch_size:(j + 1) * self.batch_size]
+            idx, key = (t[j * self.batch_size:(j + 1) * self.batch_size] for t in (order, keys))
             x = random_crop_flip(self.images[idx], crop_padding(self.images.shape[-1]),
-                                 image_hash(idx, self.seed, self.sampler.epoch))
+                                 image_hash(key, self.seed, self.sampler.epoch))
             yield (x.float() - self.mean) / self.std, self.labels[idx]
 
 
@@ -786,18 +818,18 @@ def out_of_shared_memory(error):
             "(docker run --shm-size 8g, or mount -o remount,size=8g /dev/shm) or use --workers 0")
 
 
-def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2):
+def build_loader(dataset, batch_size, train, rank=0, world_size=1, seed=0, workers=2, repeats=0):
     """DataLoader over this rank's disjoint shard.
 
     Training: a ResumableSampler (shuffled with `seed`; call `loader.sampler.set_epoch(e)` and,
-    to resume mid-epoch, `loader.sampler.set_start(batches_done * batch_size)`), drop_last so
-    every rank takes the same number of steps; `batch_size` is per rank.
+    to resume mid-epoch, `loader.sampler.set_start(batches_done * batch_size)`; `repeats`: repeated
+    augmentation), drop_last so every rank takes the same number of steps; `batch_size` is per rank.
     Evaluation: rank r takes items r, r + world, ... (no padding, so counts summed over ranks
     are exact).
     """
     pin = torch.cuda.is_available()
     if train:
-        sampler = ResumableSampler(dataset, world_size, rank, seed)
+        sampler = ResumableSampler(dataset, world_size, rank, seed, repeats)
         # own generator: starting an iterator must not draw from the global RNG (exact resume)
         return DataLoader(Seeded(dataset), batch_size, sampler=sampler, num_workers=workers,
                           drop_last=True, persistent_workers=workers > 0, pin_memory=pin,
@@ -839,16 +871,18 @@ def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device
     where `batched_loader` says so; ImageNet-style folders on CUDA: DeviceDecodeLoader (workers read
     bytes, JPEGs decoded on the GPU) unless --cpu-loader; else the per-image DataLoader. Evaluation:
     DeviceCIFARLoader where `batched_eval_loader` says so, else the DataLoader. batch_size: the
-    training micro-batch per process; the evaluation batch is --eval-batch-size. No training set
-    (--eval-only): no training loader (None)."""
+    training micro-batch per process; the evaluation batch is --eval-batch-size; every training
+    loader samples with --repeated-aug (ResumableSampler). No training set (--eval-only): no
+    training loader (None)."""
+    reps = args.repeated_aug
     if train_set is None:
         train = None
     elif batched_loader(args, device):
-        train = DeviceCIFARLoader(train_set, batch_size, True, rank, world_size, args.seed, device)
+        train = DeviceCIFARLoader(train_set, batch_size, True, rank, world_size, args.seed, device, reps)
     elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:
-        train = DeviceDecodeLoader(train_set, batch_size, rank, world_size, args.seed, args.workers, device)
+        train = DeviceDecodeLoader(train_set, batch_size, rank, world_size, args.seed, args.workers, device, reps)
     else:
-        train = build_loader(train_set, batch_size, True, rank, world_size, args.seed, args.workers)
+        train = build_loader(train_set, batch_size, True, rank, world_size, args.seed, args.workers, reps)
     if batched_eval_loader(args, device):
         val = DeviceCIFARLoader(val_set, args.eval_batch_size, False, rank, world_size, device=device)
     else:

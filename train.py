@@ -283,7 +283,8 @@ def load_data(args, p):
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
             classes=getattr(args, "model_classes", None) if args.eval_only else None,
-            mean_std=registry.NORMALIZATION.get(args.model), reconstruct=args.model in registry.RECONSTRUCTS)
+            mean_std=registry.NORMALIZATION.get(args.model), reconstruct=args.model in registry.RECONSTRUCTS,
+            color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = flags.resolve(args, p, img_size)
@@ -355,7 +356,8 @@ def optimizer_and_schedule(args, model, distiller, train_loader):
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
     warmup = round(total_steps * min(args.warmup_epochs / args.epochs, 1.0))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, optim.lr_lambda(total_steps, warmup, args.lr, args.min_lr))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, optim.lr_lambda(total_steps, warmup, args.lr, args.min_lr,
+                                                                                 args.warmup_lr))
     return optimizer, scheduler, steps_per_epoch, total_steps, warmup
 
 

@@ -70,6 +70,9 @@ def test_resume_prints_changed_flags_and_refuses_a_new_batch_size_mid_epoch(tmp_
     assert train.cli(flags + ["--batch-size", "16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--batch-size was 8, now 16" in err[0] and "mid-epoch" in err[0], err
+    assert train.cli(flags + ["--repeated-aug", "3"]) == 2  # another sampler: other images for the rest of the epoch
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--repeated-aug was 0, now 3" in err[0] and "mid-epoch" in err[0], err
     assert train.cli(flags + ["--embed-dim", "64"]) == 2
     assert "--finetune" in capsys.readouterr().err
     assert train.cli(flags + ["--lr", "2e-3", "--max-steps", "5"]) == 0  # allowed, and said
@@ -170,8 +173,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_nodes_on_localhost_with_grad_accum_equal_one_process(tmp_path):
-    job = SYNTH + ["--batch-size", "16", "--max-steps", "3", "--drop-path", "0"]
+@pytest.mark.parametrize("sampler", [[], ["--repeated-aug", "3"]], ids=["plain", "repeated-aug"])
+def test_two_nodes_on_localhost_with_grad_accum_equal_one_process(tmp_path, sampler):
+    """Also under repeated augmentation: each step's 16 samples are the same slots of the one repeated list
+    (data.ResumableSampler) on one process as on two."""
+    job = SYNTH + ["--batch-size", "16", "--max-steps", "3", "--drop-path", "0", *sampler]
     assert train.cli(job + ["--out-dir", str(tmp_path / "one")]) == 0
     port, env = free_port(), {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
 import data
 import train
 from test_train import TINY
+from training.flags import get_parser, parse_args
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
 needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
@@ -198,6 +200,46 @@ def test_device_decode_path_matches_pil_after_the_same_crop(tmp_path, device):
         assert ((xa - xb.cpu()) * std).abs().mean() <= 2.0  # pixel units (0.000 on CPU-2)
         n += len(ya)
     assert n == 24
+
+
+# ----------------------------------------------------------------------------- the evaluation crop (--eval-crop-ratio)
+def framed(side=128, frame=8):
+    """A black square image with a white frame of `frame` px (1/16 of the side: what a 0.875 crop cuts)."""
+    a = np.full((side, side, 3), 255, dtype=np.uint8)
+    a[frame:-frame, frame:-frame] = 0
+    return Image.fromarray(a)
+
+
+def test_eval_crop_ratio_1_keeps_the_whole_image_and_0_875_cuts_its_border():
+    """Resize the short side to img_size / ratio, then the center crop of img_size (DeiT III's
+    --eval-crop-ratio): at 1.0 (the reViT paper's Table 6) the frame is in the picture, at 0.875 (56 px
+    from 64) the crop cuts exactly the outer 1/16 on each side, the frame. CIFAR has no crop."""
+    def evaluated(ratio):
+        t = data.build_transform(False, 56, (0, 0, 0), (1, 1, 1), "imagenet", crop_ratio=ratio)
+        return t(framed()).mean(0)  # (56, 56), in [0, 1]
+    whole, cut = evaluated(1.0), evaluated(0.875)
+    assert whole.shape == cut.shape == (56, 56)
+    assert whole[0].mean() > 0.9 and whole[:, 0].mean() > 0.9 and 0.15 < (whole > 0.5).float().mean() < 0.3
+    assert (cut > 0.5).sum() == 0 and cut[0].mean() < 0.2  # (the resize blurs the edge a little)
+    cifar = [type(op) for op in data.build_transform(False, 32, (0,) * 3, (1,) * 3, "cifar100", crop_ratio=0.5).transforms]
+    assert v2.Resize not in cifar and v2.CenterCrop not in cifar
+
+
+def test_eval_crop_ratio_reaches_the_validation_transform_and_bad_values_are_one_line(tmp_path, capsys):
+    from test_presets import fake_imagenet
+    root = fake_imagenet(tmp_path / "in")
+    p = get_parser()
+    for flags, side in (([], 36), (["--eval-crop-ratio", "1.0"], 32)):  # int(32 / 0.875) = 36
+        args = parse_args(p, ["--data", "imagenet", "--data-dir", root, "--img-size", "32", *flags])
+        val = train.load_data(args, p)[2]
+        assert [op.size for op in val.transform.transforms if isinstance(op, v2.Resize)] == [[side]], flags
+    for argv, says in ((["--data", "imagenet", "--eval-crop-ratio", "0"], "must be > 0"),
+                       (["--data", "imagenet", "--eval-crop-ratio", "1.2"], "must be in (0, 1]"),
+                       (["--eval-crop-ratio", "1.0"], "--data cifar100 is evaluated whole")):
+        capsys.readouterr()
+        assert train.cli([*argv, "--print-config"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--eval-crop-ratio" in err[0] and says in err[0], err
 
 
 # ----------------------------------------------------------------------------- pixels and label files as people have them (issue 24)

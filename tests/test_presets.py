@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torchvision.transforms import v2
 
 import bvit
 import data
@@ -64,7 +65,7 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     assert all("loopvae" in ln.lower() for ln in table(capsys.readouterr().out))
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
-    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in full and "--experts 4" in full and "--opt lamb" in full
+    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in full and "--experts 4" in full and "--opt adamw" in full
     assert train.cli(["--list-presets", "nosuch"]) == 0 and "no preset matches 'nosuch'" in capsys.readouterr().out
 
 
@@ -100,15 +101,28 @@ def test_every_preset_resolves_to_its_own_flags(capsys, tmp_path, monkeypatch):
         assert cfg["img_size"] % (cfg["patch_size"] or 2 ** len(cfg["loops"])) == 0  # loopvae: no patches
 
 
+# The reViT paper's Table 6 (arXiv 2610.12448, A.3): its supervised ImageNet-1k recipe, the same for S, B and L but
+# the peak lr and L; the DINOv2 distillation takes the B column ("only the patch size and task objective differ").
+TABLE6 = dict(opt="adamw", weight_decay=0.05, batch_size=2048, epochs=300, warmup_epochs=5.0, warmup_lr=1e-6,
+              bce=True, label_smoothing=0.0, three_augment=True, color_jitter=0.3, randaug=0.0, mixup=0.8, cutmix=1.0,
+              repeated_aug=3, img_size=224, eval_crop_ratio=1.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
+              depth_dropout=0.0)
+
+
 def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
+    """vit, bvit and srvit: the DeiT III recipe (LAMB); every in1k-revit-*: Table 6 (test below)."""
     for name, (what, flags) in presets.PRESETS.items():
         if name.startswith("in1k-"):
             cfg = config(capsys, "--preset", name)
-            deit3 = (cfg["opt"], cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
-            assert deit3 == ("lamb", True, True, 0.0, 2048), name
+            deit3 = (cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
+            assert deit3 == (True, True, 0.0, 2048), name
+            assert cfg["opt"] == ("adamw" if cfg["model"] == "revit" else "lamb"), name
             assert cfg["depth"] == (24 if cfg["size"] == "l" else 12), name
             assert cfg["layer_scale"] and cfg["drop_path"] > 0, name
             assert cfg["patch_size"] == (14 if name.endswith("-dinov2") else 16), name
+            if cfg["model"] != "revit":
+                assert (cfg["lr"], cfg["weight_decay"], cfg["repeated_aug"], cfg["eval_crop_ratio"],
+                        cfg["warmup_lr"]) == (3e-3, 0.02, 0, 0.875, None), name
             if name.endswith("-dinov2"):  # reViT's second regime: the teacher's features alone, fixed depth
                 assert (cfg["teacher"], cfg["distill"], cfg["task_weight"], cfg["depth_dropout"]) == (
                     "weights/vit_base_patch14_dinov2.pth", "feature", 0.0, 0.0), name
@@ -120,6 +134,25 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     for s in "sbl":
         assert [presets.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
     assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+
+
+def test_every_in1k_revit_preset_is_the_revit_papers_table_6(capsys):
+    revit = [n for n in presets.PRESETS if n.startswith("in1k-revit-")]
+    assert len(revit) == 15  # S, B, L x E = 1, 2, 4, 8 and the three DINOv2 students
+    for name in revit:
+        cfg = config(capsys, "--preset", name)
+        assert {k: cfg[k] for k in TABLE6} == TABLE6, name
+        assert cfg["lr"] == {"s": 4e-3, "b": 3e-3, "l": 3e-3}[cfg["size"]], name  # peak lr per size
+        assert (cfg["model"], cfg["depth"], cfg["routing"]) == ("revit", 24 if cfg["size"] == "l" else 12, "depth"), name
+        # where Table 6 is silent, our choice (presets.TABLE6's comment): kept from the DeiT III presets
+        assert (cfg["layer_scale"], cfg["drop_path"], cfg["clip_grad"], cfg["min_lr"]) == (
+            1e-4, presets.DEIT3_DROP_PATH[cfg["size"]], 1.0, 1e-5), name
+    args = resolve(parse_args(get_parser(), ["--preset", "in1k-revit-s16-e4"]), get_parser(), 224)
+    _, scheduler, _, _, warmup = train.optimizer_and_schedule(args, torch.nn.Linear(2, 2), None, [None] * 625)
+    assert warmup == 5 * 625 and scheduler.get_last_lr()[0] == pytest.approx(1e-6, rel=1e-9)  # from 1e-6 ...
+    f = optim.lr_lambda(100, 10, 4e-3, 1e-5, 1e-6)
+    assert [4e-3 * f(s) for s in (0, 5, 10)] == pytest.approx([1e-6, 1e-6 + (4e-3 - 1e-6) / 2, 4e-3])  # ... to lr
+    assert optim.lr_lambda(100, 10, 4e-3, 1e-5)(0) == 0.1  # without --warmup-lr: lr / warmup steps, as before
 
 
 def test_explicit_flags_override_the_preset(capsys):
@@ -307,13 +340,22 @@ def fake_imagenet(root, classes=2, per_class=4):
     return str(root)
 
 
-def test_an_imagenet_preset_trains_one_step_with_lamb_bce_and_3_augment(tmp_path):
-    out = tmp_path / "out"
+def test_an_imagenet_preset_trains_one_step_with_table_6s_sampler_and_crop(tmp_path, monkeypatch):
+    out, seen = tmp_path / "out", {}
+    real = data.build_loaders
+    monkeypatch.setattr(data, "build_loaders", lambda *a: seen.setdefault("loaders", real(*a)))
     rc = train.cli(["--preset", "in1k-revit-s16-e4", "--data-dir", fake_imagenet(tmp_path / "in"),
                     "--img-size", "32", "--out-dir", str(out), *TINY, "--batch-size", "4"])
     assert rc == 0
     saved = json.loads((out / "args.json").read_text())
-    assert (saved["opt"], saved["bce"], saved["three_augment"], saved["experts"]) == ("lamb", True, True, 4)
+    assert (saved["opt"], saved["bce"], saved["three_augment"], saved["experts"]) == ("adamw", True, True, 4)
+    loader, val = seen["loaders"]  # --repeated-aug 3 and --eval-crop-ratio 1.0 reach the run's data
+    assert loader.sampler.repeats == 3 and len(loader.sampler) == 8  # (8 images: under 256, kept whole)
+    ds = val.dataset
+    while isinstance(ds, torch.utils.data.Subset):  # (this rank's shard of --val-subset)
+        ds = ds.dataset
+    resize = [op for op in ds.transform.transforms if type(op).__name__ == "Resize"]
+    assert [op.size for op in resize] == [[32]]  # int(32 / 1.0), not int(32 / 0.875)
     rec = json.loads((out / "log.jsonl").read_text().splitlines()[0])
     assert rec["step"] == 1 and math.isfinite(rec["train_loss"]) and "bce_loss" in rec
 
@@ -337,6 +379,22 @@ def test_deit3_flags_reach_the_optimizer_the_loss_and_the_data(tmp_path, monkeyp
     assert rc == 0 and seen["loss"] == "bce" and seen["lamb"] and seen["three_aug"] is True
     t = seen["targets"]  # MixUp + --bce: every class in the mix is a positive (DeiT's code)
     assert t.shape == (8, 100) and set(t.unique().tolist()) == {0.0, 1.0} and t.sum(1).max() == 2
+
+
+def test_color_jitter_is_3_augments_and_the_new_flags_refuse_what_they_cannot_do(tmp_path, capsys):
+    p = get_parser()
+    for flags, want in (([], (0.7, 1.3)), (["--color-jitter", "0.1"], (0.9, 1.1)), (["--color-jitter", "0"], None)):
+        args = parse_args(p, ["--three-augment", "--data-dir", fake_cifar(tmp_path / f"d{len(flags)}"), *flags])
+        ops = train.load_data(args, p)[1].transform.transforms  # the run's training pipeline
+        jitter = [(op.brightness, op.contrast, op.saturation, op.hue) for op in ops if isinstance(op, v2.ColorJitter)]
+        assert jitter == ([(pytest.approx(want),) * 3 + (None,)] if want else []), flags  # no hue, as DeiT III
+    for argv, says in ((["--color-jitter", "0.2"], "no --three-augment"),
+                       (["--warmup-lr", "0.1"], "--warmup-lr 0.1: above --lr 0.001"),
+                       (["--warmup-lr", "1e-6", "--warmup-epochs", "0"], "--warmup-epochs 0 has no warmup")):
+        capsys.readouterr()
+        assert train.cli([*argv, "--print-config"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and argv[0] in err[0] and says in err[0], err
 
 
 def lamb_by_hand(p, grads, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):

@@ -196,7 +196,7 @@ def test_every_augmentation_flag_reaches_the_images_on_the_path_the_run_takes(tm
         kind = type(action).__name__
         on = [action.option_strings[0]] + ([] if kind in ("_StoreTrueAction", "BooleanOptionalAction") else ["64" if
                                            action.dest == "img_size" else "0.8" if action.dest in ("mixup", "cutmix") else "9"])
-        argv = ["--workers", "0", "--data-dir", root, *on]
+        argv = ["--workers", "0", "--data-dir", root, *on] + (["--three-augment"] if action.dest == "color_jitter" else [])
         args = flags.parse_args(p, argv)
         args, train_set, _, _, _ = train.load_data(args, p)
         for dev in ("cpu", "cuda"):
@@ -204,4 +204,4 @@ def test_every_augmentation_flag_reaches_the_images_on_the_path_the_run_takes(tm
             if data.batched_loader(args, torch.device(dev)):
                 assert all(type(op) in data.BATCHED_OPS for op in ops), (on, ops)
         tried.append(action.dest)
-    assert {"mixup", "cutmix", "randaug", "three_augment", "img_size"} <= set(tried)
+    assert {"mixup", "cutmix", "randaug", "three_augment", "color_jitter", "repeated_aug", "img_size"} <= set(tried)

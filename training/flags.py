@@ -79,6 +79,22 @@ def count(s):
     return v
 
 
+def copies(s):
+    """--repeated-aug: 0 (off) or a number of copies >= 2."""
+    v = count(s)
+    if v == 1:
+        raise argparse.ArgumentTypeError("1 copy is no repetition: use 0 (off) or a number of copies >= 2, e.g. 3")
+    return v
+
+
+def crop_ratio(s):
+    """--eval-crop-ratio: in (0, 1]."""
+    v = positive(float)(s)
+    if v > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] (the crop's share of the resized side), got {s}")
+    return v
+
+
 def int_list(s):
     try:
         v = [int(t) for t in s.split(",") if t.strip()]
@@ -250,6 +266,9 @@ def get_parser():
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
     a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
     a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
+    a("--warmup-lr", type=non_negative, help="learning rate of the first warmup step, from which the warmup "
+      "rises linearly to --lr (DeiT's --warmup-lr; the reViT paper's Table 6: 1e-6) (default: --lr / the "
+      "warmup steps, a ramp from 0)")
     a("--weight-decay", type=non_negative, default=0.05, help="decoupled weight decay (none on 1-D parameters)")
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
     a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon (loopvae: ignored, "
@@ -265,7 +284,13 @@ def get_parser():
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
     a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
-      "simple random crop + 3-Augment (grayscale / solarize / blur, color jitter 0.3) for training")
+      "simple random crop + 3-Augment (grayscale / solarize / blur, then --color-jitter) for training")
+    a("--color-jitter", type=non_negative, default=0.3, help="--three-augment: brightness, contrast and "
+      "saturation jitter, each by a factor in [1 - c, 1 + c] (DeiT III's --color-jitter; 0 = none)")
+    a("--repeated-aug", type=copies, default=0, metavar="N", help="repeated augmentation (DeiT's RASampler; "
+      "timm's --aug-repeats): each image of an epoch N times, differently augmented, the copies on different "
+      "processes; an epoch keeps its length, so it sees about 1/N of the images (data.ResumableSampler); "
+      "0 = off; the reViT paper's Table 6: yes (DeiT: 3)")
     a = p.add_argument_group('distillation', 'training/distill.py').add_argument
     a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint or timm-layout ViT state dict (DINOv2's): "
       "frozen, in eval mode, on the same augmented images resized to its patch grid = the student's "
@@ -308,6 +333,9 @@ def get_parser():
     a("--save-every", type=positive(int), help="also checkpoint every N optimizer steps mid-epoch")
     a = p.add_argument_group('evaluation').add_argument
     a("--eval-batch-size", type=positive(int), default=256, help="per-rank evaluation batch")
+    a("--eval-crop-ratio", type=crop_ratio, default=0.875, help="image folders: evaluate the center crop of "
+      "--img-size after resizing the short side to --img-size / ratio (DeiT III's --eval-crop-ratio; the reViT "
+      "paper's Table 6: 1.0, no cut); CIFAR is evaluated whole")
     a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
       "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
@@ -350,6 +378,15 @@ def resolve(args, p, img_size):
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
         p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    if args.warmup_lr is not None and (args.warmup_lr > args.lr or not args.warmup_epochs):
+        p.error(f"--warmup-lr {args.warmup_lr:g}: " + (f"above --lr {args.lr:g}" if args.warmup_epochs else
+                "--warmup-epochs 0 has no warmup to start"))
+    if given(p, ["color_jitter"]) and not args.three_augment:
+        p.error("--color-jitter is 3-Augment's color jitter, and this run has no --three-augment (it would change "
+                "nothing): add --three-augment or leave it out")
+    if given(p, ["eval_crop_ratio"]) and args.data != "imagenet":
+        p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data imagenet); --data "
+                f"{args.data} is evaluated whole (it would change nothing): leave it out")
     for flag, models in MODEL_FLAGS.items():
         if args.model not in models and given(p, [flag]):
             which = f"{', '.join(models[:-1])} or {models[-1]}" if len(models) > 1 else models[0]
@@ -411,7 +448,7 @@ def resolve_stage2(args, p):
 # Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
 # depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
 CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "stages", "stage_weights", "detach_stages",
-                    "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher")
+                    "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher", "eval_crop_ratio")
 
 
 def resolve_loopvae(args, p, img_size):

@@ -1,7 +1,7 @@
 """The optimizers, the learning-rate schedule and the weight EMA of train.py: AdamW from torch or
 LAMB (below), no weight decay on 1-D parameters (param_groups), linear warmup + cosine decay
 (lr_lambda), the step itself (optimizer_step: unscale, clip, step or skip) and EMA (below). torch
-ships no LAMB; DeiT III (the in1k-* presets) trains with it.
+ships no LAMB; DeiT III (the in1k-vit, -bvit and -srvit presets) trains with it.
 
 No host sync: a step whose gradients are not finite is skipped on the device. Both optimizers read
 `optimizer.found_inf` (a 0-d float tensor, 1 = skip), as torch's fused AdamW does when GradScaler
@@ -13,11 +13,14 @@ import math
 import torch
 
 
-def lr_lambda(total, warmup, lr, min_lr):
-    """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr."""
+def lr_lambda(total, warmup, lr, min_lr, warmup_lr=None):
+    """Multiplier of the peak lr at optimizer step s (0-based): a linear warmup over the first `warmup`
+    steps, from warmup_lr at step 0 towards lr (DeiT's --warmup-lr, stepped per step here, not per
+    epoch; None: lr (s + 1) / warmup, a ramp from 0), then a cosine from lr at step `warmup` to min_lr
+    at step `total`."""
     def f(s):
         if s < warmup:
-            return (s + 1) / warmup
+            return (s + 1) / warmup if warmup_lr is None else (warmup_lr + (lr - warmup_lr) * s / warmup) / lr
         t = (s - warmup) / max(1, total - warmup)
         return (min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(t, 1.0)))) / lr
     return f
