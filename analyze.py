@@ -49,8 +49,8 @@ What a "step" is (its state = the tokens the next step receives):
     embedding, odevit), skipping ANY one step is running L - 1 steps, so its pruning curve is flat
     by construction (a test checks it); steps differ under pruning only where the block depends on
     k (the untied vit, bvit's phases, reViT's gates g(t_k), srvit's per-recursion router, the
-    per-step LoRA adapters). revit_moe's content routings (smear, lory, token, mixture) route on the
-    state alone, so their curves are flat by construction too.
+    per-step LoRA adapters). revit_moe's content routings (lory, smear, deepseek, qwen3, moeut, remoe,
+    softmoe) route on the state alone, so their curves are flat by construction too.
     --depth L analyses the model run at L steps (L recursions for srvit, L solver steps for odevit).
 
 How, without editing a model file: forward hooks. A shared block is called once per evaluation,
@@ -61,9 +61,9 @@ returns no weights); a block hook that returns the block's input skips the step.
 routings and LoRA run a step as the method `_step_fn` on the block's parts, not as a block call:
 the probe wraps that method (and, for LoRA, `_attend`, whose qkv is not the attn.qkv module) on the
 model instance for the analysis and removes the wrappers after. Their content routings have no
-depth gate table: "gates" is then the mean router softmax per step over the analysed images (and
-tokens, for token/mixture routing); LoRA checkpoints get "lora_norms" (revit_moe.log_extras: one
-per trained adapter, whatever --depth is analysed).
+depth gate table: "gates" is then their mean gate per step over the analysed images (and tokens,
+for the token-level routings: revit_moe's `_last_gates`, as in its log_extras); LoRA checkpoints
+get "lora_norms" (revit_moe.log_extras: one per trained adapter, whatever --depth is analysed).
 """
 import argparse
 import json
@@ -474,8 +474,8 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
                 w = model.mix_weights.double().mean(1).sum(0).cpu()
                 mix = w if mix is None else mix + w
             if getattr(model, "routing", "depth") != "depth":  # revit_moe content routing: (L, E)
-                g = torch.stack([lg.float().softmax(-1).reshape(len(y), -1, lg.shape[-1]).mean(1).sum(0).cpu()
-                                 for lg in model._last_logits]).double()
+                g = torch.stack([gt.float().reshape(len(y), -1, gt.shape[-1]).mean(1).sum(0).cpu()
+                                 for gt in model._last_gates]).double()
                 routed = g if routed is None else routed + g
             for k in range(steps):
                 probe.reset(skip=k)

@@ -148,6 +148,21 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(y[order.argsort()]), self.drop_prob, dp)
 
 
+def router_losses(logits, mlp):
+    """Section 3.2's E > 1 terms (ReViT's class docstring) over the rows of `logits` (M, E), fp32, one
+    row per gate (reViT: the L steps of the grid; revit_moe's Lory: every image at every step), and
+    the experts of `mlp` (ExpertMlp): {"bal": eq. 6, "z": eq. 8, "div": eq. 9}, scalars."""
+    E = logits.shape[1]
+    entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # (M,) H(g), in nats
+    theta = torch.cat([p.flatten(1) for p in mlp.tensors()], dim=1)  # (E, P)
+    with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
+        theta = F.normalize(theta.float(), dim=1)
+        cos2 = (theta @ theta.T).pow(2)  # (E, E)
+    return {"bal": (1 - entropy / math.log(E)).mean(),  # eq. 6
+            "z": torch.logsumexp(logits, -1).pow(2).mean(),  # eq. 8
+            "div": (cos2.sum() - cos2.diagonal().sum()) / (E * (E - 1))}  # eq. 9: the pairs e < e', twice
+
+
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -323,16 +338,7 @@ class ReViT(nn.Module):
 
     def regularizers(self, depth=None):
         """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
-        logits = self.route(self.grid(depth)).float()  # (L, E)
-        E = logits.shape[1]
-        entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # (L,) H(g_t), in nats
-        theta = torch.cat([p.flatten(1) for p in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
-        with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix
-            theta = F.normalize(theta.float(), dim=1)
-            cos2 = (theta @ theta.T).pow(2)  # (E, E)
-        return {"bal": (1 - entropy / math.log(E)).mean(),  # eq. 6
-                "z": torch.logsumexp(logits, -1).pow(2).mean(),  # eq. 8
-                "div": (cos2.sum() - cos2.diagonal().sum()) / (E * (E - 1))}  # eq. 9: the pairs e < e', twice
+        return router_losses(self.route(self.grid(depth)).float(), self.blocks[0].mlp)  # logits (L, E)
 
     @torch.no_grad()
     def materialize(self, depth=None):

@@ -1,36 +1,80 @@
-"""reViT's comparison baselines: the same recurrent block with its FFN routed by content, by token,
-as an output mixture, or adapted per step by layer-wise LoRA.
+"""reViT's comparison baselines: the same recurrent block with its FFN chosen by content (Table 3's
+MoE families at U = 1, as appendix B adapts them), or adapted per step by layer-wise LoRA.
 
 Paper: "One Block, Multiple Depths: Recurrent Vision Transformers with Depth-Programmed Experts"
 (Bulat, Ouali, Tzimiropoulos, arXiv 2610.12448), section 4.3 and Table 3 (which MoE formulation suits
-one recurrent block?), appendix B (MoE baseline adaptations) and B.1 (layer-wise LoRA).
+one recurrent block?), appendix B (MoE baseline adaptations, Table 8) and B.1 (layer-wise LoRA).
 
 Idea. reViT (revit.py) merges E expert FFNs by the step's normalized depth t. The paper compares
-that depth program with content-routed MoE families on the same recurrent backbone and loss, at
-the arithmetic of ONE dense FFN per token and step (U = 1; appendix B: matching U matches neither
+that depth program with content-routed MoE families on the same recurrent backbone and task loss,
+at the arithmetic of ONE dense FFN per step (U = 1; appendix B: matching U matches neither
 parameters, total FLOPs nor latency), and with a per-step LoRA. `ReViTMoE(routing=, lora_rank=)`
-takes revit.ReViT's keyword arguments: embedding, shared attention and norms, head, elastic depth
-and loss are reViT's (the class derives from revit.ReViT, so that this file holds only what differs);
-only the FFN bank and its router change. Per step, s is the state entering the step (= the state
-leaving step k-1), x = s + attn(norm1(s)), h = norm2(x) the FFN input, mean() the token mean
-(class token included; our choice), W_r a bias-free Linear(D, E) router:
-  depth    (3.1)  W = sum_e g_e(t) W_e, g = softmax(MLP(t)): exactly revit.ReViT (the default)
-  smear    (B)    g = softmax(W_r mean(h)) per image and step; one FFN merged per image (SMEAR)
-  lory     (B)    g = softmax(W_r mean(norm1(s))): the previous step's output routes this step's
-                  merge, before this step's attention runs (Lory's causal segment routing, over depth)
-  token    (B)    y = FFN_0(h) + p_i FFN_i(h), i = argmax_e p_e, p = softmax(W_r h) per token: one
-                  shared + one of E routed experts, all of hidden H/2 (DeepSeek-V3 / Qwen3 at U = 1),
-                  dropless (every token runs its expert; no capacity)
-  mixture  (B)    y = sum_e p_e FFN_e(h), p = softmax(W_r h) per token: every expert on every token
-                  (ReMoE-like output mixture). Its compute grows with E: E dense FFNs per token.
-  lora_rank=r (B.1, E = 1)  step k uses W + B_k A_k for qkv, proj, fc1, fc2 (base weights shared)
+takes revit.ReViT's keyword arguments: embedding, shared attention and norms, head and elastic
+depth are reViT's (the class derives from revit.ReViT, so that this file holds only what differs);
+only the FFN bank, its router and the auxiliary losses change.
+
+Per step, s (B, T, D) is the state entering the step (= the state leaving step k-1; T = N patch
+tokens + the class token), x = s + attn(norm1(s)), h = norm2(x) the FFN input, mean() the token mean
+(class token included; our choice), W_r a bias-free Linear(D, E) router, H = mlp_ratio D the dense
+FFN's hidden width (ehr 4 in the paper's units: expert hidden width / model width), FFN_e expert e
+of the bank, K = 1 routed expert per token. U is appendix B's nominal expert-FFN arithmetic per step
+relative to one dense FFN; "params" the stored expert-FFN parameters at the paper's S width (D = 384,
+E = 4, Table 8; `expert_params()`):
+  depth   (3.1)  reViT: W = sum_e g_e(t) W_e, g = softmax(MLP(t)): exactly revit.ReViT (the default)
+                 U = 1, 4.7 M.
+  lory    (B; Zhong et al. 2024, arXiv 2405.03133) g = softmax(W_r mean(norm1(s))) per image: the
+                 pooled state leaving step k-1 selects step k's merged FFN, before step k's attention
+                 runs (Lory's causal segment routing, over depth instead of token segments; no
+                 similarity-based batching). U = 1, 4.7 M.
+  smear   (B; Muqeeth et al. 2024, "Soft Merging of Experts with Adaptive Routing") g = softmax(W_r
+                 mean(h)) per image, recomputed every step: one FFN merged per image. U = 1, 4.7 M.
+  deepseek (B; DeepSeek-V3, arXiv 2412.19437, sec. 2.1.2, eqs. 12-16; Wang et al. 2024, arXiv
+                 2408.15664) affinities s = sigmoid(W_r h) per token; expert i = argmax_e (s_e + b_e)
+                 of E routed experts plus one always-active shared expert, all of hidden H/2 (ehr 2):
+                 y = FFN_sh(h) + g_i FFN_i(h), g_i = s_i / sum_{chosen} s_j (eq. 13: exactly 1 at
+                 K = 1). The bias b (buffer `expert_bias`, checkpointed) enters the selection only,
+                 never the gate; `after_step()` updates it (the auxiliary-loss-free balancer). No
+                 sequence-level balance loss and no leading dense layers (appendix B). U = (1 + 1)
+                 2/4 = 1, 3.0 M (5 experts at ehr 2).
+  qwen3   (B; Qwen3, arXiv 2505.09388) p = softmax(W_r h) per token, expert i = argmax p, gate
+                 p_i / sum_{chosen} p_j (top-K renormalized: exactly 1 at K = 1), no shared expert,
+                 experts of hidden H. U = 1, 4.7 M.
+  moeut   (B; MoEUT, Csordas et al. 2024, arXiv 2405.16039, sec. 2.1: sigma-MoE, Csordas et al.
+                 2023) scores sigmoid(W_r h) per token, expert i = the top-1 score, gate sigmoid(l_i)
+                 with no renormalization, experts of hidden H; dense attention (no SwitchHead, no
+                 peri-LayerNorm). U = 1, 4.7 M.
+  remoe   (B; ReMoE, Wang, Zhu, Chen, ICLR 2025, arXiv 2412.14711, sec. 3) gates g = relu(W_r h) per
+                 token; all E experts of hidden H/4 (ehr 1) evaluated on every token, y = sum_e g_e
+                 FFN_e(h) (an output mixture); its L1 regularizer with the adaptive coefficient
+                 (buffer `l1_lambda`, updated by `after_step()`). U = E 1/4 = 1 at E = 4, 1.2 M.
+  softmoe (B; Soft-MoE, Puigcerver et al., ICLR 2024, arXiv 2308.00951, sec. 2) S = N slots (the
+                 patch count, appendix B) split evenly over the E experts of hidden H (N/E slots
+                 each; N % E must be 0); logits = scale * normalize(h) normalize(Phi)^T (l2 over D,
+                 Phi (S, D) the slot parameters = `router.weight`, `slot_scale` a learned scalar,
+                 initialized to 1: Soft-MoE's normalization); dispatch = softmax over the T tokens
+                 per slot, combine = softmax over the S slots per token. Our choice: the class
+                 token is dispatched and combined like a patch token (the readout needs it to get
+                 an FFN too), while the slot count stays the patch count N. U = (N/N) 4/4 = 1, 4.7 M
+                 (slot parameters excluded, as Table 8).
+  lora_rank=r (B.1, E = 1)  step k uses W + B_k A_k for qkv, proj, fc1, fc2 (base weights shared).
 Under recurrence "the state entering step k" IS "the state leaving step k-1", so SMEAR routes on its
 FFN's own input (after this step's attention, as SMEAR routes on its layer's input) and Lory on the
 step's input: the one difference is whether the step's attention is seen by the router.
 
+Auxiliary losses (appendix B; `aux_losses`): SMEAR none; DeepSeek-V3 none (its bias balancer is no
+loss); ReMoE its own; Qwen3 none at U = 1 (appendix B gives its global-batch balance loss, 1e-3, to the
+higher-budget settings only); MoEUT none (our choice: appendix B names no regularizer for it, and
+sigma-MoE's entropy regularizer is not retained); Lory reViT's eq. 6, 8 and 9 with reViT's lambdas (our
+choice: appendix B keeps Lory's routing and merge "unchanged" and is silent on its losses; Lory is
+reViT's weight-merge sibling, and eq. 6 is written for exactly such a soft merge). A consequence of
+the papers' own gate rules at K = 1, stated here because it is easy to miss: the renormalized top-1
+gate of Qwen3 and DeepSeek-V3 is exactly 1, so the task gives their routers no gradient (computed
+exactly 0 here, not rounding noise); Qwen3's token-to-expert assignment is therefore the one its
+router draws at initialization, and DeepSeek-V3's moves only through its bias.
+
 Measured: on CIFAR-100 at CPU scale only (docs/models.md, "The paper's comparisons"); no ImageNet run yet.
 The paper's U = 1 ImageNet-1k S/16 numbers (Table 3 and Table 10): reViT 78.2, Lory 77.9, SMEAR 77.7,
-layer-wise LoRA 77.6.
+DeepSeek-V3 70.6, Qwen3 68.6, MoEUT 67.8, ReMoE 70.1, Soft-MoE 69.2, layer-wise LoRA 77.6.
 """
 
 import torch
@@ -40,7 +84,13 @@ import torch.nn.functional as F
 import revit
 from revit import classification_loss, drop_path, ffn, sample_keep, step_coords, to_device
 
-ROUTINGS = ("depth", "smear", "lory", "token", "mixture")
+ROUTINGS = ("depth", "lory", "smear", "deepseek", "qwen3", "moeut", "remoe", "softmoe")
+MERGE = ("lory", "smear")  # one FFN merged per image (weight merge)
+DISPATCH = ("deepseek", "qwen3", "moeut")  # each token runs its top-1 routed expert (token dispatch)
+TOKEN_LEVEL = (*DISPATCH, "remoe", "softmoe")  # a router per token (or slot): needs E >= 2
+# ReMoE (appendix B; ReMoE sec. 3.3): lambda_0 and alpha of the controller; the target sparsity is 1 - K/E
+# with K = 1 active expert's worth of gates (0.75 at E = 4)
+REMOE_LAMBDA0, REMOE_ALPHA = 1e-8, 1.2
 
 
 def per_image_ffn(mlp, x, g):
@@ -51,21 +101,36 @@ def per_image_ffn(mlp, x, g):
     return torch.baddbmm(b2[:, None], h, w2.mT)  # (B, N, D)
 
 
-def token_choice(mlp, shared, h, p):
-    """Dropless token-choice top-1 with a shared expert (B): token m runs the shared expert and
-    routed expert i = argmax p[m], weighted by p[m, i]. h (B, N, D), p (B, N, E) -> (B, N, D).
-    Our choice: the gate is the softmax probability itself (Switch's top-1 gate). DeepSeek-V3 and
-    Qwen3 renormalize the top-K weights; at K = 1 that makes the gate 1 and leaves the router no
-    gradient from the task. Every expert runs on its (possibly empty) set of tokens, so an expert
-    that gets no token still gets a (zero) gradient, as DDP needs."""
-    x, p = h.flatten(0, 1), p.flatten(0, 1)  # (M, D), (M, E) with M = B*N
-    top = p.argmax(-1)  # (M,)
+def dispatch(mlp, h, top, gate):
+    """Dropless token dispatch (B): token m runs expert top[m] of `mlp`, weighted by gate[m] (no
+    capacity, no dropped token). h (B, N, D), top (B, N) long, gate (B, N) -> (B, N, D). Every expert
+    runs on its (possibly empty) set of tokens, so an expert that gets no token still gets a (zero)
+    gradient, as DDP needs; how many tokens each expert gets is data, so on CUDA this reads it back
+    (one sync per step)."""
+    x, top = h.flatten(0, 1), top.flatten()  # (M, D), (M,) with M = B*N
     order = top.argsort()
-    # expert e's tokens; their number is data, so on CUDA this reads it back: one sync per step
-    chunks = x[order].split(torch.bincount(top, minlength=p.shape[1]).tolist())
+    chunks = x[order].split(torch.bincount(top, minlength=mlp.fc1.weight.shape[0]).tolist())
     y = torch.cat([ffn(c, *(w[e] for w in mlp.tensors())) for e, c in enumerate(chunks)])[order.argsort()]
-    y = ffn(x, *(w[0] for w in shared.tensors())) + p.gather(1, top[:, None]) * y  # (M, D)
-    return y.view_as(h)
+    return gate[..., None] * y.view_as(h)
+
+
+def output_mixture(mlp, h, g):
+    """ReMoE's output mixture (B): every expert on every token, y = sum_e g_e FFN_e(h).
+    h (B, N, D), g (B, N, E) -> (B, N, D)."""
+    return sum(g[..., e, None] * ffn(h, *(w[e] for w in mlp.tensors())) for e in range(g.shape[-1]))
+
+
+def soft_moe(mlp, h, logits):
+    """Soft-MoE (Puigcerver et al. 2024, sec. 2.1), its S slots split evenly over the E experts of
+    `mlp` (slot j belongs to expert j // (S/E)): h (B, T, D), logits (B, T, S) -> (B, T, D).
+    dispatch = softmax over the tokens (each slot's input is a convex mix of the tokens), combine =
+    softmax over the slots (each token's output is a convex mix of the slots' outputs)."""
+    w1, b1, w2, b2 = mlp.tensors()  # (E, Hs, D), (E, Hs), (E, D, Hs), (E, D)
+    slots = logits.softmax(1).mT @ h  # (B, S, D): dispatch
+    slots = slots.unflatten(1, (w1.shape[0], -1))  # (B, E, S/E, D): expert e's slots
+    a = F.gelu(slots @ w1.mT + b1[:, None])  # (B, E, S/E, Hs)
+    y = (a @ w2.mT + b2[:, None]).flatten(1, 2)  # (B, S, D): each slot through its expert
+    return logits.softmax(2) @ y  # (B, T, D): combine
 
 
 def lora_linear(x, w, b, ab=None):
@@ -87,13 +152,16 @@ class ReViTMoE(revit.ReViT):
     """revit.ReViT with `routing` in ROUTINGS (module docstring) and an optional layer-wise LoRA.
 
     Call as ReViT: `logits, loss = model(x, targets=None, depth=None, keep=None)`. Elastic depth is
-    reViT's for every routing (a dropped step is the identity for that image). For E > 1 the loss
-    adds A.2's three terms with reViT's weights (our choice: one loss for the whole comparison; the
-    DeepSeek-V3 sequence-level balance loss is omitted, as in appendix B), over every router call
-    of the forward (images for smear/lory, tokens for token/mixture), p the softmax of the logits:
-        L_bal = E * sum_e f_e P_e, P_e = mean p_e; f_e = P_e for the soft routings (reViT's
-                definition), the fraction of tokens whose top-1 is e for token (Switch, Qwen3)
-        L_z   = mean logsumexp(logits)^2 (ST-MoE);  L_div = reViT's expert cosine similarity.
+    reViT's for every routing (a dropped step is the identity for that image). loss = the task loss
+    + `aux_losses` (module docstring: Lory reViT's three terms, ReMoE its L1, the others none).
+    `model.U`: appendix B's U of the configuration; `expert_params()`: its stored expert-FFN
+    parameters (Table 8). After each optimizer step call `after_step()` (train.py does): it moves
+    DeepSeek-V3's bias and ReMoE's lambda from the training forwards since the previous call.
+    Initialization: the banks as reViT's (A.1's dense FFN init); the soft merges' routers at zero
+    (every image's gate exactly 1/E at the start, as reViT's); every token-level router (and Soft-
+    MoE's slots) trunc-normal(0.02), timm's Linear init, so that the tokens' choices differ from the
+    start (a zero router would send every token to expert 0, and ReMoE's ReLU gates would all be 0).
+    The token-level routings need experts >= 2 (a router over one expert routes nothing).
     LoRA (B.1): `lora_rank=r > 0` needs experts=1 and routing="depth" (the paper's recurrent ViT-S
     with one tied block; our rule). Adapter k has A_k (r, in) ~ U(+-1/sqrt(in)) (peft's kaiming
     init) and B_k = 0 (Hu et al. 2021), scale 1, so at init the model is the tied block. Another
@@ -104,6 +172,8 @@ class ReViTMoE(revit.ReViT):
     `self.config` keeps revit.ReViT's keyword arguments; routing and lora_rank are attributes.
     """
 
+    bias_speed = 1e-3  # DeepSeek-V3's gamma, the bias update speed (its sec. 4.2: 0.001); ours at every scale
+
     def __init__(self, *, routing="depth", lora_rank=0, **kw):
         if routing not in ROUTINGS:
             raise ValueError(f"routing={routing!r} is not one of {ROUTINGS}")
@@ -111,21 +181,39 @@ class ReViTMoE(revit.ReViT):
         if lora_rank < 0 or (lora_rank and (routing != "depth" or experts != 1)):
             raise ValueError(f"lora_rank={lora_rank} needs lora_rank >= 0, and for lora_rank > 0 experts=1 "
                              f"and routing='depth' (got experts={experts}, routing={routing!r})")
+        if routing in TOKEN_LEVEL and experts < 2:
+            raise ValueError(f"routing={routing!r} routes tokens among experts: it needs experts >= 2, got "
+                             f"experts={experts}")
         super().__init__(**kw)  # reViT, built and initialized exactly as revit.ReViT(**kw)
         self.routing, self.lora_rank = routing, lora_rank
-        self._last_logits = []
+        self._last_gates, self._stats = [], None
         D, E, blk = self.embed_dim, self.experts, self.blocks[0]
-        H = int(D * self.mlp_ratio)
-        if routing != "depth":
-            if routing == "token":  # B: 1 shared + E routed experts of hidden H/2 (ratio 2 for ratio 4)
-                blk.mlp, blk.shared_mlp = revit.ExpertMlp(D, H // 2, E), revit.ExpertMlp(D, H // 2, 1)
-                for p in (*blk.mlp.tensors(), *blk.shared_mlp.tensors()):  # the dense FFN init (A.1)
-                    nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
-            self.router = nn.Linear(D, E, bias=False) if E > 1 else None
-            if self.router is not None and routing == "token":  # distinct top-1 choices from the start
-                nn.init.trunc_normal_(self.router.weight, std=0.02)
-            elif self.router is not None:  # A.1's choice for soft gates: uniform 1/E at init
+        H, N = int(D * self.mlp_ratio), (self.img_size // self.patch_size) ** 2  # dense hidden, patch tokens
+        hidden = H // {"deepseek": 2, "remoe": 4}.get(routing, 1)  # B: ehr 2 (DeepSeek-V3), 1 (ReMoE), else 4
+        if hidden != H:  # narrower experts (and DeepSeek-V3's shared one), with the dense FFN init (A.1)
+            blk.mlp = revit.ExpertMlp(D, hidden, E)
+            if routing == "deepseek":
+                blk.shared_mlp = revit.ExpertMlp(D, hidden, 1)
+            for p in (*blk.mlp.tensors(), *(blk.shared_mlp.tensors() if routing == "deepseek" else ())):
+                nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
+        if routing == "softmoe" and N % E:
+            raise ValueError(f"routing='softmoe' splits the {N} patch tokens' slots evenly over the experts: "
+                             f"experts={E} must divide {N}")
+        if routing != "depth":  # (routing="depth" keeps reViT's depth router)
+            self.router = nn.Linear(D, N if routing == "softmoe" else E, bias=False) if E > 1 else None
+            if routing in MERGE and self.router is not None:
                 nn.init.zeros_(self.router.weight)
+            elif self.router is not None:
+                nn.init.trunc_normal_(self.router.weight, std=0.02)
+        if routing == "softmoe":
+            self.slot_scale = nn.Parameter(torch.ones(()))  # Soft-MoE's learned scale of the normalized logits
+        if routing == "deepseek":
+            self.register_buffer("expert_bias", torch.zeros(E))
+        if routing == "remoe":
+            self.register_buffer("l1_lambda", torch.tensor(REMOE_LAMBDA0))
+        # appendix B's U, K = 1: token dispatch (K + K_sh) ehr / 4, output mixture E ehr / 4, Soft-MoE
+        # (N_slots / T_p) ehr / 4 with N_slots = T_p = N here, weight merge ehr / 4 (ehr / 4 = hidden / H)
+        self.U = hidden / H * {"deepseek": 1 + 1, "remoe": E}.get(routing, 1)
         if lora_rank:
             blk.lora = nn.ParameterDict()
             for name, (o, i) in {"qkv": (3 * D, D), "proj": (D, D), "fc1": (H, D), "fc2": (D, H)}.items():
@@ -138,42 +226,81 @@ class ReViTMoE(revit.ReViT):
         """True for reViT itself (routing="depth", no LoRA): every method is revit.ReViT's."""
         return self.routing == "depth" and not self.lora_rank
 
+    def expert_params(self):
+        """Stored expert-FFN parameters (appendix B, Table 8): both projections and biases of every
+        stored expert, shared ones included; no backbone, router, slot parameters or LoRA adapters."""
+        blk = self.blocks[0]
+        return sum(p.numel() for m in (blk.mlp, getattr(blk, "shared_mlp", None)) if m is not None
+                   for p in m.parameters())
+
     def adapter_index(self, t):
         """LoRA adapter of the step at normalized depth t: the nearest trained step, round(t (L - 1))
         with L the trained depth (torch.round: ties to even). t (...) float -> (...) long."""
         return (t * (self.depth - 1)).round().long()
 
     def _route(self, inp):
-        """Router logits in fp32: (..., D) -> (..., E); zeros (gate 1) for a single expert."""
+        """Router logits in fp32: (..., D) -> (..., E); zeros (gate 1) for a single expert (merges)."""
         if self.router is None:
             return inp.new_zeros(*inp.shape[:-1], 1, dtype=torch.float32)
         return self.router(inp).float()
+
+    def _select(self, logits):
+        """Token dispatch at K = 1: each token's expert and gate. logits (..., E) fp32 -> top (...) long,
+        gate (...). The renormalized top-K gate is a softmax over the chosen experts' log-scores:
+          qwen3:    p_i / sum_chosen p_j = softmax(chosen logits)
+          deepseek: s_i / sum_chosen s_j = softmax(logsigmoid(chosen logits)) (eq. 13), the expert
+                    chosen by s + b (eq. 16): the bias moves the selection, never the gate
+          moeut:    sigmoid(l_i), sigma-MoE's gate, not renormalized
+        At K = 1 the first two are exactly 1, and softmax's backward makes their gradient exactly 0."""
+        if self.routing == "deepseek":
+            top = (logits.sigmoid() + self.expert_bias).argmax(-1, keepdim=True)
+            gate = F.logsigmoid(logits).gather(-1, top).softmax(-1)
+        else:
+            top = logits.argmax(-1, keepdim=True)  # sigmoid is monotone: the top score is the top logit
+            gate = logits.gather(-1, top)
+            gate = gate.softmax(-1) if self.routing == "qwen3" else gate.sigmoid()
+        return top.squeeze(-1), gate.squeeze(-1)
+
+    def _gate_values(self, logits):
+        """Each image's (merges) or token's weight per expert from one step's router logits, (..., E):
+        the softmax (lory, smear), the chosen expert's gate and 0 elsewhere (token dispatch), the ReLU
+        gates (remoe), each expert's share of the token's combine weights (softmoe: logits (..., S))."""
+        if self.routing in MERGE:
+            return logits.softmax(-1)
+        if self.routing in DISPATCH:
+            top, gate = self._select(logits)
+            return torch.zeros_like(logits).scatter(-1, top[..., None], gate[..., None])
+        if self.routing == "remoe":
+            return logits.relu()
+        return logits.softmax(-1).unflatten(-1, (self.experts, -1)).sum(-1)
 
     def _attend(self, a, lora=None):
         return self.blocks[0].attn(a) if lora is None else lora_attention(self.blocks[0].attn, a, lora)
 
     def _step_fn(self, z, adapters=None):
-        """One recurrent step: z (B, N, D) -> (z, router logits (B, E) or (B, N, E), or None);
-        adapters (B,) long: each image's LoRA adapter (lora_rank > 0)."""
+        """One recurrent step: z (B, T, D) -> (z, router logits (B, E), (B, T, E) or, softmoe, (B, T, S);
+        None for LoRA); adapters (B,) long: each image's LoRA adapter (lora_rank > 0)."""
         blk, routing = self.blocks[0], self.routing
         lora = None if adapters is None else {  # each image's (A, B) of its step: (B, r, in), (B, out, r)
             n: (blk.lora[n + "_A"][adapters], blk.lora[n + "_B"][adapters]) for n in ("qkv", "proj", "fc1", "fc2")}
         a, dp = blk.norm1(z), self.training and blk.stochastic
         x = z + drop_path(blk.ls1(self._attend(a, lora)), blk.drop_prob, dp)
         h, logits = blk.norm2(x), None
-        if routing == "smear":  # B: SMEAR routes on the mean of its own input, recomputed every step
-            logits = self._route(h.mean(1))  # (B, E)
+        if routing in MERGE:  # smear: the mean of its own input; lory: the state leaving step k-1
+            logits = self._route((h if routing == "smear" else a).mean(1))  # (B, E)
             y = per_image_ffn(blk.mlp, h, logits.softmax(-1))
-        elif routing == "lory":  # B: the state leaving step k-1, before step k's attention, routes step k
-            logits = self._route(a.mean(1))  # (B, E)
-            y = per_image_ffn(blk.mlp, h, logits.softmax(-1))
-        elif routing == "token":  # B: DeepSeek-V3 / Qwen3 at U = 1
-            logits = self._route(h)  # (B, N, E)
-            y = token_choice(blk.mlp, blk.shared_mlp, h, logits.softmax(-1))
-        elif routing == "mixture":  # B: ReMoE-like dense output mixture, E FFN evaluations per token
-            logits = self._route(h)  # (B, N, E)
-            p = logits.softmax(-1)
-            y = sum(p[..., e, None] * ffn(h, *(w[e] for w in blk.mlp.tensors())) for e in range(p.shape[-1]))
+        elif routing in DISPATCH:
+            logits = self.router(h).float()  # (B, T, E)
+            y = dispatch(blk.mlp, h, *self._select(logits))
+            if routing == "deepseek":  # + the always-active shared expert
+                y = y + ffn(h, *(w[0] for w in blk.shared_mlp.tensors()))
+        elif routing == "remoe":
+            logits = self.router(h).float()  # (B, T, E)
+            y = output_mixture(blk.mlp, h, logits.relu())
+        elif routing == "softmoe":  # l2-normalized tokens and slot parameters, a learned scale
+            logits = (self.slot_scale * F.linear(F.normalize(h, dim=-1), F.normalize(self.router.weight, dim=-1))
+                      ).float()  # (B, T, S)
+            y = soft_moe(blk.mlp, h, logits)
         else:  # "depth" with LoRA (E = 1): the tied FFN with step k's adapters on fc1 and fc2 (B.1)
             w1, b1, w2, b2 = (w[0] for w in blk.mlp.tensors())
             y = lora_linear(F.gelu(lora_linear(h, w1, b1, lora["fc1"])), w2, b2, lora["fc2"])
@@ -218,37 +345,89 @@ class ReViTMoE(revit.ReViT):
                 zk, lg = self._step(self._step_fn, z[rows], None if ad is None else ad[rows])
                 z = z.index_copy(0, rows, zk)
             logits.append(lg)
-        self._last_logits = [None if lg is None else lg.detach() for lg in logits]  # for log_extras
+        with torch.no_grad():  # for log_extras, analyze.py and after_step
+            self._last_gates = [None if lg is None else self._gate_values(lg.detach()) for lg in logits]
+        if self.training and torch.is_grad_enabled():
+            self._count(self._last_gates)
         out = self.classify(z)
         if targets is None:
             return out, None
         loss = classification_loss(out, targets, self.loss)
         self.aux = {f"{self.loss}_loss": loss.detach()}
-        if self.experts > 1:
-            reg = self.content_regularizers([lg for lg in logits if lg is not None])
-            loss = loss + sum(lam * reg[k] for lam, k in zip(self.lambdas, ("bal", "z", "div")))
-            self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
+        for name, (lam, term) in self.aux_losses([lg for lg in logits if lg is not None]).items():
+            loss = loss + lam * term
+            self.aux[f"{name}_loss"] = term.detach()
         return out, loss
 
-    def content_regularizers(self, logits):
-        """The class docstring's L_bal, L_z, L_div over the router logits of every step: dict of scalars."""
-        lg = torch.cat([l.reshape(-1, l.shape[-1]) for l in logits])  # (M, E): every router call
-        p, E = lg.softmax(-1), lg.shape[1]
-        f = F.one_hot(lg.argmax(-1), E).float().mean(0) if self.routing == "token" else p.mean(0)
-        theta = torch.cat([w.flatten(1) for w in self.blocks[0].mlp.tensors()], dim=1)  # (E, P)
-        with torch.autocast(theta.device.type, enabled=False):  # a fp32 Gram matrix, as reViT
-            theta = F.normalize(theta.float(), dim=1)
-            cos = theta @ theta.T  # (E, E)
-        return {"bal": E * (f * p.mean(0)).sum(), "z": torch.logsumexp(lg, -1).pow(2).mean(),
-                "div": (cos.sum() - cos.diagonal().sum()) / (E * (E - 1))}
+    def aux_losses(self, logits):
+        """The auxiliary losses (module docstring) from the router logits of the steps that ran:
+        name -> (weight, term), scalars.
+          lory (E > 1): reViT's eq. 6, 8, 9 (revit.router_losses, one gate per image and step) with
+                        lambda_bal, lambda_z, lambda_div (eq. 7's 1e-2, 1e-3, 1e-3)
+          remoe:        ReMoE's L1 of the ReLU gates with its load balancing (sec. 3.3-3.4), mean over
+                        the steps of mean_tokens sum_e f_e g_e, f_e = (E / K) x the fraction of the
+                        step's tokens for which g_e > 0 (detached; 1 for every expert when balanced at
+                        the target), weighted by the controller's lambda (`l1_lambda`)
+          the others:   none (appendix B)."""
+        if self.routing == "lory" and self.experts > 1:
+            reg = revit.router_losses(torch.cat(logits), self.blocks[0].mlp)  # logits (B, E) per step
+            return {k: (lam, reg[k]) for lam, k in zip(self.lambdas, ("bal", "z", "div"))}
+        if self.routing == "remoe":
+            l1 = []
+            for lg in logits:
+                g = lg.relu().flatten(0, -2)  # (M, E): the step's tokens
+                f = g.detach().gt(0).float().mean(0) * self.experts  # E / K with K = 1
+                l1.append((g * f).sum(-1).mean())
+            return {"l1": (self.l1_lambda, torch.stack(l1).mean())}
+        return {}
+
+    def _count(self, gates):
+        """What after_step's balancers need, summed over the training forwards since its last call:
+        deepseek: the tokens that chose each expert over every step, (E,); remoe: the zero and
+        nonzero ReLU gates, (2,). Device tensors only (no value read back to the host)."""
+        if self.routing not in ("deepseek", "remoe"):
+            return
+        g = torch.cat([v.reshape(-1, v.shape[-1]) for v in gates if v is not None])  # (M, E)
+        s = g.ne(0).sum(0) if self.routing == "deepseek" else torch.stack([g.eq(0).sum(), g.ne(0).sum()])
+        s = s.float()
+        self._stats = s if self._stats is None else self._stats + s
+
+    @torch.no_grad()
+    def after_step(self):
+        """The balancers that act between optimizer steps, from the training forwards since the last
+        call (all micro-batches of the step); a no-op for the other routings. Call it after each
+        optimizer step (train.py does), not between a forward and its backward.
+          deepseek: b_e += gamma sign(mean_e' load_e' - load_e), load_e the tokens that chose expert
+                    e (DeepSeek-V3 sec. 2.1.2: "At the end of each step, we will decrease the bias
+                    term by gamma if its corresponding expert is overloaded, and increase it by gamma
+                    if its corresponding expert is underloaded"); gamma = `bias_speed`
+          remoe:    lambda <- lambda alpha^sign(target - S), S the fraction of zero gates, target
+                    1 - K/E = 1 - 1/E (0.75 at E = 4), alpha 1.2 (ReMoE sec. 3.3; appendix B): raised
+                    while the gates are too dense, lowered while too sparse
+        Under torch.distributed the counts are all-reduced first, so the load and sparsity are the
+        global batch's and every process keeps the same buffers (DDP would also broadcast rank 0's
+        buffers at the next forward, which then changes nothing)."""
+        if self.routing not in ("deepseek", "remoe"):
+            return
+        s = self._stats if self._stats is not None else torch.zeros(
+            self.experts if self.routing == "deepseek" else 2, device=self.pos_embed.device)
+        self._stats = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(s)
+        if self.routing == "deepseek":
+            self.expert_bias += self.bias_speed * torch.sign(s.mean() - s)
+        else:
+            sparsity = s[0] / s.sum().clamp(min=1)
+            self.l1_lambda *= REMOE_ALPHA ** (torch.sign(1 - 1 / self.experts - sparsity) * (s.sum() > 0))
 
     def compile_regions(self, **kwargs):
         """reViT's regional compilation for the default; otherwise the step function is compiled once
-        (fullgraph) and reused for every step and depth, except for token routing, whose dispatch has
-        data-dependent sizes: there only the attention half is compiled. Call before DDP."""
+        (fullgraph) and reused for every step and depth, except for the token-dispatch routings,
+        whose dispatch has data-dependent sizes: there only the attention half is compiled. Call
+        before DDP."""
         if self.default:
             return super().compile_regions(**kwargs)
-        if self.routing == "token":
+        if self.routing in DISPATCH:
             self._attend = torch.compile(self._attend, fullgraph=True, **kwargs)
         else:
             self._step_fn = torch.compile(self._step_fn, fullgraph=True, **kwargs)
@@ -256,7 +435,7 @@ class ReViTMoE(revit.ReViT):
 
     def trains_as_one_graph(self):
         """As ReViT for the default (depth routing, no LoRA); the baselines train with compiled
-        regions only (token routing's dispatch sizes are data; the others are not measured whole)."""
+        regions only (token dispatch sizes are data; the others are not measured whole)."""
         return self.default and super().trains_as_one_graph()
 
     def gates(self, depth=None):
@@ -273,44 +452,53 @@ class ReViTMoE(revit.ReViT):
 
     def flops_per_image(self, depth=None):
         """Forward FLOPs per image of what the routing runs: 2 x the matmuls' multiply-adds, as revit
-        counts them (embedding, shared attention, head, and per step the FFN work below; a router only
-        for E > 1; torch's FlopCounterMode agrees, tested).
+        counts them (embedding, shared attention, head, and per step the FFN work below, Hs the
+        experts' hidden width, S = N the Soft-MoE slots; torch's FlopCounterMode agrees, tested).
             depth:   one dense FFN, 2TDH (the depth router runs once per batch, not counted)
-            smear, lory: 2TDH + the image's merge E(2DH + H + D) + the router DE
-            token:   shared + one routed expert of hidden H/2 (= 2TDH) + the router TDE
-            mixture: E x 2TDH + the router TDE: grows with E
-            LoRA:    + Tr(8D + 2H), the online adapters of qkv, proj, fc1, fc2 (folded: 0)"""
+            lory, smear: 2TDH + the image's merge E(2DH + H + D) + its router DE (E > 1)
+            deepseek: the shared + one routed expert, 2 x 2TD Hs (= 2TDH), + the router TDE
+            qwen3, moeut: one routed expert, 2TDH, + the router TDE
+            remoe:   E experts on every token, E x 2TD Hs (= 2TDH at E = 4), + the router TDE
+            softmoe: logits, dispatch and combine 3TDS, the slots' FFNs 2SDH
+            LoRA:    2TDH + Tr(8D + 2H), the online adapters of qkv, proj, fc1, fc2 (folded: 0)"""
         if self.default:
             return super().flops_per_image(depth)
         depth = depth or self.depth
         D, p, E, r = self.embed_dim, self.patch_size, self.experts, self.routing
         N = (self.img_size // p) ** 2
         T = N + int(self.cls_token is not None)
-        H = int(D * self.mlp_ratio)
-        router = 0 if E == 1 else (D * E if r in ("smear", "lory") else T * D * E)
-        mlp = {"depth": 2 * T * D * H, "smear": 2 * T * D * H + E * (2 * D * H + H + D),
-               "lory": 2 * T * D * H + E * (2 * D * H + H + D), "token": 2 * T * D * 2 * (H // 2),
-               "mixture": E * 2 * T * D * H}[r] + router + T * self.lora_rank * (8 * D + 2 * H)
+        H, Hs = int(D * self.mlp_ratio), self.blocks[0].mlp.fc1.weight.shape[1]
+        if r in MERGE:
+            mlp = 2 * T * D * H + E * (2 * D * H + H + D) + (D * E if E > 1 else 0)
+        elif r in DISPATCH or r == "remoe":
+            mlp = {"deepseek": 2, "remoe": E}.get(r, 1) * 2 * T * D * Hs + T * D * E
+        elif r == "softmoe":
+            mlp = 3 * T * D * N + 2 * N * D * H
+        else:
+            mlp = 2 * T * D * H + T * self.lora_rank * (8 * D + 2 * H)
         per_step = 4 * T * D * D + 2 * T * T * D + mlp
         return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
 
     @torch.no_grad()
     def log_extras(self):
-        """For log.jsonl. Default: reViT's gate table. Content routings: "gates", the mean gate per
-        step (L, E) of the last forward (in train.py: the last validation batch, at the training
-        depth; null for a step no image kept), and for token routing
-        "expert_load", the fraction of tokens per routed expert. LoRA: "lora_norms", per step
-        sqrt(sum over qkv, proj, fc1, fc2 of ||B_k A_k||_F^2)."""
+        """For log.jsonl. Default: reViT's gate table. Routings: "gates", the mean of `_gate_values`
+        per step (L, E) of the last forward (in train.py: the last training batch of the epoch; null
+        for a step no image kept): the mean gate (lory, smear, remoe), each expert's token share
+        (deepseek, qwen3: their gate is 1), its mean gate over all tokens (moeut), its share of the
+        combine weights (softmoe); deepseek also "expert_bias", remoe "l1_lambda" and "sparsity"
+        (per step, the fraction of zero gates). LoRA: "lora_norms", per step sqrt(sum over qkv,
+        proj, fc1, fc2 of ||B_k A_k||_F^2)."""
         if self.default:
             return super().log_extras()
         if self.lora_rank:
             lo = self.blocks[0].lora
             norms = sum((lo[n + "_B"] @ lo[n + "_A"]).pow(2).sum((1, 2)) for n in ("qkv", "proj", "fc1", "fc2"))
             return {"lora_norms": [round(v, 6) for v in norms.sqrt().tolist()]}
-        rows = [None if lg is None else lg.reshape(-1, lg.shape[-1]) for lg in self._last_logits]
-        out = {"gates": [None if lg is None else [round(v, 4) for v in lg.softmax(-1).mean(0).tolist()]
-                         for lg in rows]}
-        if self.routing == "token":
-            out["expert_load"] = [None if lg is None else [round(v, 4) for v in
-                                  F.one_hot(lg.argmax(-1), lg.shape[1]).float().mean(0).tolist()] for lg in rows]
+        rows = [None if g is None else g.reshape(-1, g.shape[-1]) for g in self._last_gates]
+        out = {"gates": [None if g is None else [round(v, 4) for v in g.mean(0).tolist()] for g in rows]}
+        if self.routing == "deepseek":
+            out["expert_bias"] = [round(v, 6) for v in self.expert_bias.tolist()]
+        if self.routing == "remoe":
+            out["l1_lambda"] = float(self.l1_lambda)
+            out["sparsity"] = [None if g is None else round(g.eq(0).float().mean().item(), 4) for g in rows]
         return out

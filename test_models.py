@@ -371,14 +371,15 @@ def test_grad_checkpointing_wraps_each_block_call_in_training_only(name, monkeyp
 # bool(t), nonzero, unique, bincount) and no blocking host-to-device copy (torch.tensor(x, device=),
 # new_tensor), each of which makes the CPU wait for the GPU. reViT's elastic depth samples its drop
 # mask on the CPU, so the rows and groups of each step are host data. Left out, syncing by
-# construction: revit_moe's token routing (the dropless dispatch reads each expert's token count
-# back, one sync per step) and train.py's finite-gradient check (one per optimizer step).
+# construction: revit_moe's token-dispatch routings (deepseek, qwen3, moeut: the dropless dispatch reads
+# each expert's token count back, one sync per step) and train.py's finite-gradient check (one per
+# optimizer step).
 def sync_free_models():
     from revit_moe import ReViTMoE
     torch.manual_seed(0)
     kw = dict(TINY, drop_path_rate=0.1)
-    moe = {f"revit_moe-{r}": ReViTMoE(routing=r, depth=3, experts=3, depth_dropout=0.5, **kw)
-           for r in ("smear", "lory", "mixture")}
+    moe = {f"revit_moe-{r}": ReViTMoE(routing=r, depth=3, experts=4, depth_dropout=0.5, **kw)
+           for r in ("lory", "smear", "remoe", "softmoe")}
     return {"bvit": bvit.BViT(depth=4, stages=2, **kw), "vit": bvit.BViT(depth=2, num_blocks=2, **kw),
             "revit-grid": revit.ReViT(depth=3, experts=3, depth_dropout=0.0, **kw),
             "revit-elastic": revit.ReViT(depth=4, experts=3, depth_dropout=0.5, **kw), **moe,

@@ -170,6 +170,8 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             if seen or ddp:  # gradients are all-reduced, so every rank skips the same steps
                 bad = optim.optimizer_step(raw_model, optimizer, scaler, args.clip_grad)  # unscale, clip, step
                 sums.add(step_loss, bad)
+                if hasattr(raw_model, "after_step"):  # balancers between steps (revit_moe: DeepSeek-V3, ReMoE)
+                    raw_model.after_step()
             else:  # one process, no usable image in the whole step: no optimizer step, nothing logged
                 optimizer.zero_grad(set_to_none=True)
             scheduler.step()

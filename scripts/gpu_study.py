@@ -58,7 +58,8 @@ import child  # noqa: E402
 GROUPS = [["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds"],
           ["odevit-euler", "odevit-heun", "odevit-rk4", "revit-e1", "revit-e4", "srvit-r1", "srvit-r2",
            "vit+structured"],
-          ["revit-smear", "revit-lory", "revit-token", "revit-mixture", "revit-lora"],
+          ["revit-lory", "revit-smear", "revit-deepseek", "revit-qwen3", "revit-moeut", "revit-remoe", "revit-softmoe",
+           "revit-lora"],
           ["revit-e4+feature"]]
 ARMS = [arm for group in GROUPS for arm in group]
 PROBE_PRESET = "c100-gpu-bvit"

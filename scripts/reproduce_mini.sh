@@ -14,9 +14,10 @@
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
 # Arms: the 12 study presets c100-mini-* and "vit+default", c100-mini-vit with --init default (the
-# init claim's control); any ARM+INIT works. MOE below: the 5 comparison presets and a distilled
-# arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each
-# side by side (11-16 minutes alone), i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
+# init claim's control); any ARM+INIT works. MOE below: the 8 comparison presets (Table 3's 7
+# baselines at U = 1 as the reViT paper's appendix B adapts them, and layer-wise LoRA) and a distilled
+# arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each side by side (11-16 minutes alone),
+# i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
 # finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +35,7 @@ REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vi
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
 # same seed (+feature-only: from its features alone, --task-weight 0, the paper's DINOv2 regime,
 # A.3); a distilled arm runs after the arms it does not need, and its teacher must be done or in ARMS.
-MOE="revit-smear revit-lory revit-token revit-mixture revit-lora revit-e4+feature"
+MOE="revit-lory revit-smear revit-deepseek revit-qwen3 revit-moeut revit-remoe revit-softmoe revit-lora revit-e4+feature"
 # reViT's elastic depth, the paper's second stage (A.2-A.3): revit-eN continued with depth dropout 0.3, and
 # its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
 ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"

@@ -18,6 +18,7 @@ import data
 import odevit
 import presets
 import revit
+import revit_moe
 import srvit
 import train
 from training.flags import get_parser, parse_args, resolve
@@ -216,7 +217,8 @@ def test_each_cifar_preset_trains_one_step(name, tmp_path):
 
 MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2",
-        "revit-smear", "revit-lory", "revit-token", "revit-mixture", "revit-lora"]  # reViT's comparisons
+        "revit-lory", "revit-smear", "revit-deepseek", "revit-qwen3", "revit-moeut", "revit-remoe", "revit-softmoe",
+        "revit-lora"]  # reViT's comparisons (Table 3 at U = 1, appendix B; Table 10)
 ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
 
 
@@ -273,7 +275,7 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     r1, r2 = build("c100-mini-srvit-r1"), build("c100-mini-srvit-r2")
     assert r1.num_params() < r2.num_params() < 1.01 * r1.num_params()  # + the router only
     assert presets.PRESETS["c100-mini-bvit-ds"][1]["stages"] == 4
-    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
+    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
         assert presets.PRESETS[f"c100-mini-{arm}"][1] == {**presets.PRESETS[f"c100-mini-{base}"][1], **change}, arm
 
@@ -307,7 +309,7 @@ def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
     ode = [presets.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
     assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [12, 12, 12]
     assert build("c100-gpu-srvit-r2").flops_per_image() == pytest.approx(bv.flops_per_image(), rel=0.01)
-    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
+    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
             + [("revit-lora", "revit-e1", {"lora_rank": 32})]:
         assert presets.PRESETS[f"c100-gpu-{arm}"][1] == {**presets.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
 

@@ -137,7 +137,7 @@ def test_stage2_of_a_stage2_checkpoint_is_refused_not_restarted(tmp_path, capsys
     (["--model", "revit", "--stages", "3"], "--stages is a flag of --model vit, bvit or odevit; --model revit"),
     (["--model", "srvit", "--solver", "rk4"], "--solver is a flag of --model odevit"),
     (["--model", "bvit", "--loops", "1,2"], "--loops is a flag of --model loopvae"),
-    (["--model", "bvit", "--routing", "token"], "--routing is a flag of --model revit")])
+    (["--model", "bvit", "--routing", "qwen3"], "--routing is a flag of --model revit")])
 def test_a_flag_the_model_does_not_use_is_refused_by_name(argv, says, capsys):
     assert train.cli(argv + ["--print-config"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -200,7 +200,7 @@ def bad_cases(tmp_path, cifar):
         "drop path 1.5": (d + ["--drop-path", "1.5"], "--drop-path"),
         "min lr above lr": (d + ["--min-lr", "1"], "--min-lr"),
         "negative max bad images": (d + ["--max-bad-images", "-1"], "--max-bad-images"),
-        "routing on bvit": (d + ["--routing", "token"], "--model revit"),
+        "routing on bvit": (d + ["--routing", "qwen3"], "--model revit"),
         "lora with four experts": (d + ["--model", "revit", "--lora-rank", "2"], "--experts 1"),
         "lora with a content routing": (d + ["--model", "revit", "--experts", "1", "--lora-rank", "2", "--routing",
                                              "smear"], "got --routing smear"),

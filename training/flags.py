@@ -161,10 +161,17 @@ def get_parser():
     a("--depth-dropout", type=non_negative, default=0.0, help="revit: per-image probability of "
       "dropping each step in training (elastic depth, the paper's second stage at 0.3: the c100-*-elastic "
       "presets; dropped = identity), in [0, 1), 0 = off (fixed depth, the paper's supervised recipe)")
-    a("--routing", default="depth", choices=["depth", "smear", "lory", "token", "mixture"], help="revit: "
-      "how experts are chosen (revit_moe.py): depth = reViT; smear / lory = one FFN merged per image "
-      "from the step's FFN input / the previous state; token = top-1 of E routed + 1 shared expert "
-      "(hidden ratio 2); mixture = all E experts per token (compute grows with E)")
+    a("--routing", default="depth", choices=["depth", "lory", "smear", "deepseek", "qwen3", "moeut", "remoe",
+                                             "softmoe"], help="revit: how the FFN of each step is chosen "
+      "(revit_moe.py; the reViT paper's Table 3 baselines at U = 1, as its appendix B adapts them): "
+      "depth = reViT, merged by normalized depth; "
+      "lory = one FFN merged per image from the state entering the step (Lory, Zhong et al. 2024); "
+      "smear = one FFN merged per image from its input, no auxiliary loss (SMEAR, Muqeeth et al. 2024); "
+      "deepseek = sigmoid top-1 of E routed + 1 shared expert at hidden ratio 2, bias balancer (DeepSeek-V3); "
+      "qwen3 = softmax top-1 of E renormalized, no shared expert (Qwen3); "
+      "moeut = sigmoid-gated top-1 of E, no renormalization (MoEUT's sigma-MoE); "
+      "remoe = all E experts at hidden ratio 1 on every token, ReLU gates, sparsity controller (ReMoE); "
+      "softmoe = patch-count slots split over E full-width experts (Soft-MoE)")
     a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
       "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
     a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the gate-entropy "
@@ -312,7 +319,7 @@ def get_parser():
       "block compiled once, the step loop eager (regional compilation); model = the whole training "
       "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
       "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
-      "depth or token routing; auto = model where it applies, else blocks (kernels.py) (default: auto; "
+      "depth or the revit_moe.py baselines; auto = model where it applies, else blocks (kernels.py) (default: auto; "
       "blocks for loopvae, whose unrolled forward takes minutes to compile)")
     a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
       "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
