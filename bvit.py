@@ -45,6 +45,15 @@ def drop_path(x, p, training: bool):
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
+
+
 class LayerScale(nn.Module):
     """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
     Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
@@ -137,6 +146,11 @@ class BViT(nn.Module):
     patch_size, resampling pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes
     each step's activations in the backward pass (training only).
 
+    Stochastic depth (`drop_path_rate`, one rule in every model file, `shared_drop_rate`): block b's
+    rate is the mean of the untied schedule linspace(0, drop_path_rate, depth) over the steps of its
+    phase, so the mean rate over the steps is the untied ViT's (rate / 2 for depth > 1) and
+    num_blocks=depth is DeiT/timm's schedule exactly; fixed at construction, for the trained depth.
+
     Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
     divisible by num_heads, depth not divisible by stages, non-positive depth, ...).
     """
@@ -170,12 +184,11 @@ class BViT(nn.Module):
         # Optional learned per-step embedding added before each step (our choice, for ablations;
         # bViT itself has no step signal: behaviour changes come from the evolving state).
         self.step_embed = nn.Parameter(torch.zeros(depth, 1, embed_dim)) if step_embed else None
-        # Stochastic depth: linear in the step index as in DeiT; for shared blocks we use the
-        # rate of the block's phase midpoint (our choice, since one block serves many steps).
-        rates = [drop_path_rate * (i + 0.5) / num_blocks for i in range(num_blocks)] if num_blocks > 1 \
-            else [drop_path_rate]
-        if num_blocks == depth:  # exactly DeiT/timm: linspace(0, rate, depth)
-            rates = [drop_path_rate * k / max(1, depth - 1) for k in range(depth)]
+        # Stochastic depth: block b's rate is the untied schedule's mean over the steps of its phase
+        # (shared_drop_rate); one step per block (num_blocks = depth) is DeiT/timm's linspace exactly.
+        owner = self.phase_map()  # the block of each step
+        rates = [shared_drop_rate(drop_path_rate, [k for k in range(depth) if owner[k] == b], depth)
+                 for b in range(num_blocks)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.

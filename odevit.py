@@ -105,6 +105,15 @@ def drop_path(x, p, training: bool):
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
+
+
 class LayerScale(nn.Module):
     """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
     Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
@@ -201,6 +210,11 @@ class ODEViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each field evaluation
     in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`, drawn anew at every field evaluation; our choice): the one block
+    serves the steps x NFE_PER_STEP[solver] evaluations of a forward, so it gets the untied schedule
+    linspace(0, drop_path_rate, evaluations)'s mean, rate / 2 (0 for a single evaluation;
+    `shared_drop_rate`, the rule of every model file): Euler at h = 1 stays bViT's, masks included.
+    Fixed at construction, for the trained steps.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -248,9 +262,11 @@ class ODEViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
-        # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is
-        # drawn anew at every field evaluation (our choice; off by default).
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale, drop_path_rate)])
+        # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is drawn anew
+        # at every field evaluation (our choice; off by default), at the untied schedule's mean over them.
+        nfe = steps * NFE_PER_STEP[solver]  # block evaluations per forward
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale,
+                                           shared_drop_rate(drop_path_rate, range(nfe), nfe), drop_path_rate > 0)])
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)

@@ -47,6 +47,15 @@ def drop_path(x, p, training: bool):
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
+
+
 class LayerScale(nn.Module):
     """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
     Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
@@ -199,6 +208,9 @@ class ReViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
     merging included) in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`; the paper is silent): the one block serves all `depth` steps, so
+    it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
+    `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -235,8 +247,9 @@ class ReViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
+        # Stochastic depth: the one block serves steps 0..depth-1, so the untied schedule's mean (shared_drop_rate).
         self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
-                                           drop_path_rate)])
+                                           shared_drop_rate(drop_path_rate, range(depth), depth))])
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1

@@ -45,6 +45,15 @@ def drop_path(x, p, training: bool):
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
+
+
 class LayerScale(nn.Module):
     """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
     Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
@@ -183,6 +192,10 @@ class SRViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each layer application
     of each recursion in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`; the abstract is silent): a forward applies depth x R blocks, layer i
+    at applications i, depth + i, ..., so layer i gets the mean over those of the untied schedule
+    linspace(0, drop_path_rate, depth x R) (`shared_drop_rate`, the rule of every model file): R = 1 is
+    DeiT/timm's schedule; the mean over the applications is rate / 2 at any R. Fixed at construction.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -209,8 +222,10 @@ class SRViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
-        # Stochastic depth as in DeiT over the body's layers, the same at every recursion (our choice).
-        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
+        # Stochastic depth: layer i serves applications i, depth + i, ... of the depth x R in a forward, and
+        # gets the untied schedule's mean over them (shared_drop_rate).
+        n = depth * recursions
+        rates = [shared_drop_rate(drop_path_rate, range(i, n, depth), n) for i in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.router = Router(embed_dim, recursions) if recursions > 1 else None

@@ -122,6 +122,20 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
 
 
+def test_the_recurrent_presets_drop_at_the_untied_vits_mean_rate(capsys):
+    """Issue 50: the matched-FLOPs pair of Training Crossroads trains at the same stochastic depth per block
+    application (bViT's one block at rate / 2, no longer the full rate), on the GPU and ImageNet recipes too."""
+    def mean_rate(m):
+        return sum(m.blocks[b].drop_prob.item() for b in m.phase_map()) / m.depth
+    for vit, bv in (("c100-vit-ti", "c100-bvit-ti"), ("c100-gpu-vit", "c100-gpu-bvit")):
+        rate = presets.PRESETS[vit][1]["drop_path"]
+        assert rate > 0 and mean_rate(build(vit)) == pytest.approx(mean_rate(build(bv))) == pytest.approx(rate / 2)
+        assert build(bv).blocks[0].drop_prob.item() == pytest.approx(rate / 2)
+    sr, rate = build("in1k-srvit-s16-r4"), presets.PRESETS["in1k-srvit-s16-r4"][1]["drop_path"]
+    rates = [blk.drop_prob.item() for blk in sr.blocks]  # layer i: applications i, 12 + i, 24 + i, 36 + i of 48
+    assert rates == pytest.approx([rate * (i + 18) / 47 for i in range(12)]) and sum(rates) / 12 == pytest.approx(rate / 2)
+
+
 def test_explicit_flags_override_the_preset(capsys):
     base = config(capsys, "--preset", "c100-bvit-ti")
     cfg = config(capsys, "--preset", "c100-bvit-ti", "--lr", "0.5", "--embed-dim", "96", "--opt", "lamb")
