@@ -312,7 +312,8 @@ def test_repeated_primitives_are_identical_in_every_model_file():
         assert len(variants) == 1, f"{name} differs between the model files: {sorted(variants.values())}"
     repeated = {name for name, by_file in copies.items() if len(by_file) >= 3}
     assert {"drop_path", "shared_drop_rate", "LayerScale", "Attention", "Mlp", "Block", "classification_loss",
-            "resample_pos_embed", "init_attention_", *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
+            "resample_pos_embed", "init_attention_", "INITS", "INIT_BASES", "pytorch_base_",
+            *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
 
 
 def test_each_model_file_reaches_its_forward_before_its_optional_machinery():
