@@ -6,6 +6,7 @@ win; `--list-presets` prints one line per preset, `--print-config` shows one res
 Three families:
 - `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh),
   sized for 2 CPU cores (each arm's measured time in TIMES), every paper claim as a pair of arms;
+  `c100-mini-init-*`, the structured-init claims' arms on an 8 x 8 patch grid and the paper's base init;
 - `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
   every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
   per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
@@ -140,6 +141,21 @@ MINI_ARMS = study_arms("mini", 8, dict(embed_dim=112, num_heads=4), dict(embed_d
 MINI_ARMS.update(elastic_arms("mini", MINI))
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in MINI_ARMS.items()})
+
+# The structured-init claims (issue 50) where a 3x3 prior is local and against the paper's baseline: the mini
+# recipe at patch 4, an 8 x 8 grid of patches (the paper's small-dataset runs: 14 x 14 at 224 px; its earlier
+# version 16 x 16 at 32 px; patch 8's 4 x 4 grid is nearly covered by one 3 x 3 window), D=96 in 3 heads of 32
+# (the structured init puts every head on its offset at head_dim 32 on this grid, NOTES.md), 8 untied blocks.
+# Every arm on the paper's base init, PyTorch's defaults (--init-base pytorch; its commands pass
+# weight_init=skip), so the "pytorch" arm is its default-init baseline and the others differ only in the
+# attention. 65 tokens cost 4.3x patch 8's 17 per image, so 2 epochs instead of 10 (our choice: the whole
+# training set for fewer epochs, since a subset needs a loader we do not have), warmup a quarter epoch.
+INIT = dict(MINI, model="vit", patch_size=4, epochs=2, warmup_epochs=0.25, init_base="pytorch", eval_depths=None)
+INIT_ARMS = {"pytorch": ("PyTorch's default init on every layer, the structured-init paper's baseline", "default"),
+             "mimetic": ("mimetic attention init (Q K^T ~ I, V O ~ -I) on the PyTorch base", "mimetic"),
+             "structured": ("structured attention init (3x3 impulses, pos_embed x18) on the PyTorch base", "structured")}
+PRESETS.update({f"c100-mini-init-{arm}": (f"init study arm: untied ViT D=96, 8 blocks, patch 4 (8x8 grid), 2 epochs; "
+                                          f"{what}", dict(INIT, init=init)) for arm, (what, init) in INIT_ARMS.items()})
 
 # The study at GPU scale (`c100-gpu-*`, scripts/gpu_study.sh): the c100-* recipe made GPU-fast, no
 # RandAugment (per-image, CPU-bound), so CIFAR stays on the GPU-resident loader (crop + flip on the
@@ -307,6 +323,10 @@ MINI_TRAIN_MIN = {"revit-smear": 47.1, "revit-lory": 34.4, "revit-token": 18.4, 
                   "revit-lora": 35.1}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
 TIMES.update({f"c100-mini-{arm}": (f"{m} min train, pair", "?") for arm, m in MINI_TRAIN_MIN.items()})
+# The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
+# step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
+# (median 1.72 vs 0.40 s), so 2 of c100-mini-vit's 10 epochs (23.5 min, pair) x 4.3 = 20 min, pair.
+TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INIT_ARMS})
 # The reViT arms' figures above were measured under the old protocol (elastic depth from the start, which
 # runs 0.7 of the steps per image): estimates of the fixed-depth arms until their runs (issue 49) measure
 # them; a continuation (elastic_arms) costs about its 3 of the 10 epochs.

@@ -199,6 +199,7 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
         "revit-e1", "revit-e4", "srvit-r1", "srvit-r2",
         "revit-smear", "revit-lory", "revit-token", "revit-mixture", "revit-lora"]  # reViT's comparisons
 ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
+INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
 
 
 def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_one_continues_a_fixed_depth_run(capsys):
@@ -225,7 +226,7 @@ def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_o
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
     classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
-    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC)  # test_loopvae_train.py)
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC + INIT)  # test_loopvae_train.py)
     recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI:  # one recipe: only model flags differ
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]
@@ -257,6 +258,26 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in ("smear", "lory", "token", "mixture")] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
         assert presets.PRESETS[f"c100-mini-{arm}"][1] == {**presets.PRESETS[f"c100-mini-{base}"][1], **change}, arm
+
+
+def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_differing_only_in_attention(capsys):
+    """c100-mini-init-*: an untied ViT at patch 4 (8 x 8 tokens, at least the issue's grid), 3 heads of 32 (where
+    the structured init puts every head on its offset), the PyTorch base on every arm, 2 epochs, estimated at
+    most ~20 minutes a run (pair); otherwise the mini recipe. The three arms differ only in --init."""
+    mini = presets.PRESETS["c100-mini-vit"][1]
+    arms = {a: presets.PRESETS[f"c100-mini-{a}"][1] for a in INIT}
+    changed = {"patch_size", "epochs", "warmup_epochs", "init_base", "init"}
+    for arm, flags in arms.items():
+        assert {k: v for k, v in flags.items() if k not in changed} == {k: v for k, v in mini.items() if k not in changed}
+        cfg = config(capsys, "--preset", f"c100-mini-{arm}")
+        assert (32 // cfg["patch_size"]) ** 2 >= 64 and cfg["embed_dim"] // cfg["num_heads"] == 32, arm
+        assert (cfg["model"], cfg["init_base"], cfg["epochs"], cfg["drop_path"]) == ("vit", "pytorch", 2, 0.0), arm
+        minutes = float(presets.TIMES[f"c100-mini-{arm}"][0].split()[1])
+        assert presets.TIMES[f"c100-mini-{arm}"][0].startswith("est.") and minutes <= 20, arm
+    assert [arms[a]["init"] for a in INIT] == ["default", "mimetic", "structured"]
+    p = get_parser()
+    m = registry.build_model(resolve(parse_args(p, ["--preset", "c100-mini-init-pytorch"]), p, 32), 32, 100)
+    assert m.head.bias.any() and m.blocks[0].attn.qkv.bias.any()  # PyTorch's defaults reached the model
 
 
 def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
