@@ -20,8 +20,10 @@ the identity unless `layer_scale` is given); without a class token the readout i
 pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery,
 after the model: the attention inits (`init=` on the base `init_base=`, as in bvit.py) and `resample_pos_embed`.
 
-Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with +1.7M parameters. Our router
-adds 3*D*R parameters (4.6K for S at R=4), so the paper's router is larger; its form is unknown.
+Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with ~1.7M more parameters. Our per-token
+mixing module (Router) adds 3*D*R parameters at R > 1: 4,608 for S (D=384) at R=4, none at R=1, about 370x
+fewer; the paper's module is larger, and its form is not known (the abstract gives only the count).
+presets.py's in1k-srvit-* train with the DeiT recipe: our reading of the R=1 number (DeiT-S: 79.8).
 Measured: see README.md "Results" (commands and hardware there).
 """
 import math

@@ -102,7 +102,16 @@ def test_every_preset_resolves_to_its_own_flags(capsys, tmp_path, monkeypatch):
 
 def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     for name, (what, flags) in presets.PRESETS.items():
-        if name.startswith("in1k-"):
+        if name.startswith("in1k-srvit-"):  # the DeiT recipe (our reading of SoftMoR's R = 1 number, 79.83 ~ 79.8)
+            cfg = config(capsys, "--preset", name)
+            deit = {k: cfg[k] for k in ("opt", "lr", "batch_size", "weight_decay", "epochs", "warmup_epochs", "randaug",
+                                         "mixup", "cutmix", "label_smoothing", "drop_path", "bce", "three_augment",
+                                         "layer_scale", "clip_grad")}
+            assert deit == dict(opt="adamw", lr=5e-4 * 1024 / 512, batch_size=1024, weight_decay=0.05, epochs=300,
+                                warmup_epochs=5.0, randaug=9.0, mixup=0.8, cutmix=1.0, label_smoothing=0.1,
+                                drop_path=0.1, bce=False, three_augment=False, layer_scale=None, clip_grad=0.0), name
+            assert "DeiT recipe (our reading)" in what and cfg["depth"] == 12 and cfg["size"] == "s", name
+        elif name.startswith("in1k-"):
             cfg = config(capsys, "--preset", name)
             deit3 = (cfg["opt"], cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
             assert deit3 == ("lamb", True, True, 0.0, 2048), name
@@ -120,6 +129,9 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     for s in "sbl":
         assert [presets.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
     assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+    # what SR-ViT's presets cannot do yet is said where they are defined (issue 50: the flags land elsewhere)
+    src = open(presets.__file__).read()
+    assert "repeated_aug=3" in src and "random erasing 0.25" in src and "TODO" in src
 
 
 def test_the_recurrent_presets_drop_at_the_untied_vits_mean_rate(capsys):
