@@ -21,7 +21,9 @@ average pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's
 
 Optional machinery, after the model: `init="mimetic"|"structured"` initializes attention as mimetic
 init (Trockman & Kolter, arXiv 2305.09828) or Structured Initialization (Zheng et al., arXiv
-2505.19985) do (`init_attention_`); `resample_pos_embed` for other image sizes.
+2505.19985) do (`init_attention_`), on the base init `init_base` of every other layer: "timm"
+(trunc-normal 0.02, zero biases) or "pytorch" (PyTorch's own defaults: the structured-init paper's
+baseline, INIT_BASES); `resample_pos_embed` for other image sizes.
 
 Measured: see README.md "Results" (commands and hardware there).
 """
@@ -43,6 +45,15 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
@@ -137,15 +148,22 @@ class BViT(nn.Module):
     patch_size, resampling pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes
     each step's activations in the backward pass (training only).
 
+    Stochastic depth (`drop_path_rate`, one rule in every model file, `shared_drop_rate`): block b's
+    rate is the mean of the untied schedule linspace(0, drop_path_rate, depth) over the steps of its
+    phase, so the mean rate over the steps is the untied ViT's (rate / 2 for depth > 1) and
+    num_blocks=depth is DeiT/timm's schedule exactly; fixed at construction, for the trained depth.
+    Init: `init` (INITS) the attention init, `init_base` (INIT_BASES) every other layer's.
+
     Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
-    divisible by num_heads, depth not divisible by stages, non-positive depth, ...).
+    divisible by num_heads, depth not divisible by stages, non-positive depth, ...) and for an
+    unknown init, init_base or loss.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1,
-                 stage_weights=None, detach_stages=False, step_embed=False, init="default", loss="ce",
-                 dynamic_img_size=False):
+                 stage_weights=None, detach_stages=False, step_embed=False, init="default", init_base="timm",
+                 loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -153,8 +171,9 @@ class BViT(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if depth < 1 or num_blocks < 1 or num_blocks > depth:
             raise ValueError(f"need 1 <= num_blocks <= depth, got num_blocks={num_blocks}, depth={depth}")
-        if init not in INITS or loss not in ("ce", "bce"):
-            raise ValueError(f"need init in {INITS} and loss in ('ce', 'bce'), got {init!r}, {loss!r}")
+        if init not in INITS or init_base not in INIT_BASES or loss not in ("ce", "bce"):
+            raise ValueError(f"need init in {INITS}, init_base in {INIT_BASES} and loss in ('ce', 'bce'), "
+                             f"got {init!r}, {init_base!r}, {loss!r}")
         self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -170,12 +189,11 @@ class BViT(nn.Module):
         # Optional learned per-step embedding added before each step (our choice, for ablations;
         # bViT itself has no step signal: behaviour changes come from the evolving state).
         self.step_embed = nn.Parameter(torch.zeros(depth, 1, embed_dim)) if step_embed else None
-        # Stochastic depth: linear in the step index as in DeiT; for shared blocks we use the
-        # rate of the block's phase midpoint (our choice, since one block serves many steps).
-        rates = [drop_path_rate * (i + 0.5) / num_blocks for i in range(num_blocks)] if num_blocks > 1 \
-            else [drop_path_rate]
-        if num_blocks == depth:  # exactly DeiT/timm: linspace(0, rate, depth)
-            rates = [drop_path_rate * k / max(1, depth - 1) for k in range(depth)]
+        # Stochastic depth: block b's rate is the untied schedule's mean over the steps of its phase
+        # (shared_drop_rate); one step per block (num_blocks = depth) is DeiT/timm's linspace exactly.
+        owner = self.phase_map()  # the block of each step
+        rates = [shared_drop_rate(drop_path_rate, [k for k in range(depth) if owner[k] == b], depth)
+                 for b in range(num_blocks)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
@@ -183,7 +201,7 @@ class BViT(nn.Module):
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
-        self._init_weights(init)
+        self._init_weights(init, init_base)
 
     def forward(self, x, targets=None, depth=None):
         depth = self.depth if depth is None else depth
@@ -265,22 +283,25 @@ class BViT(nn.Module):
         return self.classify(z)
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init):
-        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
-        w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
+    def _init_weights(self, init, base):
+        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+        if base == "pytorch":
+            pytorch_base_(self)
+        else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.normal_(self.cls_token, std=1e-6)
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
+            w = self.patch_embed.proj.weight
+            nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+            nn.init.zeros_(self.patch_embed.proj.bias)
         if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
@@ -379,7 +400,26 @@ def vit_l(**kw): return _sized("l", True, **kw)
 # timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
 # W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
+# The base init of every layer the attention init does not set (the official code's `weight_init`):
+# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
+# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
+# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
+INIT_BASES = ("timm", "pytorch")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def pytorch_base_(model):
+    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
+    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
+    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
+    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
+    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+            m.reset_parameters()
+    nn.init.normal_(model.pos_embed, std=0.02)
+    if model.cls_token is not None:
+        nn.init.zeros_(model.cls_token)
 
 
 def _factor(a):

@@ -16,8 +16,8 @@ Equations (our reading of the abstract; the block F as in bvit.py):
     h = T / steps;  euler with h = 1 and steps = depth: z_{k+1} = F(z_k), bViT bit for bit
     logits = head(norm(z(T))[:, 0])     stage s of S reads out at t = s T / S (deep supervision)
 Block F, LayerScale (ls1, ls2) and the readout (class token, or GAP through `fc_norm`) as in
-bvit.py. Optional machinery, after the model: the attention inits (`init=`, as in bvit.py) and
-`resample_pos_embed`.
+bvit.py. Optional machinery, after the model: the attention inits (`init=` on the base `init_base=`, as in
+bvit.py) and `resample_pos_embed`.
 
 Measured (2026-11-30, commit 5634327, a 2-core AMD EPYC CPU shared with other jobs, one thread;
 `STEPS=800 OUT=runs/crossroads_800 bash scripts/crossroads_study.sh`): CIFAR-100, D=64, 2 heads,
@@ -103,6 +103,15 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
@@ -201,11 +210,17 @@ class ODEViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each field evaluation
     in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`, drawn anew at every field evaluation; our choice): the one block
+    serves the steps x NFE_PER_STEP[solver] evaluations of a forward, so it gets the untied schedule
+    linspace(0, drop_path_rate, evaluations)'s mean, rate / 2 (0 for a single evaluation;
+    `shared_drop_rate`, the rule of every model file): Euler at h = 1 stays bViT's, masks included.
+    Fixed at construction, for the trained steps. Init: `init` (INITS) the attention's, `init_base`
+    (INIT_BASES) every other layer's. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
-                 layer_scale=None, drop_path_rate=0.0, init="default", solver="euler",
+                 layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm", solver="euler",
                  steps=None, horizon=None, field="subtracted", extend="time", stages=1,
                  stage_weights=None, loss="ce", dynamic_img_size=False):
         super().__init__()
@@ -231,6 +246,8 @@ class ODEViT(nn.Module):
             raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
         if init not in INITS:
             raise ValueError(f"init={init!r} is not one of {INITS}")
+        if init_base not in INIT_BASES:
+            raise ValueError(f"init_base={init_base!r} is not one of {INIT_BASES}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
         self.loss = loss
@@ -248,15 +265,17 @@ class ODEViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
-        # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is
-        # drawn anew at every field evaluation (our choice; off by default).
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale, drop_path_rate)])
+        # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is drawn anew
+        # at every field evaluation (our choice; off by default), at the untied schedule's mean over them.
+        nfe = steps * NFE_PER_STEP[solver]  # block evaluations per forward
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale,
+                                           shared_drop_rate(drop_path_rate, range(nfe), nfe), drop_path_rate > 0)])
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux, self.nfe = {}, 0
-        self._init_weights(init)
+        self._init_weights(init, init_base)
 
     def forward(self, x, targets=None, depth=None, extend=None):
         depth = self.steps if depth is None else depth
@@ -354,21 +373,24 @@ class ODEViT(nn.Module):
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init):
-        # timm/DeiT, as in bvit.py: trunc-normal(0.02) Linear weights and position embedding.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
+    def _init_weights(self, init, base):
+        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+        if base == "pytorch":
+            pytorch_base_(self)
+        else:  # timm/DeiT, as in bvit.py: trunc-normal(0.02) Linear weights and position embedding.
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.normal_(self.cls_token, std=1e-6)
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            w = self.patch_embed.proj.weight
+            nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+            nn.init.zeros_(self.patch_embed.proj.bias)
         if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
@@ -450,7 +472,26 @@ def odevit_l(**kw): return _sized("l", **kw)
 # timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
 # W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
+# The base init of every layer the attention init does not set (the official code's `weight_init`):
+# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
+# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
+# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
+INIT_BASES = ("timm", "pytorch")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def pytorch_base_(model):
+    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
+    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
+    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
+    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
+    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+            m.reset_parameters()
+    nn.init.normal_(model.pos_embed, std=0.02)
+    if model.cls_token is not None:
+        nn.init.zeros_(model.cls_token)
 
 
 def _factor(a):

@@ -22,7 +22,7 @@ arms continue a fixed-depth run at 0.3 (presets.py says for how long: the paper 
 ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
 `layer_scale` is given); without a class token the readout is global average pooling (GAP: the
 mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
-model: the attention inits (`init=`, as in bvit.py) and `resample_pos_embed`.
+model: the attention inits (`init=` on the base `init_base=`, as in bvit.py) and `resample_pos_embed`.
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
 `python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
@@ -45,6 +45,15 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
@@ -214,13 +223,18 @@ class ReViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
     merging included) in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`; the paper is silent): the one block serves all `depth` steps, so
+    it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
+    `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
+    Init: `init` (INITS) the shared attention's, `init_base` (INIT_BASES) every other layer's, the experts'
+    included (A.1: each expert as a dense FFN). Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
-                 dynamic_img_size=False):
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
+                 loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -232,6 +246,8 @@ class ReViT(nn.Module):
             raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
         if init not in INITS:
             raise ValueError(f"init={init!r} is not one of {INITS}")
+        if init_base not in INIT_BASES:
+            raise ValueError(f"init_base={init_base!r} is not one of {INIT_BASES}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
         # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
@@ -239,7 +255,8 @@ class ReViT(nn.Module):
                            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
                            experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
                            lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
-                           drop_path_rate=drop_path_rate, init=init, loss=loss, dynamic_img_size=dynamic_img_size)
+                           drop_path_rate=drop_path_rate, init=init, init_base=init_base, loss=loss,
+                           dynamic_img_size=dynamic_img_size)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -250,8 +267,9 @@ class ReViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
+        # Stochastic depth: the one block serves steps 0..depth-1, so the untied schedule's mean (shared_drop_rate).
         self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
-                                           drop_path_rate)])
+                                           shared_drop_rate(drop_path_rate, range(depth), depth))])
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1
@@ -260,7 +278,7 @@ class ReViT(nn.Module):
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.aux = {}
-        self._init_weights(init)
+        self._init_weights(init, init_base)
 
     def forward(self, x, targets=None, depth=None, keep=None):
         depth = self.depth if depth is None else depth
@@ -388,21 +406,30 @@ class ReViT(nn.Module):
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init):
-        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        # A.1: experts initialized independently with the dense FFN init, no variance correction.
-        for p in self.blocks[0].mlp.tensors():
-            nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
+    def _init_weights(self, init, base):
+        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+        mlp = self.blocks[0].mlp
+        if base == "pytorch":
+            pytorch_base_(self)
+            # A.1: each expert as a dense FFN is initialized, here nn.Linear's default: U(+-1/sqrt(fan_in)).
+            for w, b in ((mlp.fc1.weight, mlp.fc1.bias), (mlp.fc2.weight, mlp.fc2.bias)):  # (E, out, in), (E, out)
+                bound = 1.0 / math.sqrt(w.shape[-1])
+                nn.init.uniform_(w, -bound, bound)
+                nn.init.uniform_(b, -bound, bound)
+        else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.normal_(self.cls_token, std=1e-6)
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            # A.1: experts initialized independently with the dense FFN init, no variance correction.
+            for p in mlp.tensors():
+                nn.init.trunc_normal_(p, std=0.02) if p.ndim == 3 else nn.init.zeros_(p)
         if self.router is not None:
             # Our choice: PyTorch's default U(-1, 1) for Linear(1, 16), so the 16 hidden units are
             # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
@@ -410,9 +437,10 @@ class ReViT(nn.Module):
             # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
             nn.init.zeros_(self.router[2].weight)
             nn.init.zeros_(self.router[2].bias)
-        w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
+        if base == "timm":
+            w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
+            nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+            nn.init.zeros_(self.patch_embed.proj.bias)
         if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
             self.pos_embed.data.mul_(18.0)
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
@@ -515,7 +543,26 @@ def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 
 # timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
 # W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
+# The base init of every layer the attention init does not set (the official code's `weight_init`):
+# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
+# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
+# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
+INIT_BASES = ("timm", "pytorch")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def pytorch_base_(model):
+    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
+    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
+    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
+    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
+    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+            m.reset_parameters()
+    nn.init.normal_(model.pos_embed, std=0.02)
+    if model.cls_token is not None:
+        nn.init.zeros_(model.cls_token)
 
 
 def _factor(a):

@@ -18,10 +18,12 @@ and running sums, as in a streaming softmax): without autograd, memory does not 
 Block as in bvit.py: ls1, ls2 are LayerScale (a learned per-channel scale of each residual branch,
 the identity unless `layer_scale` is given); without a class token the readout is global average
 pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery,
-after the model: the attention inits (`init=`, as in bvit.py) and `resample_pos_embed`.
+after the model: the attention inits (`init=` on the base `init_base=`, as in bvit.py) and `resample_pos_embed`.
 
-Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with +1.7M parameters. Our router
-adds 3*D*R parameters (4.6K for S at R=4), so the paper's router is larger; its form is unknown.
+Paper (ImageNet-1k): SR-ViT-S 79.83% at R=1 -> 82.48% at R=4 with ~1.7M more parameters. Our per-token
+mixing module (Router) adds 3*D*R parameters at R > 1: 4,608 for S (D=384) at R=4, none at R=1, about 370x
+fewer; the paper's module is larger, and its form is not known (the abstract gives only the count).
+presets.py's in1k-srvit-* train with the DeiT recipe: our reading of the R=1 number (DeiT-S: 79.8).
 Measured: see README.md "Results" (commands and hardware there).
 """
 import math
@@ -43,6 +45,15 @@ def drop_path(x, p, training: bool):
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
+
+
+def shared_drop_rate(rate, steps, total):
+    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
+    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
+    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
+    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
+    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
@@ -183,12 +194,18 @@ class SRViT(nn.Module):
     `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
     pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each layer application
     of each recursion in the backward pass (training only).
+    Stochastic depth (`drop_path_rate`; the abstract is silent): a forward applies depth x R blocks, layer i
+    at applications i, depth + i, ..., so layer i gets the mean over those of the untied schedule
+    linspace(0, drop_path_rate, depth x R) (`shared_drop_rate`, the rule of every model file): R = 1 is
+    DeiT/timm's schedule; the mean over the applications is rate / 2 at any R. Fixed at construction.
+    Init: `init` (INITS) the attention's, `init_base` (INIT_BASES) every other layer's; the router's
+    vector starts at zero on either base.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, recursions=4,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", loss="ce",
-                 dynamic_img_size=False):
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
+                 loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -196,8 +213,9 @@ class SRViT(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if depth < 1 or recursions < 1:
             raise ValueError(f"need depth >= 1 and recursions >= 1, got {depth}, {recursions}")
-        if init not in INITS or loss not in ("ce", "bce"):
-            raise ValueError(f"need init in {INITS} and loss in ('ce', 'bce'), got {init!r}, {loss!r}")
+        if init not in INITS or init_base not in INIT_BASES or loss not in ("ce", "bce"):
+            raise ValueError(f"need init in {INITS}, init_base in {INIT_BASES} and loss in ('ce', 'bce'), "
+                             f"got {init!r}, {init_base!r}, {loss!r}")
         self.depth, self.recursions, self.num_classes, self.loss = depth, recursions, num_classes, loss
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -209,8 +227,10 @@ class SRViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
-        # Stochastic depth as in DeiT over the body's layers, the same at every recursion (our choice).
-        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
+        # Stochastic depth: layer i serves applications i, depth + i, ... of the depth x R in a forward, and
+        # gets the untied schedule's mean over them (shared_drop_rate).
+        n = depth * recursions
+        rates = [shared_drop_rate(drop_path_rate, range(i, n, depth), n) for i in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
@@ -219,7 +239,7 @@ class SRViT(nn.Module):
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes)
         self.mix_weights = None
-        self._init_weights(init)
+        self._init_weights(init, init_base)
 
     def forward(self, x, targets=None, depth=None):
         recursions = self.recursions if depth is None else depth
@@ -289,22 +309,25 @@ class SRViT(nn.Module):
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init):
-        # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
-        w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
-        nn.init.zeros_(self.patch_embed.proj.bias)
+    def _init_weights(self, init, base):
+        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+        if base == "pytorch":
+            pytorch_base_(self)
+        else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.normal_(self.cls_token, std=1e-6)
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            # Patch embedding as a linear layer on flattened patches (timm's lecun-normal for conv).
+            w = self.patch_embed.proj.weight
+            nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
+            nn.init.zeros_(self.patch_embed.proj.bias)
         if self.router is not None:
             nn.init.zeros_(self.router.weight)  # uniform mixture at the start (our choice)
         if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
@@ -389,7 +412,26 @@ def srvit_l(**kw): return _sized("l", **kw)
 # timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
 # W_q^T W_k (d, d) is head i's bilinear form on the tokens.
 INITS = ("default", "mimetic", "structured")
+# The base init of every layer the attention init does not set (the official code's `weight_init`):
+# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
+# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
+# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
+INIT_BASES = ("timm", "pytorch")
 OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+
+
+def pytorch_base_(model):
+    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
+    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
+    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
+    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
+    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+            m.reset_parameters()
+    nn.init.normal_(model.pos_embed, std=0.02)
+    if model.cls_token is not None:
+        nn.init.zeros_(model.cls_token)
 
 
 def _factor(a):

@@ -231,6 +231,44 @@ def test_begin_step_readout_is_forward_bit_for_bit_at_every_depth(name):
     assert m.blocks_per_step == {"srvit": 2, "odevit-rk4": 4}.get(name, 1)
 
 
+def drop_rates(m):
+    """The drop-path rate of each block application of one forward at the trained depth, in order."""
+    if isinstance(m, bvit.BViT):
+        return [m.blocks[b].drop_prob.item() for b in m.phase_map()]
+    if isinstance(m, srvit.SRViT):
+        return [blk.drop_prob.item() for _ in range(m.recursions) for blk in m.blocks]
+    applications = m.steps * odevit.NFE_PER_STEP[m.solver] if isinstance(m, odevit.ODEViT) else m.depth
+    return [m.blocks[0].drop_prob.item()] * applications  # one shared block (reViT, ODEViT)
+
+
+@pytest.mark.parametrize("rate", [0.05, 0.1, 0.3])
+@pytest.mark.parametrize("steps", [1, 2, 4, 8, 12])
+def test_every_model_drops_at_the_untied_vits_mean_rate_and_each_block_at_its_steps_mean(rate, steps):
+    """One drop-path rule (issue 50): over the `steps` block applications of a forward, each model's mean
+    rate is the untied ViT's (timm's linspace(0, rate, steps)), and every block's rate is that schedule's
+    mean over the applications it serves (a one-block bViT once ran at the full rate: twice the ViT's)."""
+    kw = dict(TINY, drop_path_rate=rate)
+    untied = torch.linspace(0, rate, steps).double()
+    vit = bvit.BViT(**kw, depth=steps, num_blocks=steps)
+    assert drop_rates(vit) == pytest.approx(untied.tolist(), abs=1e-7)  # DeiT/timm exactly
+    models = {f"bvit-{n}": bvit.BViT(**kw, depth=steps, num_blocks=n) for n in (1, 2, 4) if n <= steps}
+    models["revit"] = revit.ReViT(**kw, depth=steps, experts=2)
+    for solver, per in odevit.NFE_PER_STEP.items():  # the same block applications: steps / per solver steps
+        if steps % per == 0:
+            models[f"odevit-{solver}"] = odevit.ODEViT(**kw, depth=steps // per, solver=solver)
+    for body in (1, 2, 4):
+        if steps % body == 0:
+            models[f"srvit-{body}x{steps // body}"] = srvit.SRViT(**kw, depth=body, recursions=steps // body)
+    for name, m in models.items():
+        r = torch.tensor(drop_rates(m)).double()
+        assert len(r) == steps and abs(r.mean() - untied.mean()) < 1e-7, name
+        for v in r.unique():  # each distinct rate: one block's, over the applications it serves
+            served = (r - v).abs() < 1e-9
+            assert abs(untied[served].mean() - v) < 1e-7, (name, v.item())
+    if steps > 1:
+        assert models["bvit-1"].blocks[0].drop_prob.item() == pytest.approx(rate / 2)
+
+
 # Each model file stands alone, so its small primitives are copies; a copy that drifts (one file's
 # drop_path drawing masks another way) silently changes one model. Copies must stay textually equal.
 MODEL_FILES = {"bvit.py": "BViT", "revit.py": "ReViT", "srvit.py": "SRViT", "odevit.py": "ODEViT",
@@ -273,8 +311,9 @@ def test_repeated_primitives_are_identical_in_every_model_file():
             variants.setdefault(src, []).append(f)
         assert len(variants) == 1, f"{name} differs between the model files: {sorted(variants.values())}"
     repeated = {name for name, by_file in copies.items() if len(by_file) >= 3}
-    assert {"drop_path", "LayerScale", "Attention", "Mlp", "Block", "classification_loss", "resample_pos_embed",
-            "init_attention_", *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
+    assert {"drop_path", "shared_drop_rate", "LayerScale", "Attention", "Mlp", "Block", "classification_loss",
+            "resample_pos_embed", "init_attention_", "INITS", "INIT_BASES", "pytorch_base_",
+            *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
 
 
 def test_each_model_file_reaches_its_forward_before_its_optional_machinery():

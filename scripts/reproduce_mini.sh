@@ -13,11 +13,12 @@
 # Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 13), JOBS (2), DATA (the folder holding
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
-# Arms: the 12 study presets c100-mini-* and "vit+default", c100-mini-vit with --init default (the
-# init claim's control); any ARM+INIT works. MOE below: the 8 comparison presets (Table 3's 7
+# Arms: the 12 study presets c100-mini-* and the structured-init claims' 3 (c100-mini-init-*: patch 4,
+# the PyTorch base init, 2 epochs; ARMS=init runs only them); any ARM+INIT works (vit+default: c100-mini-vit
+# with --init default, the earlier init control). MOE below: the 8 comparison presets (Table 3's 7
 # baselines at U = 1 as the reViT paper's appendix B adapts them, and layer-wise LoRA) and a distilled
-# arm. All arms x 2 seeds: about 26 runs of 22-30 minutes each side by side (11-16 minutes alone),
-# i.e. 5-6 hours on 2 cores. Exit status: 0 if every run
+# arm. All arms x 2 seeds: about 30 runs of 20-30 minutes each side by side (11-16 minutes alone),
+# i.e. 6-7 hours on 2 cores. Exit status: 0 if every run
 # finished, 1 if one failed (its train.log says why; re-running continues it), 2 for bad input.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,9 @@ EXTRA=${EXTRA:-}
 where() { python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
 CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
-REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 vit+default"
+# The structured-init claims (issue 50): PyTorch's default init, mimetic and structured on it, 8 x 8 patches.
+INIT="init-pytorch init-mimetic init-structured"
+REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 $INIT"
 # reViT's comparisons, run on request: ARMS="$MOE". revit-e4+feature distils the vit arm of the
 # same seed (+feature-only: from its features alone, --task-weight 0, the paper's DINOv2 regime,
 # A.3); a distilled arm runs after the arms it does not need, and its teacher must be done or in ARMS.
@@ -46,6 +49,7 @@ ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped loopvae-gan loopvae-vit-global loopvae-vit-none"
 ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
+if [ "$ARMS" = init ]; then ARMS=$INIT; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
   case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;;
@@ -53,7 +57,7 @@ needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $ELASTIC $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $LOOPVAE, loopvae (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $LOOPVAE, loopvae, init (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call

@@ -97,6 +97,37 @@ def test_summary_tables_relative_depths_and_verdicts(tmp_path):
     assert f"| revit-smear | revit-e4 | 1x | -5.00 | {hw} | disagree |" in moe and "| revit-lory | revit-e4 | 1x | | | not run |" in moe
 
 
+INIT_CASES = {  # top-1 of seeds 0 and 1: (init-pytorch, init-mimetic, init-structured) -> verdicts of (a), (b)
+    "agree": (([25.0, 26.0], [29.0, 30.0], [30.0, 31.0]), ("agree", "agree")),  # (b): +1.0, within the noise: agree
+    "disagree": (([30.0, 31.0], [30.0, 31.0], [25.0, 26.0]), ("disagree", "disagree")),
+    "within the noise": (([29.5, 30.5], [31.5, 32.5], [30.5, 31.5]), ("cannot tell", "agree")),
+}
+
+
+@pytest.mark.parametrize("case", list(INIT_CASES))
+def test_the_structured_init_claims_come_out_either_way(tmp_path, case):
+    """Issue 50's claims, written before the runs: (a) structured beats PyTorch's default init (">"), (b)
+    structured is not worse than mimetic (">=", a = structured), both on the c100-mini-init-* arms."""
+    accs, want = INIT_CASES[case]
+    for arm, acc in zip(("init-pytorch", "init-mimetic", "init-structured"), accs):
+        for seed, a in enumerate(acc):
+            fake_run(tmp_path, arm, seed, a, model="vit")
+    claims = [c for c in summarize_mini.CLAIMS if c[1].startswith("init-")]
+    assert [c[1:] for c in claims] == [("init-structured", "init-pytorch", 1, ">"),
+                                       ("init-structured", "init-mimetic", 1, ">=")]
+    assert [c[0][:3] for c in claims] == ["(a)", "(b)"] and all("8x8 patches" in c[0] for c in claims)
+    runs = summarize_mini.load_runs(str(tmp_path))
+    assert list(runs) == ["init-pytorch", "init-mimetic", "init-structured"]  # the study's order
+    verdicts = summarize_mini.summary(runs)["mini-verdicts"]
+    hw = f"{summarize_mini.HARDWARE_NOISE:.2f}"  # the cross-CPU floor (1.65) exceeds each arm's seed spread (1.0)
+    for (text, a, b, _, _), v in zip(claims, want):
+        diff = sum(accs[("init-pytorch", "init-mimetic", "init-structured").index(a)]) / 2 - \
+            sum(accs[("init-pytorch", "init-mimetic", "init-structured").index(b)]) / 2
+        assert f"| {text} | {a} | {b} | 1x | {diff:+.2f} | {hw} | {v} |" in verdicts, verdicts
+    assert "| vit | vit+default |" not in verdicts  # the 4x4-grid, timm-base claim is gone
+    assert "| init-structured | 2 | 8 |" in summarize_mini.summary(runs)["mini-table"]
+
+
 def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
     env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit srvit-r1", JOBS="2", DATA=data_dir,
@@ -139,6 +170,10 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert task_weight("bvit+feature") == 1.0 and task_weight("bvit+feature-only") == 0.0  # features alone
     r = subprocess.run(["bash", script], env=dict(env, DATA=str(tmp_path / "none")), capture_output=True, text=True)
     assert r.returncode == 2 and "DATA=" in r.stderr
+    for arms in ("init", "init-pytorch init-structured"):  # the init claims' arms are known (refused only for DATA)
+        r = subprocess.run(["bash", script], env=dict(env, ARMS=arms, DATA=str(tmp_path / "none")), capture_output=True,
+                           text=True)
+        assert r.returncode == 2 and "DATA=" in r.stderr and "ARMS" not in r.stderr, r.stderr
     r = subprocess.run(["bash", script], env=dict(env, ARMS="bvit-ds", EXTRA="--lr -1"), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 1 and "FAILED bvit-ds seed 0" in r.stderr  # a failed run fails the script

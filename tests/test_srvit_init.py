@@ -205,6 +205,109 @@ def test_mimetic_init_products(make):
     assert diag_offdiag(qk)[0].abs().max() < 0.01 and abs(diag_offdiag(vo)[0]) < 0.01  # default: ~0
 
 
+# ----------------------------------------------------------------------------- the base init
+MAKERS = {"bvit": lambda **kw: bvit.BViT(num_blocks=2, **kw), "srvit": lambda **kw: srvit.SRViT(recursions=2, **kw),
+          "revit": lambda **kw: revit.ReViT(experts=2, **kw), "odevit": lambda **kw: odevit.ODEViT(**kw)}
+BASE_SIZES = dict(img_size=32, patch_size=4, num_classes=100, embed_dim=96, num_heads=3, depth=2)
+
+
+def uniform_like_pytorch(name, t, fan_in):
+    """t ~ U(+-1/sqrt(fan_in)), as nn.Linear / nn.Conv2d draw weights and biases: inside the bound, the
+    extremes near it, the std bound/sqrt(3) within 6 standard errors of a sample std (~0.45/sqrt(n) for a
+    uniform), no zeros."""
+    bound, n = 1 / fan_in ** 0.5, t.numel()
+    assert t.abs().max() <= bound, name
+    assert t.abs().max() > bound * (1 - 10 / n), name  # n draws reach within ~bound/n of the edge
+    assert abs(t.std().item() / (bound / 3 ** 0.5) - 1) < 6 * 0.45 / n ** 0.5 + 0.01, name
+    assert (t != 0).all(), name
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_the_pytorch_base_is_pytorchs_default_init_layer_by_layer(name):
+    """init_base="pytorch" (the structured-init paper's baseline, its weight_init=skip): every Linear and
+    Conv2d weight AND bias ~ U(+-1/sqrt(fan_in)), reViT's stacked experts as E dense Linears, LayerNorm ones
+    and zeros, position embedding N(0, 0.02^2), class token 0; only the models' own zero inits (routers) stay.
+    The timm base, for contrast: zero biases, weights of std 0.02."""
+    torch.manual_seed(0)
+    m = MAKERS[name](**BASE_SIZES, init_base="pytorch")
+    seen = 0
+    for mod_name, mod in m.named_modules():
+        if mod_name.startswith("router"):
+            continue  # the models' own choice on either base (uniform mixture / uniform 1/E gates)
+        if isinstance(mod, (torch.nn.Linear, torch.nn.Conv2d)):
+            fan_in = mod.weight[0].numel()
+            uniform_like_pytorch(f"{mod_name}.weight", mod.weight.detach(), fan_in)
+            uniform_like_pytorch(f"{mod_name}.bias", mod.bias.detach(), fan_in)
+            seen += 1
+        elif isinstance(mod, torch.nn.LayerNorm):
+            assert torch.equal(mod.weight, torch.ones_like(mod.weight)) and torch.equal(mod.bias, torch.zeros_like(mod.bias))
+    assert seen == {"bvit": 10, "srvit": 10, "revit": 4, "odevit": 6}[name]  # patch embed, qkv/proj/fc1/fc2, head
+    if name == "revit":  # (E, out, in) experts: each one a dense FFN's nn.Linear draw
+        mlp = m.blocks[0].mlp
+        for e in range(2):
+            for fc in (mlp.fc1, mlp.fc2):
+                uniform_like_pytorch(f"expert {e}", fc.weight[e].detach(), fc.weight.shape[-1])
+                uniform_like_pytorch(f"expert {e} bias", fc.bias[e].detach(), fc.weight.shape[-1])
+        assert not torch.equal(mlp.fc1.weight[0], mlp.fc1.weight[1])  # independent draws (A.1)
+    assert abs(m.pos_embed.std().item() / 0.02 - 1) < 0.05 and abs(m.pos_embed.mean().item()) < 0.002
+    assert torch.equal(m.cls_token, torch.zeros_like(m.cls_token))  # as the official code builds it
+    torch.manual_seed(0)
+    timm_base = MAKERS[name](**BASE_SIZES)
+    assert not timm_base.head.bias.any() and abs(timm_base.head.weight.std().item() - 0.02) < 0.002
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_the_structured_attention_is_the_same_on_either_base(name, monkeypatch):
+    """The attention init is applied after the base and nothing of the base touches it: each distinct
+    block's qkv and proj weights are exactly what init_attention_ gives for the position embedding and the
+    random state it was called with, and they still attend at their offsets (8x8 tokens, head_dim 64);
+    the biases keep the base's (nonzero on the PyTorch base: the official code leaves them)."""
+    mod = {"bvit": bvit, "srvit": srvit, "revit": revit, "odevit": odevit}[name]
+    real, calls = mod.init_attention_, []
+
+    def spy(attn, init, pos, grid):
+        calls.append((torch.get_rng_state(), pos.detach().clone()))
+        real(attn, init, pos, grid)
+    monkeypatch.setattr(mod, "init_attention_", spy)
+    for base in ("timm", "pytorch"):
+        calls.clear()
+        torch.manual_seed(0)
+        m = MAKERS[name](**CIFAR_TI, init="structured", init_base=base)
+        assert len(calls) == len(m.blocks)
+        for blk, (state, pos) in zip(m.blocks, calls):
+            fresh = mod.Attention(192, 3)
+            torch.set_rng_state(state)
+            real(fresh, "structured", pos, 8)
+            assert torch.equal(fresh.qkv.weight, blk.attn.qkv.weight) and torch.equal(fresh.proj.weight, blk.attn.proj.weight)
+            assert bool(blk.attn.qkv.bias.any()) == (base == "pytorch")
+        assert min(hit_rates(m, 8)) >= 0.9 and 0.25 < m.pos_embed.std() < 0.5, base
+
+
+@pytest.mark.parametrize("base", ["timm", "pytorch"])
+def test_mimetic_products_hold_on_either_base(base):
+    torch.manual_seed(0)
+    qk, vo = head_forms(bvit.BViT(num_blocks=1, **CIFAR_TI, init="mimetic", init_base=base).blocks[0].attn)
+    diag, off = diag_offdiag(qk)
+    assert (diag > 0.2).all() and (off.abs() < 0.02).all() and abs(diag_offdiag(vo)[0] + 0.4) < 0.05
+
+
+def test_the_init_base_flag_reaches_the_model_and_is_refused_where_it_would_not_hold(capsys):
+    from training import flags, registry
+    common = ["--model", "vit", "--embed-dim", "32", "--num-heads", "2", "--depth", "2"]
+    for base, biased in (("timm", False), ("pytorch", True)):
+        model = registry.build_model(flags.resolved([*common, "--init-base", base], 32), 32, 100)
+        assert bool(model.head.bias.any()) == biased and model.pos_embed.std() < 0.03
+    for argv, says in (([*common, "--init-base", "xavier"], "--init-base"),
+                       (["--model", "revit", "--routing", "deepseek", "--init-base", "pytorch"], "--routing deepseek"),
+                       (["--model", "loopvae", "--init-base", "pytorch"], "--init-base: classification flags")):
+        with pytest.raises(SystemExit) as e:
+            flags.resolved(argv, 32)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and says in err[0], err
+    with pytest.raises(ValueError, match="init_base"):
+        srvit.SRViT(**TINY, init_base="xavier")
+
+
 # ----------------------------------------------------------------------------- train.py
 def test_train_smoke_srvit_with_structured_init(tmp_path):
     out = tmp_path / "run"

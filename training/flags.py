@@ -150,8 +150,12 @@ def get_parser():
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III) (default: off)")
     a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
     a("--init", default="default", choices=["default", "mimetic", "structured"], help="attention "
-      "init: default = timm; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each head "
-      "a 3x3 impulse (shift) filter on the position embedding")
+      "init, on --init-base: default = the base's own; mimetic: W_q W_k^T ~ I, W_v W_o ~ -I; structured: each "
+      "head a 3x3 impulse (shift) filter on the position embedding (x18)")
+    a("--init-base", default="timm", choices=["timm", "pytorch"], help="init of every layer the attention "
+      "init does not set: timm = trunc-normal 0.02, zero biases; pytorch = PyTorch's defaults (weights and "
+      "biases U(+-1/sqrt(fan_in)), position embedding randn x 0.02, class token 0): the structured-init "
+      "paper's baseline (its weight_init=skip) with --init default")
     a = p.add_argument_group('model: SR-ViT', 'srvit.py').add_argument
     a("--recursions", type=positive(int), default=4, help="srvit: times the --depth-layer stack is "
       "applied, outputs mixed per token; --eval-depths then counts recursions")
@@ -399,6 +403,9 @@ def resolve(args, p, img_size):
             which = f"{', '.join(models[:-1])} or {models[-1]}" if len(models) > 1 else models[0]
             p.error(f"--{flag.replace('_', '-')} is a flag of --model {which}; --model {args.model} does not use it "
                     "(it would change nothing): leave it out")
+    if args.init_base == "pytorch" and args.routing not in ("depth", "lory", "smear"):
+        p.error(f"--init-base pytorch with --routing {args.routing}: revit_moe.py initializes that routing's experts or "
+                "router as timm does (trunc-normal 0.02), so the base would not hold; use --init-base timm")
     if args.lora_rank and args.routing != "depth":
         p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
     if args.lora_rank and args.experts != 1:
@@ -454,8 +461,8 @@ def resolve_stage2(args, p):
 
 # Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
 # depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
-CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "stages", "stage_weights", "detach_stages",
-                    "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher", "eval_crop_ratio")
+CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "init_base", "stages", "stage_weights",
+                    "detach_stages", "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher", "eval_crop_ratio")
 
 
 def resolve_loopvae(args, p, img_size):

@@ -3,7 +3,7 @@
 MODELS maps a --model name to a builder `fn(args, common) -> nn.Module`: `args` the resolved flags
 (training/flags.py), `common` the keyword arguments every model file takes (img_size, patch_size,
 num_classes, embed_dim, depth, num_heads, mlp_ratio, class_token, layer_scale, drop_path_rate, and
-init / loss / dynamic_img_size only when asked for). A new model file adds a builder and one line
+init / init_base / loss / dynamic_img_size only when asked for). A new model file adds a builder and one line
 `MODELS["name"] = build_name`; its flags go in training/flags.py. tests/test_registry.py runs every
 registered model through the interface below, so a new model passes the same test.
 
@@ -102,6 +102,8 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
                   drop_path_rate=args.drop_path)
     if args.init != "default":  # only then: a model without init= support fails with its own message
         common["init"] = args.init
+    if args.init_base != "timm":  # likewise
+        common["init_base"] = args.init_base
     if args.bce:  # likewise: loss="bce" only when asked for
         common["loss"] = "bce"
     if dynamic_img_size:
