@@ -31,7 +31,7 @@ from presets import PROBES
 from training import flags, probes, registry
 from training.checkpoints import read_weights
 from analyze import save
-from training.monitor import Fail
+from training.monitor import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):
@@ -144,6 +144,7 @@ def main(argv=None):
 
 def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
+    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
     try:
         main(argv)
     except Fail as e:

@@ -32,7 +32,7 @@ import data
 import kernels
 from training import checkpoints, evaluation, flags, optim, perceptual, registry
 from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, PeerFailed, Preempted, Stop, announce,
-                              epoch_line, model_log, say, stopping, write)
+                              epoch_line, model_log, printable_output, say, stopping, write)
 
 
 def main(argv=None, stop=None):
@@ -383,6 +383,7 @@ def cli(argv=None):
     training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
     SIGTERM or SIGUSR1 at a safe point, 130 stopped at once by a second Ctrl-C). The loader workers
     end with the process (data.worker_signals, data.end_workers)."""
+    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
     stop = Stop()
     handlers = {s: signal.signal(s, stop) for s in Stop.SIGNALS}
     try:

@@ -7,7 +7,8 @@
 - The exit statuses of train.py's cli(): Fail (a problem the user can fix, one line, 2), Preempted
   (stopped at a safe point, PREEMPTED = 75), a second Ctrl-C (INTERRUPTED = 130).
 - The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
-  values in log.jsonl), say (a line on stderr below a bar).
+  values in log.jsonl), say (a line on stderr below a bar); printable_output (every line printable,
+  whatever the encoding of stdout).
 """
 import errno
 import json
@@ -119,6 +120,17 @@ def cannot_write(path, e, kept):
 def say(line):
     """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
     tqdm.write(line, file=sys.stderr)
+
+
+def printable_output():
+    """Let this process's stdout and stderr print any text: a character their encoding cannot hold (a
+    user's path or class name on a stdout set to ASCII by PYTHONIOENCODING=ascii or a C locale, a file
+    name that is not UTF-8) is written as a backslash escape (backslashreplace, Python's own handler for
+    stderr) instead of raising UnicodeEncodeError. The entries that print paths call it first (train.py,
+    probe.py and analyze.py's cli): their lines, print's and say's, all go through these two streams."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 # ----------------------------------------------------------------------------- around the steps
