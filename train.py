@@ -103,14 +103,15 @@ def main(argv=None, stop=None):
     step = start[2]
     if not args.eval_only:
         monitor = Monitor(args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                          ckpt_path, log_path)
+                          ckpt_path, log_path, len(val_set))
         usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
         step = train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema,
                      amp_ctx, data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable), start, rfid)
 
     # 9. a classifier at other depths ("beyond the training horizon"); a tokenizer's metrics (--eval-only)
     if not hasattr(raw_model, "metrics"):
-        evaluation.evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
+        evaluation.evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop,
+                                   len(val_set))
     elif args.eval_only:
         evaluation.reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid)
     if master:
@@ -178,7 +179,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             step += 1
             monitor.after_step(step, epoch, first + i + 1, loss, bad, sums)
         epoch_time = sums.seconds()  # training only: the evaluation below is not counted
-        monitor.end_epoch(step, len(val_loader.dataset))
+        monitor.end_epoch(step)
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
         # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
         extras = model_log(raw_model, ddp)

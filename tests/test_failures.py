@@ -46,3 +46,15 @@ def test_a_stdout_that_cannot_encode_a_path_prints_it_escaped(tmp_path, monkeypa
                       "20", "--num-test", "10", "--epochs", "1"]) == 0
     said = raw.getvalue().decode("ascii")
     assert f"wrote {escaped}/an\\xe4lysis/cka.json" in said and f"wrote {escaped}/pr\\xf6be/probe_linear.json" in said
+
+
+# ----------------------------------------------------------------------------- what a line counts
+def test_evaluation_under_torchrun_counts_the_images_of_every_process(tmp_path):
+    """2 processes, 64 validation images: the epoch's evaluation and --eval-depths name 64 (each process
+    holds 32 of them; the lines used to say 32)."""
+    from test_cluster import torchrun
+    r = torchrun(SYNTH[:-4] + ["--data", "synthetic", "--val-subset", "64", "--batch-size", "16", "--max-steps", "2",
+                               "--eval-depths", "1", "--out-dir", str(tmp_path / "o")])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "epoch 0: evaluating on 64 validation images" in r.stdout, r.stdout
+    assert "evaluating at depth 1 on 64 validation images" in r.stdout, r.stdout

@@ -188,7 +188,8 @@ class EpochSums:
 
 class Monitor:
     """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
-    checkpoints.Saver), the paths of its checkpoint and log, its length in steps), and everything the
+    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, its validation images
+    `val_images`, those of every process), and everything the
     loop does between optimizer steps that is not training: the progress bar (on a
     terminal; written to a file, a line every tenth of the epoch instead), the loader-bottleneck note,
     the host's reads of the device (the loss and the count of consecutive non-finite steps: every
@@ -198,8 +199,9 @@ class Monitor:
     stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
 
     def __init__(self, args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                 ckpt_path, log_path):
+                 ckpt_path, log_path, val_images):
         self.args, self.device, self.ddp, self.world, self.master = args, device, ddp, world, master
+        self.val_images = val_images
         self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
         self.check_every = CHECK_EVERY if device.type == "cuda" else 1
@@ -289,16 +291,16 @@ class Monitor:
             return None
         return duration((now - self.pace[0][1]) / (step - self.pace[0][0]) * (self.total_steps - step))
 
-    def end_epoch(self, step, val_images):
+    def end_epoch(self, step):
         """Close the epoch's bar; with steps left, the estimated time again at this epoch's pace (so the
         figure sharpens as the run goes, not only from its first steps); then say that the evaluation
-        of `val_images` images runs (it has no bar)."""
+        of the run's validation images runs (it has no bar)."""
         self.bar.close()
         if self.master and self.left and step < self.total_steps and len(self.pace) == 2:
             per_step = (time.perf_counter() - self.t_epoch) / self.left
             line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
             self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
-        self.note(f"epoch {self.epoch_no}: evaluating on {val_images} validation images")
+        self.note(f"epoch {self.epoch_no}: evaluating on {self.val_images} validation images")
 
 
 # The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
