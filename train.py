@@ -47,7 +47,7 @@ def main(argv=None, stop=None):
 
     # 1. processes, device, precision
     ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
-    master = rank == 0
+    master = stop.master = rank == 0  # (rank 0 answers a stop request with a line)
     # 2. data (read before the process group, so that a bad path fails fast on every rank)
     args, train_set, val_set, num_classes, img_size = load_data(args, p)
     start_processes(args, ddp, device, master)
@@ -148,7 +148,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
                 x, y = next(batches)
-                x, y, empty = usable_batch(x, y, usable, sums, ddp, monitor.ckpt_path)
+                x, y, empty = usable_batch(x, y, usable, sums, ddp, monitor)
                 if empty and not ddp:
                     continue  # nothing to learn from: no forward, no backward, no step below if all are
                 x, y = mix(x.to(device, non_blocking=True), y.to(device, non_blocking=True))  # MixUp/CutMix, smoothing
@@ -187,10 +187,12 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp),
                "nonfinite_steps": sums.nonfinite_steps()}
-        try:
-            rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
-            if ema is not None:
-                rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx, rfid=rfid).items()})
+        try:  # (a stop request waits for the evaluation; a second Ctrl-C saves the epoch's training first)
+            with monitor.evaluating(position, step):
+                rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
+                if ema is not None:
+                    rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx,
+                                                                               rfid=rfid).items()})
         except evaluation.EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {monitor.ckpt_path} (--resume it)")
@@ -211,17 +213,17 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
 
 
 # ----------------------------------------------------------------------------- the step's parts
-def usable_batch(x, y, usable, sums, ddp, ckpt_path):
+def usable_batch(x, y, usable, sums, ddp, monitor):
     """A micro-batch without its undecodable images (image folders: `usable`, a data.UsableImages;
     counted in `sums`): (x, y, empty). Under DDP an empty micro-batch becomes a zero-weighted stand-in
-    image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images."""
+    image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images, after
+    saving the steps since the last checkpoint (one process: monitor.fail)."""
     if usable is None:
         return x, y, False
     try:
         x, y, skipped = usable(x, y)
     except data.TooManyUndecodable as e:
-        again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
-        raise Fail(f"{e}; fix or remove them, then {again}")
+        monitor.fail(f"{e}; fix or remove them", sums)
     sums.skipped += skipped
     empty = not len(y)
     if empty and ddp:
@@ -409,8 +411,8 @@ def cli(argv=None):
             return 0
         say(f"train.py: error: its output was closed (the reader of a pipe ended); {stop.kept()}")
         return 2
-    except KeyboardInterrupt:
-        say(f"train.py: stopped at once by a second Ctrl-C; {stop.kept()}")
+    except KeyboardInterrupt as e:  # (its words: where it stopped, when that is not a step)
+        say(f"train.py: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED
     except Exception as e:
         shm = data.out_of_shared_memory(e)

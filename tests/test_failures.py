@@ -4,6 +4,7 @@ stdout."""
 import io
 import json
 import os
+import signal
 import sys
 
 import pytest
@@ -12,7 +13,8 @@ import torch
 import analyze
 import probe
 import train
-from training import monitor
+from training import evaluation, monitor
+from test_folders import images
 from test_train import ROOT, TINY, fake_cifar, load, run
 
 SYNTH = TINY + ["--data", "synthetic", "--max-steps", "4", "--epochs", "1"]
@@ -58,3 +60,61 @@ def test_evaluation_under_torchrun_counts_the_images_of_every_process(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "epoch 0: evaluating on 64 validation images" in r.stdout, r.stdout
     assert "evaluating at depth 1 on 64 validation images" in r.stdout, r.stdout
+
+
+# ----------------------------------------------------------------------------- how a run stops
+def test_past_max_bad_images_mid_epoch_the_steps_since_the_last_checkpoint_are_saved_first(tmp_path, capsys):
+    """One undecodable image of 16 (--max-bad-images 0), met in step 6 of 8: one line naming it, and
+    the 5 steps before it saved (they were lost); without the file, the printed command continues."""
+    root = images(tmp_path / "d", [f"{s}/{c}/{k}.png" for s in ("train", "val") for c in ("ant", "bee")
+                                   for k in range(8 if s == "train" else 2)])
+    victim = root / "train" / "ant" / "0.png"
+    victim.write_bytes(b"not an image")
+    out = tmp_path / "o"
+    job = TINY + ["--data", "imagenet", "--data-dir", str(root), "--img-size", "16", "--patch-size", "8",
+                  "--batch-size", "2", "--epochs", "1", "--max-bad-images", "0", "--out-dir", str(out)]
+    assert train.cli(job) == 2
+    err = lines(capsys)
+    assert len(err) == 1 and f"the last {victim}; fix or remove them" in err[0], err
+    assert f"checkpoint {out / 'ckpt.pt'} (step 5); continue with: python train.py " in err[0], err
+    ck = load(out / "ckpt.pt")
+    assert (ck["step"], ck["epoch"], ck["batch"]) == (5, 0, 5)
+    victim.unlink()
+    assert train.cli(job + ["--resume", str(out / "ckpt.pt")]) == 0, capsys.readouterr().err
+    assert load(out / "ckpt.pt")["step"] == 7  # (15 images now: 7 steps of 2)
+
+
+def test_ctrl_c_in_an_epochs_evaluation_says_what_it_does_and_a_second_one_keeps_the_epochs_training(
+        tmp_path, capsys, monkeypatch):
+    """Ctrl-C while epoch 0 is evaluated: a line at once says that the evaluation finishes and the epoch
+    is checkpointed (it used to say nothing), then exit 75 as before. Ctrl-C twice there: exit 130, and
+    the epoch's training is in the checkpoint (it used to be lost); the printed command continues."""
+    real = evaluation.evaluate
+    presses = []
+
+    def ctrl_c_in_the_epochs_evaluation(*a, depth=None, **kw):
+        if depth is None:
+            for _ in presses:
+                os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, depth=depth, **kw)
+    monkeypatch.setattr(evaluation, "evaluate", ctrl_c_in_the_epochs_evaluation)
+    monkeypatch.setattr(monitor.Stop, "AGAIN_S", 0.0)  # a second SIGINT is a second Ctrl-C
+    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2"]  # 8 steps an epoch
+    presses[:] = [1]
+    assert train.cli(job + ["--out-dir", str(tmp_path / "once")]) == monitor.PREEMPTED
+    err = capsys.readouterr().err
+    assert "stop requested by SIGINT (Ctrl-C): the run stops after the evaluation of epoch 0 (32 images), with the " \
+           "epoch's checkpoint; Ctrl-C again, a second or more from now, stops at once, saving the epoch's training " \
+           "first, without its evaluation" in err, err
+    assert "stopped by SIGINT (Ctrl-C) after step 8 of 16, the end of epoch 0" in err
+    out = tmp_path / "twice"
+    presses[:] = [1, 2]
+    assert train.cli(job + ["--out-dir", str(out)]) == monitor.INTERRUPTED
+    err = lines(capsys)
+    assert len(err) == 1 and "stopped at once by a second Ctrl-C in the evaluation of epoch 0, whose training was " \
+        f"saved first (its evaluation is not in log.jsonl); checkpoint {out / 'ckpt.pt'} (step 8)" in err[0], err
+    ck = load(out / "ckpt.pt")
+    assert (ck["step"], ck["epoch"], ck["batch"]) == (8, 1, 0) and not (out / "log.jsonl").exists()
+    presses[:] = []
+    assert train.cli(err[0].split("continue with: python train.py ")[1].split()) == 0
+    assert [json.loads(ln)["epoch"] for ln in open(out / "log.jsonl")] == [1] and load(out / "ckpt.pt")["step"] == 16

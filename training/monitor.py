@@ -10,6 +10,7 @@
   values in log.jsonl), say (a line on stderr below a bar); printable_output (every line printable,
   whatever the encoding of stdout).
 """
+import contextlib
 import errno
 import json
 import os
@@ -52,14 +53,20 @@ class Stop:
     process; under DDP the processes agree between depths). A second Ctrl-C stops at once
     (KeyboardInterrupt), when it comes AGAIN_S or more after the first: torchrun relays the
     terminal's Ctrl-C to processes that the terminal has signalled already. `checkpoint`, `step`
-    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run."""
+    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run.
+    The first request is answered at once with a line (`master`: this process prints it; DDP: rank 0)
+    saying what the run does in its phase (`phase`, set by the Monitor: (what a stop request does, what
+    a second Ctrl-C does))."""
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
     AGAIN_S = 1.0
+    ANYWHERE = ("stops at its next safe point (after the step, checkpoint or evaluation batch in flight)",
+                "stops at once")  # the phase outside the training steps and the epochs' evaluations
 
     def __init__(self):
         self.got, self.first_int = [], None
         self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
         self.running = False  # set once the flags are read: a run (not --list-presets or --print-config)
+        self.master, self.phase = True, self.ANYWHERE
 
     def __call__(self, signum, frame):
         now = time.monotonic()
@@ -67,15 +74,32 @@ class Stop:
             if self.first_int is not None and now - self.first_int >= self.AGAIN_S:
                 raise KeyboardInterrupt
             self.first_int = self.first_int or now
+        if not self.got and self.running and self.master:
+            self.answer(signum)
         self.got.append(signum)
 
     def __bool__(self):
         return bool(self.got)
 
+    @staticmethod
+    def name(signum):
+        return signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+
+    def answer(self, signum):
+        """The line that answers a first stop request: what the run does now and, for Ctrl-C, what a
+        second Ctrl-C would do. Written from the signal handler: when the signal came in the middle of a
+        write to stderr (a reentrant write raises RuntimeError), the line goes to its file descriptor."""
+        doing, again = self.phase
+        line = f"stop requested by {self.name(signum)}: the run {doing}" + (
+            f"; Ctrl-C again, a second or more from now, {again}" if signum == signal.SIGINT else "")
+        try:
+            say(line)
+        except RuntimeError:
+            os.write(2, (line + "\n").encode("ascii", "backslashreplace"))
+
     def line(self, when):
         """The one line of a run stopped `when` (e.g. "after step 40"): the signal, what is kept."""
-        name = signal.Signals(self.got[0]).name if self.got else "a stop signal to another process"
-        name += " (Ctrl-C)" if name == "SIGINT" else ""
+        name = self.name(self.got[0]) if self.got else "a stop signal to another process"
         return f"stopped by {name} {when}; {self.kept()}"
 
     def kept(self):
@@ -204,6 +228,7 @@ class Monitor:
         self.val_images = val_images
         self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
         self.check_every = CHECK_EVERY if device.type == "cuda" else 1
         self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
@@ -215,7 +240,12 @@ class Monitor:
         """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
         timing the waits for them."""
         self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.done = first
         self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
+        within = f"within {self.check_every} optimizer steps" if self.ddp and self.check_every > 1 else \
+            "after the optimizer step in flight"  # (DDP on GPUs: the processes agree every CHECK_EVERY steps)
+        self.stop.phase = (f"stops {within}, with a checkpoint",
+                           "stops at once, losing the steps since the last checkpoint")
         self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
                         dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         # (no tqdm remaining time: the bar shows the run's estimate, the same as the lines; self.left_line)
@@ -245,6 +275,7 @@ class Monitor:
         flag, None when no step was taken; `loss`: the last micro-batch's): the checks of the class
         docstring."""
         args, probe = self.args, self.probe
+        self.step, self.done = step, done
         i = done - 1 - self.first  # this epoch's steps since the start (or the resume)
         if bad is not None:
             self.bad_run = (self.bad_run + 1) * bad
@@ -283,6 +314,44 @@ class Monitor:
             if stopped or stopping(self.stop, self.ddp, self.device):  # (or the request came during the save)
                 self.bar.close()
                 raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
+
+    def fail(self, why, sums):
+        """End the run in the middle of a step for `why`, a problem the user fixes (e.g. more undecodable
+        images than --max-bad-images; `sums`: the epoch's EpochSums): one process first saves the last
+        finished step, where a resume continues, so nothing trained is lost (of a step with --grad-accum
+        in flight, its micro-batches' random draws are not replayed); then Fail, saying what is kept.
+        Under DDP the other processes are inside this step's collectives, which a save's gather would
+        meet out of turn: the last checkpoint is kept (the others end as a peer failed, exit 1)."""
+        self.bar.close()
+        if not self.ddp and self.step > (self.stop.step or 0):  # (nothing trained since the last checkpoint)
+            try:
+                self.save(self.epoch_no, self.done, sums.state(), self.step)
+            except Fail as e:  # a full disk: both causes in the one line
+                raise Fail(f"{why}; then {e}")
+        raise Fail(f"{why}; {self.stop.kept()}")
+
+    @contextlib.contextmanager
+    def evaluating(self, position, step):
+        """Around the evaluation at the end of an epoch whose training ended at optimizer step `step`
+        (`position`: (epoch, batch, progress), where the run continues): a stop request waits for it, and
+        the first line says so; a second Ctrl-C stops it at once, and one process saves the epoch's
+        training first (its evaluation is lost, not its training; exit 130). Under DDP the other processes
+        may be inside the evaluation's all-reduce, which a save's gather would meet out of turn: the last
+        checkpoint is kept."""
+        self.stop.phase = (f"stops after the evaluation of epoch {self.epoch_no} ({self.val_images} images), with "
+                           "the epoch's checkpoint", "stops at once, " + (
+                               "losing the epoch's training since the last checkpoint" if self.ddp else
+                               "saving the epoch's training first, without its evaluation"))
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.ddp:
+                raise
+            self.save(*position, step)
+            raise KeyboardInterrupt(f"in the evaluation of epoch {self.epoch_no}, whose training was saved first "
+                                    "(its evaluation is not in log.jsonl)") from None
+        finally:
+            self.stop.phase = Stop.ANYWHERE
 
     def time_left(self, step, now):
         """The training time left, in words, at the pace since the estimate's first point (None before the
