@@ -118,3 +118,39 @@ def test_ctrl_c_in_an_epochs_evaluation_says_what_it_does_and_a_second_one_keeps
     presses[:] = []
     assert train.cli(err[0].split("continue with: python train.py ")[1].split()) == 0
     assert [json.loads(ln)["epoch"] for ln in open(out / "log.jsonl")] == [1] and load(out / "ckpt.pt")["step"] == 16
+
+
+# ----------------------------------------------------------------------------- what a run recorded
+def test_a_log_whose_last_line_was_cut_mid_write_is_repaired_when_the_run_resumes(tmp_path, capsys):
+    """log.jsonl cut in the middle of its last record (a kill or a full disk during the write): --resume
+    removes the broken line, the checkpoint's record of that epoch is written again, every line parses
+    (the record used to be appended onto the broken line). A record cut just before its newline keeps
+    its text and gets the newline."""
+    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "3"]  # 8 steps an epoch
+    out = tmp_path / "o"
+    assert train.cli(job + ["--max-steps", "8", "--out-dir", str(out)]) == 0
+    log = out / "log.jsonl"
+    log.write_bytes(log.read_bytes()[:-40])
+    capsys.readouterr()
+    assert train.cli(job + ["--max-steps", "16", "--out-dir", str(out), "--resume", "auto"]) == 0
+    said = capsys.readouterr().out
+    assert "log.jsonl: its last line was cut off mid-write" in said and "added the record of epoch 0" in said, said
+    assert [json.loads(ln)["epoch"] for ln in log.read_text().splitlines()] == [0, 1]
+    log.write_bytes(log.read_bytes()[:-1])  # the last record whole, its newline missing
+    assert train.cli(job + ["--out-dir", str(out), "--resume", "auto"]) == 0
+    assert "log.jsonl: its last record had no line end" in capsys.readouterr().out
+    assert [json.loads(ln)["epoch"] for ln in log.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_a_new_run_in_a_folder_with_an_earlier_runs_log_is_refused(tmp_path, capsys):
+    """A folder holding log.jsonl but no ckpt.pt (removed, or a run kept without it): a new run there
+    would mix two runs' records in one log and overwrite args.json; one line, exit 2, nothing written."""
+    out = tmp_path / "o"
+    assert train.cli(SYNTH + ["--out-dir", str(out)]) == 0
+    (out / "ckpt.pt").unlink()
+    before = {f: (out / f).read_bytes() for f in ("log.jsonl", "args.json")}
+    capsys.readouterr()
+    assert train.cli(SYNTH + ["--lr", "0.01", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out-dir {out} holds the log.jsonl of an earlier run" in err[0], err
+    assert {f: (out / f).read_bytes() for f in before} == before and not (out / "ckpt.pt").exists()
