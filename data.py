@@ -360,6 +360,7 @@ def image_folder(root, val_labels=None, classes=None, train=True):
     train=False: no training samples (--eval-only). Hidden files and folders are ignored. Raises
     DataError, one line saying which layout was expected and how to fix it."""
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
+    known = f"one of the checkpoint's {len(classes)} classes" if classes else "in train/"  # (where they come from)
     for d in (val_dir,) if classes else (train_dir, val_dir):
         if not os.path.isdir(d):
             raise DataError(f"no {os.path.basename(d)}/ folder in {root}; {LAYOUT}; pass --data-dir DIR")
@@ -392,7 +393,7 @@ def image_folder(root, val_labels=None, classes=None, train=True):
         found = sorted(e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith("."))
         unknown = [c for c in found if _nfc(c) not in by_name]
         if unknown or not found:
-            raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not in train/" if unknown else
+            raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not {known}" if unknown else
                             "no class folder (a flat folder of images needs --val-labels FILE)") + f"; {LAYOUT}")
         val = _class_samples(val_dir, {c: by_name[_nfc(c)] for c in found})
     return classes, samples, val

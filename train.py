@@ -85,7 +85,8 @@ def main(argv=None, stop=None):
     checkpoints.check_out_dir(args.out_dir)
     lock = checkpoints.lock_out_dir(args.out_dir) if master and not args.eval_only else None
     start = checkpoints.resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema,
-                                        distiller, adversary)  # (epoch, step in it, step, the epoch's sums)
+                                        distiller, adversary, getattr(train_set, "classes", None))
+    # (start: the epoch, the step in it, the step, the epoch's sums)
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
         stop.checkpoint, stop.step = args.resume, start[2]
     stop.hint = checkpoints.continue_hint(p, argv, ddp, ckpt_path)

@@ -154,3 +154,48 @@ def test_a_new_run_in_a_folder_with_an_earlier_runs_log_is_refused(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--out-dir {out} holds the log.jsonl of an earlier run" in err[0], err
     assert {f: (out / f).read_bytes() for f in before} == before and not (out / "ckpt.pt").exists()
+
+
+# ----------------------------------------------------------------------------- class folders that changed
+def folders_run(tmp_path):
+    """A 1-step run on an image folder of the classes ant and bee: (its flags, data root, run folder)."""
+    root = images(tmp_path / "d", [f"{s}/{c}/{k}.png" for s in ("train", "val") for c in ("ant", "bee") for k in range(4)])
+    out = tmp_path / "o"
+    job = TINY + ["--data", "imagenet", "--data-dir", str(root), "--img-size", "16", "--patch-size", "8", "--epochs",
+                  "2", "--out-dir", str(out)]
+    assert train.cli(job + ["--max-steps", "1"]) == 0
+    return job + ["--resume", str(out / "ckpt.pt")], root, out
+
+
+def test_a_class_folder_renamed_or_added_before_a_resume_is_refused_naming_it(tmp_path, capsys):
+    """bee renamed to wasp: every label after it would shift without a word (the run went on and the
+    checkpoint's class names were overwritten); cat added: the line said "use the size flags of the
+    original run", which no flag can. Both refused, naming the classes, the checkpoint unchanged."""
+    job, root, out = folders_run(tmp_path)
+    before = (out / "ckpt.pt").read_bytes()
+    for split in ("train", "val"):
+        os.rename(root / split / "bee", root / split / "wasp")
+    capsys.readouterr()
+    assert train.cli(job) == 2
+    err = lines(capsys)
+    assert len(err) == 1 and "the class folders of its train/ differ from the checkpoint's 2: bee is gone; wasp is " \
+        "new; the labels would no longer mean the classes it learnt" in err[0], err
+    assert (out / "ckpt.pt").read_bytes() == before
+    for split in ("train", "val"):
+        os.rename(root / split / "wasp", root / split / "bee")
+    images(root, ["train/cat/0.png", "val/cat/0.png"])
+    assert train.cli(job) == 2
+    err = lines(capsys)
+    assert len(err) == 1 and "differ from the checkpoint's 2: cat is new" in err[0] and "size flags" not in err[0], err
+    assert f"--finetune {out / 'ckpt.pt'}" in err[0] and (out / "ckpt.pt").read_bytes() == before
+
+
+def test_eval_only_names_a_validation_class_the_checkpoint_lacks_as_such(tmp_path, capsys):
+    """val/cat, with train/cat added after the run: --eval-only takes the classes from the checkpoint, and
+    its line said "class folder cat is not in train/", where it is."""
+    job, root, out = folders_run(tmp_path)
+    images(root, ["train/cat/0.png", "val/cat/0.png"])
+    capsys.readouterr()
+    assert train.cli(["--eval-only", "--resume", str(out), "--out-dir", str(tmp_path / "ev")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "class folder cat is not one of the checkpoint's 2 classes" in err[0], err

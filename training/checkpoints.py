@@ -15,6 +15,7 @@ import random
 import shlex
 import sys
 import time
+import unicodedata
 
 import numpy as np
 import torch
@@ -406,13 +407,16 @@ class Saver:
         self.stop.checkpoint, self.stop.step = self.path, step
 
 
-def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary):
+def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary,
+                    classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
     was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
     and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt, or an
-    OUT/log.jsonl of an earlier run, and seed this rank.
+    OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
+    (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
-    resumed with these flags, or (DDP) when the processes do not see the same files (same_files)."""
+    resumed with these flags or class folders, or (DDP) when the processes do not see the same files
+    (same_files)."""
     same_files(args, ckpt_path)
     log = os.path.join(args.out_dir, "log.jsonl")
     if not args.resume:
@@ -432,6 +436,7 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     if args.eval_ema and ck.get("ema") is None:
         raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
                    "leave out --eval-ema to evaluate its model weights")
+    same_classes(ck, args.resume, classes)
     for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
         if rank == 0:
             print(line)
@@ -452,6 +457,28 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
     return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+
+
+def same_classes(ck, path, classes):
+    """The class folders of an image folder's train/ now (`classes`, sorted as its labels are; None:
+    nothing to compare) against those of the checkpoint `ck` (read from `path`) was trained on, in
+    Unicode NFC: a folder renamed, added or removed since would shift the labels after it, or leave the
+    head the wrong size. Raises Fail naming the classes that changed."""
+    saved = ck.get("classes")
+    if classes is None or saved is None:
+        return
+    saved, classes = ([unicodedata.normalize("NFC", c) for c in names] for names in (saved, classes))
+    if saved == classes:
+        return
+    what = []
+    for names, how in (([c for c in saved if c not in classes], "gone"), ([c for c in classes if c not in saved], "new")):
+        if names:
+            what.append(", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+                        + (" is " if len(names) == 1 else " are ") + how)
+    what = "; ".join(what) or "the same names, in another order"
+    raise Fail(f"--resume {path}: the class folders of its train/ differ from the checkpoint's {len(saved)}: {what}; "
+               "the labels would no longer mean the classes it learnt; restore the original folders, or start a new "
+               f"run from these weights in another --out-dir with --finetune {path}")
 
 
 def same_files(args, ckpt_path):
