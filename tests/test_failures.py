@@ -199,3 +199,22 @@ def test_eval_only_names_a_validation_class_the_checkpoint_lacks_as_such(tmp_pat
     assert train.cli(["--eval-only", "--resume", str(out), "--out-dir", str(tmp_path / "ev")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "class folder cat is not one of the checkpoint's 2 classes" in err[0], err
+
+
+# ----------------------------------------------------------------------------- the tools
+def test_bench_json_into_a_folder_that_does_not_exist_creates_it_and_an_unwritable_one_is_one_line(
+        tmp_path, monkeypatch, capsys):
+    """bench.py --json NEW/bench.json: a FileNotFoundError traceback after the first measurement; now the
+    folder is made, as --out-dir is. A path that cannot be written is refused before anything runs."""
+    import bench
+    path = tmp_path / "new" / "folder" / "bench.json"
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "matmul", "--json", str(path)])
+    assert bench.main() == {}
+    assert json.loads(path.read_text())["matmul_tflops"] > 0
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--smoke", "--json", str(tmp_path / "a_file" / "bench.json")])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and "Traceback" not in "".join(err), err
+    assert f"bench.py: error: --json {tmp_path / 'a_file' / 'bench.json'} cannot be written (" in err[-1], err
