@@ -55,7 +55,7 @@ def get_parser():
     p.add_argument("--num-test", type=flags.positive(int), help="first N test images (mosaics: 1000)")
     p.add_argument("--epochs", type=flags.positive(int), help="passes of the head over the cached features "
                    "(default: linear 30, seg and depth 20)")
-    p.add_argument("--seed", type=int, default=0, help="the held-out split, the head's init and order")
+    p.add_argument("--seed", type=flags.seed, default=0, help="the held-out split, the head's init and order")
     p.add_argument("--batch-size", type=flags.positive(int), default=128, help="feature extraction batch")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     return p

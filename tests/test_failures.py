@@ -218,3 +218,23 @@ def test_bench_json_into_a_folder_that_does_not_exist_creates_it_and_an_unwritab
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and "Traceback" not in "".join(err), err
     assert f"bench.py: error: --json {tmp_path / 'a_file' / 'bench.json'} cannot be written (" in err[-1], err
+
+
+# ----------------------------------------------------------------------------- flags
+def test_a_64_bit_seed_is_one_line_and_the_largest_seeds_train_on_every_data_path(tmp_path, capsys):
+    """--seed 2**64 - 1 overflowed the seeds derived from it (an OverflowError / ValueError traceback in
+    the first batch); now a refusal naming the range. The range's ends train on the batched CIFAR path
+    (whose image hash multiplies the seed most), the per-image one and synthetic images; probe.py's
+    --seed takes the same range."""
+    for seed in (2 ** 64 - 1, 2 ** 63, -2 ** 40):
+        assert train.cli(SYNTH + ["--seed", str(seed), "--out-dir", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "argument --seed: must be between -99999999 and 99999999" in err[0], err
+    cifar = fake_cifar(tmp_path / "data")
+    for seed in (99999999, -99999999):
+        for where in (["--data", "cifar100", "--data-dir", cifar], ["--data", "cifar100", "--data-dir", cifar,
+                                                                    "--cpu-loader"], ["--data", "synthetic"]):
+            out = tmp_path / f"{seed}-{len(where)}"
+            assert train.cli(TINY + where + ["--seed", str(seed), "--max-steps", "2", "--out-dir", str(out)]) == 0
+    assert probe.cli(["--weights", "x", "--out-dir", str(tmp_path / "p"), "--seed", str(2 ** 64)]) == 2
+    assert "argument --seed: must be between" in capsys.readouterr().err
