@@ -72,7 +72,7 @@ def main(argv=None, stop=None):
     # 4. what trains beside it: a frozen teacher (--teacher), a discriminator (--stage2); --rfid's network
     distiller, adversary = registry.trainers_beside_the_model(args, p, model, img_size, device)
     rfid = perceptual.rfid_metric(device) if args.rfid else None
-    scope, why = compile_scope(args, raw_model, ddp, distiller, adversary)  # (all checked before a file is written)
+    scope, why = compile_scope(args, raw_model, ddp, distiller, adversary, device)  # (checked before a file is written)
 
     # 5. optimizer, schedule, loss scaler (fp16), EMA
     optimizer, scheduler, steps_per_epoch, total_steps, warmup = optimizer_and_schedule(args, model, distiller,
@@ -327,12 +327,15 @@ def start_processes(args, ddp, device, master):
         args.out_dir = name[0]
 
 
-def compile_scope(args, model, ddp, distiller, adversary):
+def compile_scope(args, model, ddp, distiller, adversary, device):
     """--compile's scope for this run, checked before anything is written (kernels.choose_scope):
     ("blocks" or "model", why not the whole model). Raises Fail for a --compile-scope the run cannot
-    take."""
+    take, and for a machine without the compiler torch.compile needs on `device` (kernels.compiler_missing)."""
     if not args.compile:
         return "blocks", None
+    missing = kernels.compiler_missing(device)
+    if missing:
+        raise Fail(f"--compile: {missing}")
     blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
                                     ("--stage2", adversary is not None), ("--eval-only", args.eval_only)) if on]
     try:
