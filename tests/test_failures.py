@@ -250,3 +250,22 @@ def test_compile_on_a_machine_without_a_cpp_compiler_is_one_line_before_anything
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("train.py: error: --compile: torch.compile finds no C++ compiler"), err
     assert "or leave out --compile" in err[0] and not out.exists()
+
+
+def test_download_offline_with_a_partial_archive_is_one_line(tmp_path, capsys, monkeypatch):
+    """--download on a machine without network, a partial archive left by an earlier attempt: a URLError
+    traceback; now one line naming the archive and what to do."""
+    import urllib.error
+    import urllib.request
+
+    def offline(*a, **kw):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "cifar-100-python.tar.gz").write_bytes(b"\x1f\x8b" + bytes(3 * 2 ** 20))  # 3 MB of 161
+    assert train.cli(TINY + ["--data", "cifar100", "--data-dir", str(root), "--download", "--out-dir",
+                             str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--download: fetching CIFAR-100 into" in err[0] and "URLError" in err[0], err
+    assert f"{root / 'cifar-100-python.tar.gz'} (3 MB) is incomplete" in err[0], err
