@@ -58,7 +58,9 @@ def main(argv=None, stop=None):
     # 3. the model (--model names its class: training/registry.py), and the weights it starts from
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts them)
     model_img = getattr(args, "model_img_size", None) if args.eval_only else None
-    dynamic = bool(model_img) and model_img != img_size  # --eval-only at another --img-size: timm's dynamic size
+    # --eval-only at another --img-size: a classifier at its trained size, with timm's dynamic size; a tokenizer,
+    # whose weights fit any size, at the new one (its own checks of a size then apply, as in training)
+    dynamic = bool(model_img) and model_img != img_size and args.model not in registry.RECONSTRUCTS
     model = registry.build_model(args, model_img if dynamic else img_size, num_classes, dynamic_img_size=dynamic)
     if (args.finetune or args.stage2) and not args.resume:  # read on the CPU, before .to(device)
         report = checkpoints.start_weights(args, model)

@@ -269,3 +269,20 @@ def test_download_offline_with_a_partial_archive_is_one_line(tmp_path, capsys, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--download: fetching CIFAR-100 into" in err[0] and "URLError" in err[0], err
     assert f"{root / 'cifar-100-python.tar.gz'} (3 MB) is incomplete" in err[0], err
+
+
+def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_gives(tmp_path, capsys):
+    """LoopVAE (3 scales: sizes divisible by 8) --eval-only --img-size 36 or 30: a ValueError traceback in
+    the first batch; now the line a training run at that size gets. 40 still evaluates."""
+    out = tmp_path / "o"
+    assert train.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
+                      "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "4", "--eval-batch-size", "4",
+                      "--batch-size", "4", "--max-steps", "1", "--epochs", "1", "--out-dir", str(out)]) == 0
+    for size in (36, 30):
+        capsys.readouterr()
+        assert train.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
+                          str(tmp_path / f"ev{size}")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"train.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
+    assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir", str(tmp_path / "ev40")]) == 0
+    assert json.load(open(tmp_path / "ev40" / "reconstruction_eval.json"))["img_size"] == 40
