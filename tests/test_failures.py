@@ -286,3 +286,19 @@ def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_giv
         assert err == [f"train.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
     assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir", str(tmp_path / "ev40")]) == 0
     assert json.load(open(tmp_path / "ev40" / "reconstruction_eval.json"))["img_size"] == 40
+
+
+def test_probe_with_too_few_training_images_or_a_size_its_patches_do_not_divide_is_one_line(tmp_path, capsys):
+    """probe.py --num-train 1 left no image to fit the head on beside the held-out one (ZeroDivisionError);
+    --img-size 36 for a patch-8 backbone failed in its patch embedding (ValueError). One line each."""
+    out = tmp_path / "o"
+    assert train.cli(SYNTH[:-4] + ["--max-steps", "1", "--patch-size", "8", "--out-dir", str(out)]) == 0
+    job = ["--weights", str(out), "--data-dir", fake_cifar(tmp_path / "data"), "--out-dir", str(tmp_path / "p"),
+           "--num-test", "10", "--epochs", "1"]
+    capsys.readouterr()
+    for extra, says in ((["--num-train", "1"], "--num-train 1: the probe needs at least 2 training images"),
+                        (["--img-size", "36"], "--img-size 36: not a multiple of the backbone's patch size 8; "
+                                               "use 32 or 40")):
+        assert probe.cli(job + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"probe.py: error: {says}") and "Traceback" not in "".join(err), err
