@@ -65,10 +65,8 @@ def backbone(path, img_size, device):
     """(frozen model, its input size, (mean, std) it expects, what it is in words). Raises Fail for a file
     that is not a classifier's or ViT's, and for an rvits checkpoint at an --img-size its patches do not divide."""
     ck = read_weights(path, "--weights")
-    if registry.is_rvits_checkpoint(ck):
+    if registry.classifier_checkpoint(ck, path, "--weights"):
         run = ck["args"]
-        if run["model"] == "loopvae":
-            raise Fail(f"--weights {path}: a LoopVAE tokenizer; the probes read a classifier's or ViT's tokens")
         own = run.get("img_size") or (224 if run.get("data") == "imagenet" else 32)
         patch = run.get("patch_size")
         if img_size and patch and img_size % patch:

@@ -271,13 +271,20 @@ def test_download_offline_with_a_partial_archive_is_one_line(tmp_path, capsys, m
     assert f"{root / 'cifar-100-python.tar.gz'} (3 MB) is incomplete" in err[0], err
 
 
-def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_gives(tmp_path, capsys):
-    """LoopVAE (3 scales: sizes divisible by 8) --eval-only --img-size 36 or 30: a ValueError traceback in
-    the first batch; now the line a training run at that size gets. 40 still evaluates."""
-    out = tmp_path / "o"
+@pytest.fixture(scope="module")
+def loopvae_run(tmp_path_factory):
+    """The folder of a 1-step LoopVAE run (3 scales) at 32 px on synthetic images."""
+    out = tmp_path_factory.mktemp("loopvae") / "o"
     assert train.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
                       "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "4", "--eval-batch-size", "4",
                       "--batch-size", "4", "--max-steps", "1", "--epochs", "1", "--out-dir", str(out)]) == 0
+    return out
+
+
+def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_gives(loopvae_run, tmp_path, capsys):
+    """LoopVAE (3 scales: sizes divisible by 8) --eval-only --img-size 36 or 30: a ValueError traceback in
+    the first batch; now the line a training run at that size gets. 40 still evaluates."""
+    out = loopvae_run
     for size in (36, 30):
         capsys.readouterr()
         assert train.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
@@ -302,3 +309,23 @@ def test_probe_with_too_few_training_images_or_a_size_its_patches_do_not_divide_
         assert probe.cli(job + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith(f"probe.py: error: {says}") and "Traceback" not in "".join(err), err
+
+
+def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokenizer(loopvae_run, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """probe.py --weights and train.py --teacher called a LoopVAE checkpoint "neither an rvits checkpoint nor a
+    ViT state dict"; bench.py --anytime on its folder suggested the analyze.py command that refuses it."""
+    import bench
+    said = ": a --model loopvae checkpoint, a tokenizer"
+    assert probe.cli(["--weights", str(loopvae_run), "--out-dir", str(tmp_path / "p")]) == 2
+    assert f"probe.py: error: --weights {loopvae_run}{said}" in capsys.readouterr().err
+    assert train.cli(SYNTH + ["--teacher", str(loopvae_run), "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"train.py: error: --teacher {loopvae_run / 'ckpt.pt'}{said} (it reconstructs images: no class head, no patch tokens); give "
+                   "a classifier's checkpoint or timm ViT weights"], err
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--smoke", "--anytime", str(loopvae_run)])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and f"--anytime {loopvae_run}: a --model loopvae run, a tokenizer" in err[-1], err
+    assert "analyze.py" not in err[-1]
