@@ -463,22 +463,26 @@ def same_classes(ck, path, classes):
     """The class folders of an image folder's train/ now (`classes`, sorted as its labels are; None:
     nothing to compare) against those of the checkpoint `ck` (read from `path`) was trained on, in
     Unicode NFC: a folder renamed, added or removed since would shift the labels after it, or leave the
-    head the wrong size. Raises Fail naming the classes that changed."""
+    head the wrong size. Raises Fail naming the classes that changed, under DDP on every process when
+    any process's folders differ (each reads its own; they agree in one all-gather)."""
     saved = ck.get("classes")
-    if classes is None or saved is None:
+    if classes is None or saved is None:  # (the same on every process: the data flags and the checkpoint)
         return
     saved, classes = ([unicodedata.normalize("NFC", c) for c in names] for names in (saved, classes))
-    if saved == classes:
-        return
     what = []
     for names, how in (([c for c in saved if c not in classes], "gone"), ([c for c in classes if c not in saved], "new")):
         if names:
             what.append(", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
                         + (" is " if len(names) == 1 else " are ") + how)
-    what = "; ".join(what) or "the same names, in another order"
-    raise Fail(f"--resume {path}: the class folders of its train/ differ from the checkpoint's {len(saved)}: {what}; "
-               "the labels would no longer mean the classes it learnt; restore the original folders, or start a new "
-               f"run from these weights in another --out-dir with --finetune {path}")
+    what = None if saved == classes else "; ".join(what) or "the same names, in another order"
+    if dist.is_initialized():
+        seen = [None] * dist.get_world_size()
+        dist.all_gather_object(seen, what)
+        what = next((w for w in seen if w), None)
+    if what:
+        raise Fail(f"--resume {path}: the class folders of its train/ differ from the checkpoint's {len(saved)}: "
+                   f"{what}; the labels would no longer mean the classes it learnt; restore the original folders, or "
+                   f"start a new run from these weights in another --out-dir with --finetune {path}")
 
 
 def same_files(args, ckpt_path):
