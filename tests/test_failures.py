@@ -99,7 +99,7 @@ def test_ctrl_c_in_an_epochs_evaluation_says_what_it_does_and_a_second_one_keeps
         return real(*a, depth=depth, **kw)
     monkeypatch.setattr(evaluation, "evaluate", ctrl_c_in_the_epochs_evaluation)
     monkeypatch.setattr(monitor.Stop, "AGAIN_S", 0.0)  # a second SIGINT is a second Ctrl-C
-    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2"]  # 8 steps an epoch
+    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2"]  # 8 steps each
     presses[:] = [1]
     assert train.cli(job + ["--out-dir", str(tmp_path / "once")]) == monitor.PREEMPTED
     err = capsys.readouterr().err
@@ -126,7 +126,7 @@ def test_a_log_whose_last_line_was_cut_mid_write_is_repaired_when_the_run_resume
     removes the broken line, the checkpoint's record of that epoch is written again, every line parses
     (the record used to be appended onto the broken line). A record cut just before its newline keeps
     its text and gets the newline."""
-    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "3"]  # 8 steps an epoch
+    job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "3"]  # 8 steps each
     out = tmp_path / "o"
     assert train.cli(job + ["--max-steps", "8", "--out-dir", str(out)]) == 0
     log = out / "log.jsonl"
@@ -159,7 +159,8 @@ def test_a_new_run_in_a_folder_with_an_earlier_runs_log_is_refused(tmp_path, cap
 # ----------------------------------------------------------------------------- class folders that changed
 def folders_run(tmp_path):
     """A 1-step run on an image folder of the classes ant and bee: (its flags, data root, run folder)."""
-    root = images(tmp_path / "d", [f"{s}/{c}/{k}.png" for s in ("train", "val") for c in ("ant", "bee") for k in range(4)])
+    root = images(tmp_path / "d", [f"{s}/{c}/{k}.png" for s in ("train", "val") for c in ("ant", "bee")
+                                   for k in range(4)])
     out = tmp_path / "o"
     job = TINY + ["--data", "imagenet", "--data-dir", str(root), "--img-size", "16", "--patch-size", "8", "--epochs",
                   "2", "--out-dir", str(out)]
@@ -208,7 +209,8 @@ def test_bench_json_into_a_folder_that_does_not_exist_creates_it_and_an_unwritab
     folder is made, as --out-dir is. A path that cannot be written is refused before anything runs."""
     import bench
     path = tmp_path / "new" / "folder" / "bench.json"
-    monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "matmul", "--json", str(path)])
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "matmul", "--json",
+                                      str(path)])
     assert bench.main() == {}
     assert json.loads(path.read_text())["matmul_tflops"] > 0
     (tmp_path / "a_file").write_text("")
@@ -291,7 +293,8 @@ def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_giv
                           str(tmp_path / f"ev{size}")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"train.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
-    assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir", str(tmp_path / "ev40")]) == 0
+    assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir",
+                      str(tmp_path / "ev40")]) == 0
     assert json.load(open(tmp_path / "ev40" / "reconstruction_eval.json"))["img_size"] == 40
 
 
@@ -321,8 +324,8 @@ def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokeniz
     assert f"probe.py: error: --weights {loopvae_run}{said}" in capsys.readouterr().err
     assert train.cli(SYNTH + ["--teacher", str(loopvae_run), "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"train.py: error: --teacher {loopvae_run / 'ckpt.pt'}{said} (it reconstructs images: no class head, no patch tokens); give "
-                   "a classifier's checkpoint or timm ViT weights"], err
+    assert err == [f"train.py: error: --teacher {loopvae_run / 'ckpt.pt'}{said} (it reconstructs images: no class head, "
+                   "no patch tokens); give a classifier's checkpoint or timm ViT weights"], err
     monkeypatch.setattr(sys, "argv", ["bench.py", "--smoke", "--anytime", str(loopvae_run)])
     with pytest.raises(SystemExit) as e:
         bench.main()

@@ -469,8 +469,8 @@ def same_classes(ck, path, classes):
     if classes is None or saved is None:  # (the same on every process: the data flags and the checkpoint)
         return
     saved, classes = ([unicodedata.normalize("NFC", c) for c in names] for names in (saved, classes))
-    what = []
-    for names, how in (([c for c in saved if c not in classes], "gone"), ([c for c in classes if c not in saved], "new")):
+    what, gone, new = [], [c for c in saved if c not in classes], [c for c in classes if c not in saved]
+    for names, how in ((gone, "gone"), (new, "new")):
         if names:
             what.append(", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
                         + (" is " if len(names) == 1 else " are ") + how)

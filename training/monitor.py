@@ -212,13 +212,13 @@ class EpochSums:
 
 class Monitor:
     """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
-    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, its validation images
-    `val_images`, those of every process), and everything the
-    loop does between optimizer steps that is not training: the progress bar (on a
-    terminal; written to a file, a line every tenth of the epoch instead), the loader-bottleneck note,
-    the host's reads of the device (the loss and the count of consecutive non-finite steps: every
-    CHECK_EVERY steps on a GPU, every step on the CPU where a read costs nothing, at the end of an
-    epoch and before a checkpoint, so that the host queues steps ahead of the GPU), the estimated
+    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, `val_images` the
+    validation images of every process), and everything the loop does between optimizer steps that is
+    not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
+    instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
+    consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
+    costs nothing, at the end of an epoch and before a checkpoint, so that the host queues steps ahead
+    of the GPU), the estimated
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
     stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
 
