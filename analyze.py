@@ -79,7 +79,7 @@ from tqdm import tqdm
 import data
 from training import flags, registry
 from training.checkpoints import read_weights
-from training.monitor import Fail
+from training.monitor import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):
@@ -823,6 +823,7 @@ def plot_alignment(res, path):
 
 def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
+    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
     try:
         main(argv)
     except Fail as e:

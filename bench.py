@@ -464,7 +464,7 @@ MEASUREMENTS = ("matmul", "cifar_preset", "exit_delay", "mfu_b16", "timm_eager",
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    p.add_argument("--json", help="also write the ratios to this JSON file")
+    p.add_argument("--json", help="also write the ratios to this JSON file (its folder is made if need be)")
     p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
                    "that the script runs (tests/test_speed.py), measures nothing")
@@ -475,6 +475,15 @@ def main():
     if args.anytime and not os.path.isfile(os.path.join(args.anytime, "ckpt.pt")):
         p.error(f"--anytime {args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in "
                 "results/, cannot be timed); give the folder of a run that holds one")
+    if args.anytime:  # its --model, from the args.json train.py writes beside ckpt.pt
+        from training.registry import RECONSTRUCTS
+        try:
+            kind = json.load(open(os.path.join(args.anytime, "args.json"))).get("model")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        if kind in RECONSTRUCTS:  # (analyze.py --anytime, which the line below names, refuses it)
+            p.error(f"--anytime {args.anytime}: a --model {kind} run, a tokenizer; early exit reads a classifier's "
+                    "predictions: give the folder of a classifier's run")
     if args.anytime and not os.path.isfile(os.path.join(args.anytime, "anytime.json")):
         p.error(f"--anytime {args.anytime}: no anytime.json there; run analyze.py --resume {args.anytime}/ckpt.pt "
                 f"--anytime --out-dir {args.anytime} first")
@@ -482,6 +491,16 @@ def main():
         p.error("--only anytime needs --anytime DIR (a checkpoint's folder with its anytime.json)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
+    if args.json:  # written after every key: its folder is made, and checked, before the first one
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            new = not os.path.exists(args.json)
+            with open(args.json, "a"):
+                pass
+            if new:  # (no empty file left behind by a run that ends before its first key)
+                os.remove(args.json)
+        except OSError as e:
+            p.error(f"--json {args.json} cannot be written ({e.strerror}); give a file in a folder you can write")
     unknown = set(args.only.split(",")) - set(MEASUREMENTS) if args.only else set()
     if unknown:
         p.error(f"--only: unknown measurement(s) {', '.join(sorted(unknown))}; allowed: {', '.join(MEASUREMENTS)}")

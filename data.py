@@ -89,14 +89,23 @@ def load_cifar100(root, train, download=False):
 
     Returns (images uint8 (N, 3, 32, 32), labels int64 (N,)) with the 100 fine labels.
     Raises DataError when the files are missing (naming the directory and `--download`), corrupt,
-    or reference any Python global other than numpy's array reconstruction (CifarUnpickler).
+    or reference any Python global other than numpy's array reconstruction (CifarUnpickler), and when
+    the download fails (offline, a partial or corrupt archive: named).
     """
     split = "train" if train else "test"
     candidates = [os.path.join(root, "cifar-100-python"), root]
     folder = next((c for c in candidates if os.path.isfile(os.path.join(c, split))), None)
     if folder is None and download:
         from torchvision.datasets import CIFAR100  # official archive, md5-checked by torchvision
-        CIFAR100(root, train=train, download=True)
+        try:
+            CIFAR100(root, train=train, download=True)
+        except Exception as e:  # offline (URLError), an archive cut short or corrupt (its md5, tarfile), a full disk
+            archive = os.path.join(root, CIFAR100.filename)
+            part = f"; {archive} ({os.path.getsize(archive) / 2 ** 20:.0f} MB) is incomplete or corrupt (a run " \
+                "that can download fetches it anew)" if os.path.isfile(archive) else ""
+            raise DataError(f"--download: fetching CIFAR-100 into {root} failed ({type(e).__name__}: "
+                            f"{(str(e).strip().splitlines() or [''])[0][:200]}){part}; run again where the download "
+                            "works, or copy cifar-100-python/ from a machine that has it into --data-dir")
         folder = candidates[0]
     if folder is None:
         raise DataError(f"CIFAR-100 not found: no '{split}' file in {candidates[0]} or {root}; "
@@ -364,6 +373,7 @@ def image_folder(root, val_labels=None, classes=None, train=True):
     train=False: no training samples (--eval-only). Hidden files and folders are ignored. Raises
     DataError, one line saying which layout was expected and how to fix it."""
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
+    known = f"one of the checkpoint's {len(classes)} classes" if classes else "in train/"  # (where they come from)
     for d in (val_dir,) if classes else (train_dir, val_dir):
         if not os.path.isdir(d):
             raise DataError(f"no {os.path.basename(d)}/ folder in {root}; {LAYOUT}; pass --data-dir DIR")
@@ -396,7 +406,7 @@ def image_folder(root, val_labels=None, classes=None, train=True):
         found = sorted(e.name for e in os.scandir(val_dir) if e.is_dir() and not e.name.startswith("."))
         unknown = [c for c in found if _nfc(c) not in by_name]
         if unknown or not found:
-            raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not in train/" if unknown else
+            raise DataError(f"{val_dir}: " + (f"class folder {unknown[0]} is not {known}" if unknown else
                             "no class folder (a flat folder of images needs --val-labels FILE)") + f"; {LAYOUT}")
         val = _class_samples(val_dir, {c: by_name[_nfc(c)] for c in found})
     return classes, samples, val

@@ -15,6 +15,9 @@ compiled process. Model files never import it (each has its own `compile_regions
      not reViT's elastic depth, whose step sizes are data), and where the caller allows it
      (train.py: one process, no --teacher; under DDP the blocks path).
    - "auto": "model" where it applies, else "blocks".
+   `compiler_missing`: whether this machine has the compiler torch.compile builds its kernels with,
+   asked before a run starts (inductor's own search for a C++ compiler on the CPU, Triton's for a C
+   compiler on CUDA; a machine without one failed at the first step).
 2. `release_compile_workers`: a bounded shutdown of inductor's compile-worker pool. Found on the
    first H200 run (torch 2.11): every process whose first `torch.compile` started the pool
    finished its work and then never exited, its main thread waiting in inductor's
@@ -62,6 +65,29 @@ def compile_for_training(model, scope, device=None, mode=None):
         return model
     cuda = device is not None and torch.device(device).type == "cuda"
     return torch.compile(model, mode=mode or ("reduce-overhead" if cuda else None))
+
+
+def compiler_missing(device):
+    """Why torch.compile could not build kernels for `device` on this machine, in words, or None: the C++
+    compiler inductor's CPU kernels need, found by inductor's own search (config.cpp.cxx, $CXX), or the
+    C compiler Triton builds its CUDA launchers with (its search: $CC, gcc, clang). A torch or Triton
+    without that search (private names) is not checked: None. Compiles nothing."""
+    cuda = torch.device(device).type == "cuda"
+    try:
+        if cuda:
+            from triton.runtime.build import _find_compiler
+            _find_compiler("c")
+        else:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+            get_cpp_compiler()
+    except (ImportError, AttributeError):
+        return None
+    except Exception as e:  # (inductor: InvalidCxxCompiler, a RuntimeError; Triton: RuntimeError)
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200].rstrip(".")
+        what = "C compiler (for Triton's CUDA kernels)" if cuda else "C++ compiler (for its CPU kernels)"
+        fix = "gcc, or set CC to one" if cuda else "g++, or set CXX to one"
+        return f"torch.compile finds no {what}: {why}; install one ({fix}), or leave out --compile"
+    return None
 
 
 def inductor_names():

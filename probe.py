@@ -31,7 +31,7 @@ from presets import PROBES
 from training import flags, probes, registry
 from training.checkpoints import read_weights
 from analyze import save
-from training.monitor import Fail
+from training.monitor import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,20 +55,24 @@ def get_parser():
     p.add_argument("--num-test", type=flags.positive(int), help="first N test images (mosaics: 1000)")
     p.add_argument("--epochs", type=flags.positive(int), help="passes of the head over the cached features "
                    "(default: linear 30, seg and depth 20)")
-    p.add_argument("--seed", type=int, default=0, help="the held-out split, the head's init and order")
+    p.add_argument("--seed", type=flags.seed, default=0, help="the held-out split, the head's init and order")
     p.add_argument("--batch-size", type=flags.positive(int), default=128, help="feature extraction batch")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     return p
 
 
 def backbone(path, img_size, device):
-    """(frozen model, its input size, (mean, std) it expects, what it is in words)."""
+    """(frozen model, its input size, (mean, std) it expects, what it is in words). Raises Fail for a file
+    that is not a classifier's or ViT's, and for an rvits checkpoint at an --img-size its patches do not divide."""
     ck = read_weights(path, "--weights")
-    if registry.is_rvits_checkpoint(ck):
+    if registry.classifier_checkpoint(ck, path, "--weights"):
         run = ck["args"]
-        if run["model"] == "loopvae":
-            raise Fail(f"--weights {path}: a LoopVAE tokenizer; the probes read a classifier's or ViT's tokens")
         own = run.get("img_size") or (224 if run.get("data") == "imagenet" else 32)
+        patch = run.get("patch_size")
+        if img_size and patch and img_size % patch:
+            below = img_size // patch * patch
+            raise Fail(f"--img-size {img_size}: not a multiple of the backbone's patch size {patch}; use "
+                       + (f"{below} or " if below else "") + f"{below + patch}")
         model = registry.model_from_checkpoint(path, "--weights", flags.get_parser(), img_size or own, ck)
         return model, img_size or own, data.normalization(run.get("data")), f"--model {run['model']}"
     model = registry.timm_vit(path, "--weights", img_size=img_size or 224)
@@ -109,6 +113,10 @@ def main(argv=None):
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (--data-dir)")
     n_train, n_test = (min(n or len(s), len(s)) for n, s in ((args.num_train, train), (args.num_test, test)))
+    if n_train < 2:  # (training/probes.select_and_fit: a held-out tenth, at least one image, and the rest)
+        said = f"--num-train {args.num_train}" if args.num_train and args.num_train < 2 else f"{n_train} training image"
+        raise Fail(f"{said}: the probe needs at least 2 training images (it holds out a tenth, at least one, to "
+                   "choose the head's learning rate, and fits the head on the rest)")
     dense = args.task != "linear"
     feats = []
     for name, ds, n in (("train", train, n_train), ("test", test, n_test)):
@@ -144,6 +152,7 @@ def main(argv=None):
 
 def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
+    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
     try:
         main(argv)
     except Fail as e:

@@ -32,7 +32,7 @@ import data
 import kernels
 from training import checkpoints, evaluation, flags, optim, perceptual, registry
 from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, PeerFailed, Preempted, Stop, announce,
-                              epoch_line, model_log, say, stopping, write)
+                              epoch_line, model_log, printable_output, say, stopping, write)
 
 
 def main(argv=None, stop=None):
@@ -47,7 +47,7 @@ def main(argv=None, stop=None):
 
     # 1. processes, device, precision
     ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
-    master = rank == 0
+    master = stop.master = rank == 0  # (rank 0 answers a stop request with a line)
     # 2. data (read before the process group, so that a bad path fails fast on every rank)
     args, train_set, val_set, num_classes, img_size = load_data(args, p)
     start_processes(args, ddp, device, master)
@@ -58,7 +58,9 @@ def main(argv=None, stop=None):
     # 3. the model (--model names its class: training/registry.py), and the weights it starts from
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts them)
     model_img = getattr(args, "model_img_size", None) if args.eval_only else None
-    dynamic = bool(model_img) and model_img != img_size  # --eval-only at another --img-size: timm's dynamic size
+    # --eval-only at another --img-size: a classifier at its trained size, with timm's dynamic size; a tokenizer,
+    # whose weights fit any size, at the new one (its own checks of a size then apply, as in training)
+    dynamic = bool(model_img) and model_img != img_size and args.model not in registry.RECONSTRUCTS
     model = registry.build_model(args, model_img if dynamic else img_size, num_classes, dynamic_img_size=dynamic)
     if (args.finetune or args.stage2) and not args.resume:  # read on the CPU, before .to(device)
         report = checkpoints.start_weights(args, model)
@@ -72,7 +74,7 @@ def main(argv=None, stop=None):
     # 4. what trains beside it: a frozen teacher (--teacher), a discriminator (--stage2); --rfid's network
     distiller, adversary = registry.trainers_beside_the_model(args, p, model, img_size, device)
     rfid = perceptual.rfid_metric(device) if args.rfid else None
-    scope, why = compile_scope(args, raw_model, ddp, distiller, adversary)  # (all checked before a file is written)
+    scope, why = compile_scope(args, raw_model, ddp, distiller, adversary, device)  # (checked before a file is written)
 
     # 5. optimizer, schedule, loss scaler (fp16), EMA
     optimizer, scheduler, steps_per_epoch, total_steps, warmup = optimizer_and_schedule(args, model, distiller,
@@ -85,7 +87,8 @@ def main(argv=None, stop=None):
     checkpoints.check_out_dir(args.out_dir)
     lock = checkpoints.lock_out_dir(args.out_dir) if master and not args.eval_only else None
     start = checkpoints.resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema,
-                                        distiller, adversary)  # (epoch, step in it, step, the epoch's sums)
+                                        distiller, adversary, getattr(train_set, "classes", None))
+    # (start: the epoch, the step in it, the step, the epoch's sums)
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
         stop.checkpoint, stop.step = args.resume, start[2]
     stop.hint = checkpoints.continue_hint(p, argv, ddp, ckpt_path)
@@ -103,14 +106,15 @@ def main(argv=None, stop=None):
     step = start[2]
     if not args.eval_only:
         monitor = Monitor(args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                          ckpt_path, log_path)
+                          ckpt_path, log_path, len(val_set))
         usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
         step = train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema,
                      amp_ctx, data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable), start, rfid)
 
     # 9. a classifier at other depths ("beyond the training horizon"); a tokenizer's metrics (--eval-only)
     if not hasattr(raw_model, "metrics"):
-        evaluation.evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop)
+        evaluation.evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop,
+                                   len(val_set))
     elif args.eval_only:
         evaluation.reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid)
     if master:
@@ -147,7 +151,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
                 x, y = next(batches)
-                x, y, empty = usable_batch(x, y, usable, sums, ddp, monitor.ckpt_path)
+                x, y, empty = usable_batch(x, y, usable, sums, ddp, monitor)
                 if empty and not ddp:
                     continue  # nothing to learn from: no forward, no backward, no step below if all are
                 x, y = mix(x.to(device, non_blocking=True), y.to(device, non_blocking=True))  # MixUp/CutMix, smoothing
@@ -180,7 +184,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             step += 1
             monitor.after_step(step, epoch, first + i + 1, loss, bad, sums)
         epoch_time = sums.seconds()  # training only: the evaluation below is not counted
-        monitor.end_epoch(step, len(val_loader.dataset))
+        monitor.end_epoch(step)
         # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
         # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
         extras = model_log(raw_model, ddp)
@@ -188,10 +192,12 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
         rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp),
                "nonfinite_steps": sums.nonfinite_steps()}
-        try:
-            rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
-            if ema is not None:
-                rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx, rfid=rfid).items()})
+        try:  # (a stop request waits for the evaluation; a second Ctrl-C saves the epoch's training first)
+            with monitor.evaluating(position, step):
+                rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
+                if ema is not None:
+                    rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx,
+                                                                               rfid=rfid).items()})
         except evaluation.EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {monitor.ckpt_path} (--resume it)")
@@ -212,17 +218,17 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
 
 
 # ----------------------------------------------------------------------------- the step's parts
-def usable_batch(x, y, usable, sums, ddp, ckpt_path):
+def usable_batch(x, y, usable, sums, ddp, monitor):
     """A micro-batch without its undecodable images (image folders: `usable`, a data.UsableImages;
     counted in `sums`): (x, y, empty). Under DDP an empty micro-batch becomes a zero-weighted stand-in
-    image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images."""
+    image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images, after
+    saving the steps since the last checkpoint (one process: monitor.fail)."""
     if usable is None:
         return x, y, False
     try:
         x, y, skipped = usable(x, y)
     except data.TooManyUndecodable as e:
-        again = f"--resume {ckpt_path}" if os.path.exists(ckpt_path) else "run again"
-        raise Fail(f"{e}; fix or remove them, then {again}")
+        monitor.fail(f"{e}; fix or remove them", sums)
     sums.skipped += skipped
     empty = not len(y)
     if empty and ddp:
@@ -326,12 +332,15 @@ def start_processes(args, ddp, device, master):
         args.out_dir = name[0]
 
 
-def compile_scope(args, model, ddp, distiller, adversary):
+def compile_scope(args, model, ddp, distiller, adversary, device):
     """--compile's scope for this run, checked before anything is written (kernels.choose_scope):
     ("blocks" or "model", why not the whole model). Raises Fail for a --compile-scope the run cannot
-    take."""
+    take, and for a machine without the compiler torch.compile needs on `device` (kernels.compiler_missing)."""
     if not args.compile:
         return "blocks", None
+    missing = kernels.compiler_missing(device)
+    if missing:
+        raise Fail(f"--compile: {missing}")
     blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
                                     ("--stage2", adversary is not None), ("--eval-only", args.eval_only)) if on]
     try:
@@ -387,6 +396,7 @@ def cli(argv=None):
     training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
     SIGTERM or SIGUSR1 at a safe point, 130 stopped at once by a second Ctrl-C). The loader workers
     end with the process (data.worker_signals, data.end_workers)."""
+    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
     stop = Stop()
     handlers = {s: signal.signal(s, stop) for s in Stop.SIGNALS}
     try:
@@ -411,8 +421,8 @@ def cli(argv=None):
             return 0
         say(f"train.py: error: its output was closed (the reader of a pipe ended); {stop.kept()}")
         return 2
-    except KeyboardInterrupt:
-        say(f"train.py: stopped at once by a second Ctrl-C; {stop.kept()}")
+    except KeyboardInterrupt as e:  # (its words: where it stopped, when that is not a step)
+        say(f"train.py: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED
     except Exception as e:
         shm = data.out_of_shared_memory(e)

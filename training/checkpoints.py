@@ -15,13 +15,14 @@ import random
 import shlex
 import sys
 import time
+import unicodedata
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from training.monitor import Fail, write
+from training.monitor import Fail, cannot_write, write
 
 
 def rng_state():
@@ -406,23 +407,36 @@ class Saver:
         self.stop.checkpoint, self.stop.step = self.path, step
 
 
-def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary):
+def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary,
+                    classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state; else
-    refuse an existing OUT/ckpt.pt and seed this rank.
+    was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
+    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt, or an
+    OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
+    (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
-    resumed with these flags, or (DDP) when the processes do not see the same files (same_files)."""
+    resumed with these flags or class folders, or (DDP) when the processes do not see the same files
+    (same_files)."""
     same_files(args, ckpt_path)
+    log = os.path.join(args.out_dir, "log.jsonl")
     if not args.resume:
         if os.path.exists(ckpt_path):
             raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
                        "choose another --out-dir")
+        old = [os.path.exists(log)]  # rank 0 writes the log: its view decides on every process
+        if dist.is_initialized():
+            dist.broadcast_object_list(old, src=0)
+        if old[0]:
+            raise Fail(f"--out-dir {args.out_dir} holds the log.jsonl of an earlier run, and no ckpt.pt to continue "
+                       "it; a new run there would add its records to that log and overwrite its args.json: choose "
+                       "another --out-dir, or move the earlier run's files away")
         torch.manual_seed(args.seed + rank)  # rank-specific randomness (drop path, MixUp)
         return 0, 0, 0, {}
     ck = load_checkpoint(args.resume, args)
     if args.eval_ema and ck.get("ema") is None:
         raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
                    "leave out --eval-ema to evaluate its model weights")
+    same_classes(ck, args.resume, classes)
     for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
         if rank == 0:
             print(line)
@@ -434,13 +448,41 @@ def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, s
                    f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
     if adversary is not None:
         adversary.load_state_dict(ck["adversary"])
-    if rank == 0 and not args.eval_only and ck.get("record"):
-        log_the_saved_epoch(ck, args.resume, args.out_dir)
+    if rank == 0 and not args.eval_only:
+        repair_log(log, f"checkpoint {args.resume} (step {ck['step']}) is intact")
+        if ck.get("record"):
+            log_the_saved_epoch(ck, args.resume, args.out_dir)
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
     return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+
+
+def same_classes(ck, path, classes):
+    """The class folders of an image folder's train/ now (`classes`, sorted as its labels are; None:
+    nothing to compare) against those of the checkpoint `ck` (read from `path`) was trained on, in
+    Unicode NFC: a folder renamed, added or removed since would shift the labels after it, or leave the
+    head the wrong size. Raises Fail naming the classes that changed, under DDP on every process when
+    any process's folders differ (each reads its own; they agree in one all-gather)."""
+    saved = ck.get("classes")
+    if classes is None or saved is None:  # (the same on every process: the data flags and the checkpoint)
+        return
+    saved, classes = ([unicodedata.normalize("NFC", c) for c in names] for names in (saved, classes))
+    what, gone, new = [], [c for c in saved if c not in classes], [c for c in classes if c not in saved]
+    for names, how in ((gone, "gone"), (new, "new")):
+        if names:
+            what.append(", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+                        + (" is " if len(names) == 1 else " are ") + how)
+    what = None if saved == classes else "; ".join(what) or "the same names, in another order"
+    if dist.is_initialized():
+        seen = [None] * dist.get_world_size()
+        dist.all_gather_object(seen, what)
+        what = next((w for w in seen if w), None)
+    if what:
+        raise Fail(f"--resume {path}: the class folders of its train/ differ from the checkpoint's {len(saved)}: "
+                   f"{what}; the labels would no longer mean the classes it learnt; restore the original folders, or "
+                   f"start a new run from these weights in another --out-dir with --finetune {path}")
 
 
 def same_files(args, ckpt_path):
@@ -459,6 +501,37 @@ def same_files(args, ckpt_path):
         raise Fail(f"the processes do not see the same run folder: rank 0 {said(seen[0])}, rank {odd} "
                    f"{said(seen[odd])}; --out-dir must be a folder every process reads (a shared filesystem on "
                    "a cluster)")
+
+
+def repair_log(log, kept):
+    """A log.jsonl whose last line was cut off mid-write (a kill or a full disk in the middle of a write:
+    no line end at its end), before a resumed run appends to it: a cut record is removed (a resumed run
+    writes its checkpoint's record again: log_the_saved_epoch), a whole record without its line end
+    gets it; one line says which. Nothing to do for a whole log or none. Raises Fail when the file
+    cannot be written (saying what is kept: `kept`)."""
+    try:
+        with open(log, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise cannot_write(log, e, kept)
+    if not text or text.endswith(b"\n"):
+        return
+    last = text[text.rfind(b"\n") + 1:]
+    try:
+        json.loads(last)
+    except ValueError:  # (a cut UTF-8 character too)
+        try:
+            with open(log, "r+b") as f:
+                f.truncate(len(text) - len(last))
+        except OSError as e:
+            raise cannot_write(log, e, kept)
+        print(f"log.jsonl: its last line was cut off mid-write ({len(last)} bytes, not a whole record); removed it, "
+              "so that the records written now start on a line of their own")
+        return
+    write(log, "\n", kept, append=True)
+    print("log.jsonl: its last record had no line end (the write was cut off just before it); added it")
 
 
 def log_the_saved_epoch(ck, path, out_dir):

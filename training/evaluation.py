@@ -112,10 +112,11 @@ class EmptyEvaluation(Fail):
 
 
 # ----------------------------------------------------------------------------- after training
-def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop):
+def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop, images):
     """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
     model's unit), "beyond the training horizon" (Training Crossroads): one log.jsonl line each
-    (training runs), then depth_report's table, depth_eval.json and figure. Raises Fail for a depth
+    (training runs), then depth_report's table, depth_eval.json and figure. `images`: the validation
+    images of every process (`val_loader` holds this process's share), for its lines. Raises Fail for a depth
     the model cannot run, Preempted for a stop request (`stop`): after the batch in flight (one
     process), or before the next depth (DDP: the processes agree there)."""
     depths, rows = args.eval_depths or [], []
@@ -136,7 +137,7 @@ def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, l
                 r = known
             else:
                 if master:
-                    print(f"evaluating at depth {depth} on {len(val_loader.dataset)} validation images", flush=True)
+                    print(f"evaluating at depth {depth} on {images} validation images", flush=True)
                 r = None if stopping(stop, ddp, device) else evaluate(eval_model, val_loader, device, amp_ctx,
                                                                        depth=depth, stop=None if ddp else stop)
         except ValueError as e:

@@ -95,6 +95,22 @@ def crop_ratio(s):
     return v
 
 
+SEED_LIMIT = 10 ** 8  # |--seed| below it: every seed data.py derives from it stays a 64-bit integer (the batched
+# CIFAR path's image hash multiplies it by about 4e10); a 64-bit seed overflowed there, or in torch.manual_seed
+
+
+def seed(s):
+    """--seed: an integer whose magnitude is below SEED_LIMIT (ArgumentTypeError otherwise: one line)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    if not -SEED_LIMIT < v < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be between {1 - SEED_LIMIT} and {SEED_LIMIT - 1} (every seed of the "
+                                         f"data order and augmentation derived from it stays a 64-bit integer), got {s}")
+    return v
+
+
 def int_list(s):
     try:
         v = [int(t) for t in s.split(",") if t.strip()]
@@ -130,7 +146,8 @@ def get_parser():
       "parameters, time on 2 CPU cores and on one H200, what it reproduces) and exit; TEXT keeps those whose name, "
       "model or description contain it (cpu: the ones timed on a CPU; gpu: on a GPU); a preset's name: all of it")
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
-    a("--seed", type=int, default=0, help="initial weights, data order and augmentation")
+    a("--seed", type=seed, default=0, help="initial weights, data order and augmentation: an integer from "
+      f"{1 - SEED_LIMIT} to {SEED_LIMIT - 1}")
     a = p.add_argument_group('model').add_argument
     a("--model", default="bvit", choices=list(MODELS), help="model family")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "

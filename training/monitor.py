@@ -7,8 +7,10 @@
 - The exit statuses of train.py's cli(): Fail (a problem the user can fix, one line, 2), Preempted
   (stopped at a safe point, PREEMPTED = 75), a second Ctrl-C (INTERRUPTED = 130).
 - The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
-  values in log.jsonl), say (a line on stderr below a bar).
+  values in log.jsonl), say (a line on stderr below a bar); printable_output (every line printable,
+  whatever the encoding of stdout).
 """
+import contextlib
 import errno
 import json
 import os
@@ -51,14 +53,20 @@ class Stop:
     process; under DDP the processes agree between depths). A second Ctrl-C stops at once
     (KeyboardInterrupt), when it comes AGAIN_S or more after the first: torchrun relays the
     terminal's Ctrl-C to processes that the terminal has signalled already. `checkpoint`, `step`
-    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run."""
+    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run.
+    The first request is answered at once with a line (`master`: this process prints it; DDP: rank 0)
+    saying what the run does in its phase (`phase`, set by the Monitor: (what a stop request does, what
+    a second Ctrl-C does))."""
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
     AGAIN_S = 1.0
+    ANYWHERE = ("stops at its next safe point (after the step, checkpoint or evaluation batch in flight)",
+                "stops at once")  # the phase outside the training steps and the epochs' evaluations
 
     def __init__(self):
         self.got, self.first_int = [], None
         self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
         self.running = False  # set once the flags are read: a run (not --list-presets or --print-config)
+        self.master, self.phase = True, self.ANYWHERE
 
     def __call__(self, signum, frame):
         now = time.monotonic()
@@ -66,15 +74,32 @@ class Stop:
             if self.first_int is not None and now - self.first_int >= self.AGAIN_S:
                 raise KeyboardInterrupt
             self.first_int = self.first_int or now
+        if not self.got and self.running and self.master:
+            self.answer(signum)
         self.got.append(signum)
 
     def __bool__(self):
         return bool(self.got)
 
+    @staticmethod
+    def name(signum):
+        return signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+
+    def answer(self, signum):
+        """The line that answers a first stop request: what the run does now and, for Ctrl-C, what a
+        second Ctrl-C would do. Written from the signal handler: when the signal came in the middle of a
+        write to stderr (a reentrant write raises RuntimeError), the line goes to its file descriptor."""
+        doing, again = self.phase
+        line = f"stop requested by {self.name(signum)}: the run {doing}" + (
+            f"; Ctrl-C again, a second or more from now, {again}" if signum == signal.SIGINT else "")
+        try:
+            say(line)
+        except RuntimeError:
+            os.write(2, (line + "\n").encode("ascii", "backslashreplace"))
+
     def line(self, when):
         """The one line of a run stopped `when` (e.g. "after step 40"): the signal, what is kept."""
-        name = signal.Signals(self.got[0]).name if self.got else "a stop signal to another process"
-        name += " (Ctrl-C)" if name == "SIGINT" else ""
+        name = self.name(self.got[0]) if self.got else "a stop signal to another process"
         return f"stopped by {name} {when}; {self.kept()}"
 
     def kept(self):
@@ -119,6 +144,17 @@ def cannot_write(path, e, kept):
 def say(line):
     """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
     tqdm.write(line, file=sys.stderr)
+
+
+def printable_output():
+    """Let this process's stdout and stderr print any text: a character their encoding cannot hold (a
+    user's path or class name on a stdout set to ASCII by PYTHONIOENCODING=ascii or a C locale, a file
+    name that is not UTF-8) is written as a backslash escape (backslashreplace, Python's own handler for
+    stderr) instead of raising UnicodeEncodeError. The entries that print paths call it first (train.py,
+    probe.py and analyze.py's cli): their lines, print's and say's, all go through these two streams."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 # ----------------------------------------------------------------------------- around the steps
@@ -176,20 +212,23 @@ class EpochSums:
 
 class Monitor:
     """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
-    checkpoints.Saver), the paths of its checkpoint and log, its length in steps), and everything the
-    loop does between optimizer steps that is not training: the progress bar (on a
-    terminal; written to a file, a line every tenth of the epoch instead), the loader-bottleneck note,
-    the host's reads of the device (the loss and the count of consecutive non-finite steps: every
-    CHECK_EVERY steps on a GPU, every step on the CPU where a read costs nothing, at the end of an
-    epoch and before a checkpoint, so that the host queues steps ahead of the GPU), the estimated
+    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, `val_images` the
+    validation images of every process), and everything the loop does between optimizer steps that is
+    not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
+    instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
+    consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
+    costs nothing, at the end of an epoch and before a checkpoint, so that the host queues steps ahead
+    of the GPU), the estimated
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
     stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
 
     def __init__(self, args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                 ckpt_path, log_path):
+                 ckpt_path, log_path, val_images):
         self.args, self.device, self.ddp, self.world, self.master = args, device, ddp, world, master
+        self.val_images = val_images
         self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
         self.check_every = CHECK_EVERY if device.type == "cuda" else 1
         self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
@@ -201,7 +240,12 @@ class Monitor:
         """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
         timing the waits for them."""
         self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.done = first
         self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
+        within = f"within {self.check_every} optimizer steps" if self.ddp and self.check_every > 1 else \
+            "after the optimizer step in flight"  # (DDP on GPUs: the processes agree every CHECK_EVERY steps)
+        self.stop.phase = (f"stops {within}, with a checkpoint",
+                           "stops at once, losing the steps since the last checkpoint")
         self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
                         dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         # (no tqdm remaining time: the bar shows the run's estimate, the same as the lines; self.left_line)
@@ -231,6 +275,7 @@ class Monitor:
         flag, None when no step was taken; `loss`: the last micro-batch's): the checks of the class
         docstring."""
         args, probe = self.args, self.probe
+        self.step, self.done = step, done
         i = done - 1 - self.first  # this epoch's steps since the start (or the resume)
         if bad is not None:
             self.bad_run = (self.bad_run + 1) * bad
@@ -270,6 +315,44 @@ class Monitor:
                 self.bar.close()
                 raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
 
+    def fail(self, why, sums):
+        """End the run in the middle of a step for `why`, a problem the user fixes (e.g. more undecodable
+        images than --max-bad-images; `sums`: the epoch's EpochSums): one process first saves the last
+        finished step, where a resume continues, so nothing trained is lost (of a step with --grad-accum
+        in flight, its micro-batches' random draws are not replayed); then Fail, saying what is kept.
+        Under DDP the other processes are inside this step's collectives, which a save's gather would
+        meet out of turn: the last checkpoint is kept (the others end as a peer failed, exit 1)."""
+        self.bar.close()
+        if not self.ddp and self.step > (self.stop.step or 0):  # (nothing trained since the last checkpoint)
+            try:
+                self.save(self.epoch_no, self.done, sums.state(), self.step)
+            except Fail as e:  # a full disk: both causes in the one line
+                raise Fail(f"{why}; then {e}")
+        raise Fail(f"{why}; {self.stop.kept()}")
+
+    @contextlib.contextmanager
+    def evaluating(self, position, step):
+        """Around the evaluation at the end of an epoch whose training ended at optimizer step `step`
+        (`position`: (epoch, batch, progress), where the run continues): a stop request waits for it, and
+        the first line says so; a second Ctrl-C stops it at once, and one process saves the epoch's
+        training first (its evaluation is lost, not its training; exit 130). Under DDP the other processes
+        may be inside the evaluation's all-reduce, which a save's gather would meet out of turn: the last
+        checkpoint is kept."""
+        self.stop.phase = (f"stops after the evaluation of epoch {self.epoch_no} ({self.val_images} images), with "
+                           "the epoch's checkpoint", "stops at once, " + (
+                               "losing the epoch's training since the last checkpoint" if self.ddp else
+                               "saving the epoch's training first, without its evaluation"))
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.ddp:
+                raise
+            self.save(*position, step)
+            raise KeyboardInterrupt(f"in the evaluation of epoch {self.epoch_no}, whose training was saved first "
+                                    "(its evaluation is not in log.jsonl)") from None
+        finally:
+            self.stop.phase = Stop.ANYWHERE
+
     def time_left(self, step, now):
         """The training time left, in words, at the pace since the estimate's first point (None before the
         estimate is measured): the same figure in the bar and in the progress lines."""
@@ -277,16 +360,16 @@ class Monitor:
             return None
         return duration((now - self.pace[0][1]) / (step - self.pace[0][0]) * (self.total_steps - step))
 
-    def end_epoch(self, step, val_images):
+    def end_epoch(self, step):
         """Close the epoch's bar; with steps left, the estimated time again at this epoch's pace (so the
         figure sharpens as the run goes, not only from its first steps); then say that the evaluation
-        of `val_images` images runs (it has no bar)."""
+        of the run's validation images runs (it has no bar)."""
         self.bar.close()
         if self.master and self.left and step < self.total_steps and len(self.pace) == 2:
             per_step = (time.perf_counter() - self.t_epoch) / self.left
             line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
             self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
-        self.note(f"epoch {self.epoch_no}: evaluating on {val_images} validation images")
+        self.note(f"epoch {self.epoch_no}: evaluating on {self.val_images} validation images")
 
 
 # The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a

@@ -120,6 +120,19 @@ def is_rvits_checkpoint(ck):
             and ck["args"].get("model") in MODELS and "head.weight" in ck["model"])
 
 
+def classifier_checkpoint(ck, path, flag):
+    """Whether `ck` (read_weights' result, from `path`) is an rvits classifier's checkpoint (is_rvits_checkpoint),
+    for `flag`, which needs a classifier's or ViT's weights; False for any other file (timm_vit then reads it).
+    Raises Fail for an rvits checkpoint of a tokenizer (RECONSTRUCTS), naming it as such."""
+    if is_rvits_checkpoint(ck):
+        return True
+    kind = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    if kind in RECONSTRUCTS:
+        raise Fail(f"{flag} {path}: a --model {kind} checkpoint, a tokenizer (it reconstructs images: no class head, "
+                   "no patch tokens); give a classifier's checkpoint or timm ViT weights")
+    return False
+
+
 def model_from_checkpoint(path, flag, p, img_size, ck=None):
     """The model of an rvits checkpoint (`ck`: the file, when already read), rebuilt from its saved
     flags, with its weights, in eval mode; at another image size than it was trained at, built with
@@ -184,7 +197,7 @@ def teacher(path, p, student, args):
     dataset's. Raises Fail."""
     ck = read_weights(path, "--teacher")
     grid = student.img_size // student.patch_size
-    if is_rvits_checkpoint(ck):
+    if classifier_checkpoint(ck, path, "--teacher"):
         patch = ck["args"].get("patch_size") or 16
         model, what = model_from_checkpoint(path, "--teacher", p, grid * patch, ck), f"--model {ck['args']['model']}"
         model.has_head, model.input_size, norm = True, grid * patch, data.normalization(ck["args"].get("data"))
