@@ -42,11 +42,10 @@ What a "step" is (its state = the tokens the next step receives):
                       midpoint/heun 2, rk4 4). State: the solver's z(t_k) = the input of the next
                       step's first evaluation (the final norm's input after the last step).
                       Attention: mean over the step's evaluations (at z and the solver's stages).
-    Skipping step k: its block evaluations return their input (vit/bvit/revit/srvit: the identity,
-    bViT's optional step embedding is still added; odevit's subtracted field F(z) - z is then 0),
+    Skipping step k: its block evaluations return their input (vit/bvit/revit/srvit: the identity;
+    odevit's subtracted field F(z) - z is then 0),
     for odevit's black-box field dz/dt = F(z) they return 0, so z(t_{k+1}) = z(t_k) either way.
-    For a model whose step k is a function of the state alone (bvit with one block and no step
-    embedding, odevit), skipping ANY one step is running L - 1 steps, so its pruning curve is flat
+    For a model whose step k is a function of the state alone (bvit with one block, odevit), skipping ANY one step is running L - 1 steps, so its pruning curve is flat
     by construction (a test checks it); steps differ under pruning only where the block depends on
     k (the untied vit, bvit's phases, reViT's gates g(t_k), srvit's per-recursion router, the
     per-step LoRA adapters). revit_moe's content routings (lory, smear, deepseek, qwen3, moeut, remoe,
@@ -621,7 +620,7 @@ def main(argv=None):
         return
     try:
         res = analyze(model, run.model, val_set, args.num_images, args.depth, args.batch_size, args.device)
-    except ValueError as e:  # e.g. a depth the model cannot run (bViT's step embedding)
+    except ValueError as e:  # e.g. a depth the model cannot run
         raise Fail(f"--depth {args.depth}: {e}")
     try:
         write(res, args.resume, args.out_dir)
@@ -748,9 +747,9 @@ def main_anytime(args, model, val_set, run):
         raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
     trained = model.recursions if run.model == "srvit" else model.steps if run.model == "odevit" else model.depth
     # Past the trained depth by default only where step k does not depend on the budget's grid: one block
-    # without a step embedding (bvit), a recursion (srvit), a solver step of a fixed size (odevit, extend
+    # (bvit), a recursion (srvit), a solver step of a fixed size (odevit, extend
     # "time"); reViT's coordinates, bViT's phases and a refined ODE grid change with the budget.
-    grid_free = (run.model == "bvit" and model.num_blocks == 1 and model.step_embed is None) or run.model == "srvit" \
+    grid_free = (run.model == "bvit" and model.num_blocks == 1) or run.model == "srvit" \
         or (run.model == "odevit" and model.extend != "refine")
     budget = args.budget or (2 * trained if grid_free else trained)
     try:

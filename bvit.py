@@ -140,8 +140,8 @@ class BViT(nn.Module):
 
     Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
     targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
-    loss None without targets, else the mean over `stages` of the stage losses (weighted by
-    `stage_weights`), each cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
+    loss None without targets, else the mean over `stages` of the stage losses, each
+    cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
     (`loss="bce"`). `model.aux` holds the detached per-stage losses of the last call.
     As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
     `norm` the identity: global_pool="avg"); `dynamic_img_size=True` takes any H, W divisible by
@@ -161,8 +161,7 @@ class BViT(nn.Module):
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1,
-                 stage_weights=None, detach_stages=False, step_embed=False, init="default", init_base="timm",
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1, init="default", init_base="timm",
                  loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
@@ -177,18 +176,16 @@ class BViT(nn.Module):
         self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
-        self.stages, self.detach_stages, self.loss = stages, detach_stages, loss
+        if stages < 1 or depth % stages:
+            raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
+        self.stages, self.loss = stages, loss
         self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
-        self.stage_weights = self._check_stages(depth, stages, stage_weights)
         num_patches = (img_size // patch_size) ** 2
 
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + int(class_token), embed_dim))
-        # Optional learned per-step embedding added before each step (our choice, for ablations;
-        # bViT itself has no step signal: behaviour changes come from the evolving state).
-        self.step_embed = nn.Parameter(torch.zeros(depth, 1, embed_dim)) if step_embed else None
         # Stochastic depth: block b's rate is the untied schedule's mean over the steps of its phase
         # (shared_drop_rate); one step per block (num_blocks = depth) is DeiT/timm's linspace exactly.
         owner = self.phase_map()  # the block of each step
@@ -207,8 +204,6 @@ class BViT(nn.Module):
         depth = self.depth if depth is None else depth
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        if self.step_embed is not None and depth > self.step_embed.shape[0]:
-            raise ValueError(f"step_embed was trained for {self.step_embed.shape[0]} steps; got depth={depth}")
         # Deep supervision (Training Crossroads, "stage-wise"): read out after each stage.
         stages = self.stages if targets is not None else 1
         if depth % stages:
@@ -219,8 +214,6 @@ class BViT(nn.Module):
             z = self.step(z, k, depth)
             if k in readouts:
                 stage_logits.append(self.classify(z))
-                if self.detach_stages and k < depth - 1:
-                    z = z.detach()  # our variant: no gradient flows between stages
         logits = stage_logits[-1]
         if targets is None:
             return logits, None
@@ -228,8 +221,8 @@ class BViT(nn.Module):
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
-        # weights as Python floats: no host-to-device copy per forward; same products, same sum
-        loss = torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
+        # the mean as a sum of products with a Python float: no host-to-device copy per forward
+        loss = torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
         return logits, loss
 
     def phase_map(self, depth=None):
@@ -270,12 +263,8 @@ class BViT(nn.Module):
 
     def step(self, z, k, depth=None):
         """Step k (0-based) of a `depth`-step run (default: the trained depth): the block of phase k
-        (phase_map), after the step embedding when there is one. z (B, N(+1), D) -> (B, N(+1), D)."""
+        (phase_map). z (B, N(+1), D) -> (B, N(+1), D)."""
         depth = depth or self.depth
-        if self.step_embed is not None:
-            if k >= self.step_embed.shape[0]:
-                raise ValueError(f"step_embed was trained for {self.step_embed.shape[0]} steps; got step {k}")
-            z = z + self.step_embed[k]
         return self._step(self.blocks[self.phase_map(depth)[k]], z)
 
     def readout(self, z):
@@ -307,15 +296,6 @@ class BViT(nn.Module):
         pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
         for blk in self.blocks if init != "default" else []:  # each distinct block once
             init_attention_(blk.attn, init, pos, grid)
-
-    @staticmethod
-    def _check_stages(depth, stages, stage_weights):
-        if stages < 1 or depth % stages:
-            raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
-        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
-        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
-            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
-        return [v / sum(w) for v in w]
 
     def set_grad_checkpointing(self, enable=True):
         """timm's name: recompute each block application's activations in the backward pass

@@ -200,7 +200,7 @@ class ODEViT(nn.Module):
     `model.nfe` after each call. `depth=L` at call time runs L steps: `extend="time"` keeps h
     and integrates to T' = L h (recurrence view), `extend="refine"` keeps T and uses h = T / L
     (ODE view). Deep supervision: `stages=S` reads out at t = s T' / S (s = 1..S) with the shared
-    norm + head; loss = sum_s w_s CE_s with normalized `stage_weights`; `model.aux` holds the
+    norm + head; loss = the mean of the stage losses CE_s; `model.aux` holds the
     detached stage losses. Call: `logits, loss = model(x, targets=None, depth=None)`.
 
     The field is autonomous (F ignores t, as bViT has no step signal; our choice). Under an
@@ -222,7 +222,7 @@ class ODEViT(nn.Module):
                  embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
                  layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm", solver="euler",
                  steps=None, horizon=None, field="subtracted", extend="time", stages=1,
-                 stage_weights=None, loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -241,9 +241,6 @@ class ODEViT(nn.Module):
             raise ValueError(f"horizon must be > 0, got {horizon}")
         if stages < 1 or steps % stages:
             raise ValueError(f"stages={stages} must be >= 1 and divide steps={steps}")
-        w = [1.0] * stages if stage_weights is None else [float(v) for v in stage_weights]
-        if len(w) != stages or sum(w) <= 0 or min(w) < 0:
-            raise ValueError(f"stage_weights needs {stages} non-negative values, got {stage_weights}")
         if init not in INITS:
             raise ValueError(f"init={init!r} is not one of {INITS}")
         if init_base not in INIT_BASES:
@@ -254,7 +251,6 @@ class ODEViT(nn.Module):
         self.depth = self.steps = steps
         self.horizon = float(horizon) if horizon is not None else float(steps)  # T; h = T / steps
         self.solver, self.field, self.extend, self.stages = solver, field, extend, stages
-        self.stage_weights = [v / sum(w) for v in w]
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
         self.dynamic_img_size, self.grad_checkpointing = dynamic_img_size, False
@@ -304,7 +300,7 @@ class ODEViT(nn.Module):
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         # weights as Python floats: no host-to-device copy per forward; same products, same sum
-        return logits, torch.stack([l * w for l, w in zip(losses, self.stage_weights)]).sum()
+        return logits, torch.stack([l * (1.0 / self.stages) for l in losses]).sum()  # the mean, as bvit.py
 
     def field_fn(self, dev):
         """f(t, z): the block, in the caller's autocast state (the solver runs in float32 outside it); the

@@ -255,10 +255,10 @@ def test_a_run_folder_means_its_checkpoint_for_every_flag_that_reads_one(tmp_pat
 # Every model's architecture and depth flags: a value the checkpoint's run did not use, given on the
 # command line with --finetune, must be the value the run takes (docs/cluster.md "Resuming and failures").
 SAVED = dict(embed_dim=32, num_heads=2, depth=2, patch_size=4, mlp_ratio=4.0, gap=False, layer_scale=None,
-             num_blocks=None, step_embed=False, experts=4, recursions=2, solver="euler", ode_steps=None,
+             num_blocks=None, experts=4, recursions=2, solver="euler", ode_steps=None,
              horizon=None, field="subtracted", extend="time", routing="depth", lora_rank=0, size=None)
 GIVEN = {"bvit": {"embed_dim": 48, "num_heads": 4, "depth": 3, "patch_size": 8, "mlp_ratio": 2.0, "gap": True,
-                  "layer_scale": 0.1, "num_blocks": 2, "step_embed": True},
+                  "layer_scale": 0.1, "num_blocks": 2},
          "vit": {"depth": 3, "embed_dim": 48, "num_heads": 4},
          "revit": {"experts": 2, "depth": 5, "routing": "smear", "embed_dim": 48},
          "srvit": {"recursions": 3, "depth": 1},

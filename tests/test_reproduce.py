@@ -439,7 +439,7 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     text = readme.read_text()
     table = text.split("<!-- gpu-table -->")[1].split("<!-- /gpu-table -->")[0]
     assert "| vit | 2 | 12 |  | 56.50 ± 0.50 |" in table and "| bvit | 2 | 12 | 46.50 ± 0.50 | 51.50 ± 0.50 |" in table
-    assert "| srvit-r2 |" not in table and "Not run yet (16 arms): bvit-wide," in table and "abc1234 H200" in table
+    assert "| srvit-r2 |" not in table and "Not run yet (19 arms): bvit-wide," in table and "abc1234 H200" in table
     verdicts = text.split("<!-- gpu-verdicts -->")[1]
     assert "| matched FLOPs: the untied ViT beats bViT (Training Crossroads) | vit | bvit | 1x | +5.00 | 1.00 | agree |" in verdicts
     assert "revit-e1" not in verdicts and "more claim(s) wait for an arm not run yet" in verdicts

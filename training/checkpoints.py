@@ -320,9 +320,11 @@ EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "am
 # a term to it: sec. 3.5, eq. 11) and the data it was trained on.
 STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
                 "val_labels"}
+# Flags that rvits once had and cut (issue 51): a checkpoint trained with one of them set is refused (check_source).
+CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
 # Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
 ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
-              "gap", "layer_scale", "step_embed", "experts", "recursions", "solver", "ode_steps", "horizon",
+              "gap", "layer_scale", "experts", "recursions", "solver", "ode_steps", "horizon",
               "field", "extend", "routing", "lora_rank", "loops", "share", "operator", "latent_dim", "num_groups"}
 
 
@@ -582,6 +584,10 @@ def check_source(ck, path, flag, model=None):
     classifier). Raises Fail naming what the checkpoint is."""
     saved = ck["args"] if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
     kind = saved.get("model") if saved else None
+    cut = [f"--{k.replace('_', '-')}" for k in CUT_FLAGS if saved and saved.get(k)]
+    if cut:  # (their weights or losses no longer exist: the run cannot be rebuilt as it trained)
+        raise Fail(f"{flag} {path}: trained with {', '.join(cut)}, which rvits no longer has (issue 51: no preset, "
+                   "study or result used it); use the rvits of commit f4ca284 or earlier for this checkpoint")
     said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
     if flag == "--resume" and saved is None:
         raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")

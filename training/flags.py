@@ -121,13 +121,6 @@ def int_list(s):
     return v
 
 
-def float_list(s):
-    try:
-        return [float(t) for t in s.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 1,1,2, got {s!r}")
-
-
 def diffaug_policy(s):
     v = [] if s == "none" else [t.strip() for t in s.split(",") if t.strip()]
     if not set(v) <= set(adversarial.DIFFAUG):
@@ -160,9 +153,6 @@ def get_parser():
     a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases; loopvae: K, the "
       "blocks of its core (default: 1 for bvit, depth for vit, 4 for loopvae)")
     a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
-    a("--stage-weights", type=float_list, help="comma-separated loss weight per stage")
-    a("--detach-stages", action="store_true", help="stop gradients between stages")
-    a("--step-embed", action="store_true", help="learned per-step embedding (ablation)")
     a("--gap", action="store_true", help="global average pooling instead of a class token")
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III) (default: off)")
     a("--drop-path", type=below_one, default=0.0, help="stochastic depth rate, in [0, 1)")
@@ -399,9 +389,6 @@ def resolve(args, p, img_size):
             p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
         if args.depth % args.stages:
             p.error(f"--stages {args.stages} must divide --depth {args.depth}")
-        if args.step_embed and max(args.eval_depths or [0]) > args.depth:  # checked before training, not after it
-            p.error(f"--eval-depths {max(args.eval_depths)}: --step-embed learns one embedding per step, {args.depth} "
-                    f"(--depth); evaluate at depths up to {args.depth}")
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
@@ -435,14 +422,11 @@ def resolve(args, p, img_size):
     if lone:
         p.error(f"{lone[0]} weighs a distillation term, and there is no --teacher CKPT: add one or leave it out")
     args.distill = args.distill or ("feature" if args.teacher else None)
-    if args.stage_weights and len(args.stage_weights) != args.stages:
-        p.error(f"--stage-weights needs {args.stages} values (one per stage)")
     return args
 
 
 # The flags only some models read (training/registry.py's builders); resolve refuses one given for another.
 MODEL_FLAGS = {"num_blocks": ("vit", "bvit", "loopvae"), "stages": ("vit", "bvit", "odevit"),
-               "stage_weights": ("vit", "bvit", "odevit"), "detach_stages": ("vit", "bvit"), "step_embed": ("vit", "bvit"),
                "recursions": ("srvit",), **{k: ("revit",) for k in ("experts", "depth_dropout", "routing", "lora_rank",
                                                                   "lambda_bal", "lambda_z", "lambda_div")},
                **{k: ("odevit",) for k in ("solver", "ode_steps", "horizon", "field", "extend")},
@@ -478,8 +462,8 @@ def resolve_stage2(args, p):
 
 # Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
 # depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
-CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "init_base", "stages", "stage_weights",
-                    "detach_stages", "step_embed", "mixup", "cutmix", "bce", "eval_depths", "teacher", "eval_crop_ratio")
+CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "init_base", "stages", "mixup", "cutmix",
+                    "bce", "eval_depths", "teacher", "eval_crop_ratio")
 
 
 def resolve_loopvae(args, p, img_size):

@@ -31,7 +31,7 @@ def param_groups(model, weight_decay):
     decay, no_decay = [], []
     for name, prm in model.named_parameters():
         # "bias" by name too: stacked expert biases (reViT) are 2-D
-        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "step_embed", "bias"):
+        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "bias"):
             no_decay.append(prm)
         else:
             decay.append(prm)

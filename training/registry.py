@@ -39,8 +39,7 @@ from training.perceptual import lpips_loss
 def build_bvit(args, common):
     import bvit
     num_blocks = args.num_blocks or (common["depth"] if args.model == "vit" else 1)
-    return bvit.BViT(num_blocks=num_blocks, stages=args.stages, stage_weights=args.stage_weights,
-                     detach_stages=args.detach_stages, step_embed=args.step_embed, **common)
+    return bvit.BViT(num_blocks=num_blocks, stages=args.stages, **common)
 
 
 def build_revit(args, common):
@@ -67,7 +66,7 @@ def build_odevit(args, common):
     # the log, args.json and the checkpoint state the trained number of steps.
     args.depth = common["depth"] = args.ode_steps or common["depth"]
     return odevit.ODEViT(solver=args.solver, horizon=args.horizon, field=args.field, extend=args.extend,
-                         stages=args.stages, stage_weights=args.stage_weights, **common)
+                         stages=args.stages, **common)
 
 
 def build_loopvae(args, common):
