@@ -269,7 +269,7 @@ class ODEViT(nn.Module):
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
-        self.head = nn.Linear(embed_dim, num_classes)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
         self.aux, self.nfe = {}, 0
         self._init_weights(init, init_base)
 
@@ -350,6 +350,9 @@ class ODEViT(nn.Module):
     def embed(self, x):
         """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
         H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
+        if x.ndim != 4 or x.shape[1] != self.in_chans:  # (an unbatched image would fail deep inside, misleadingly)
+            raise ValueError(f"expected a batch of images (B, {self.in_chans}, H, W), got shape {tuple(x.shape)}"
+                             + ("; add the batch dimension: x[None]" if x.ndim == 3 else ""))
         (H, W), p, pos = x.shape[-2:], self.patch_size, self.pos_embed
         if (H, W) != (self.img_size, self.img_size):
             if not self.dynamic_img_size:
@@ -364,7 +367,8 @@ class ODEViT(nn.Module):
         return x + pos
 
     def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes)."""
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes);
+        num_classes=0 (no head, as timm): the pooled features (B, D)."""
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 

@@ -177,6 +177,27 @@ def build(name, **kw):
     return CLASSES[mod](**{**TINY, **base, **kw})
 
 
+@pytest.mark.parametrize("name", sorted(ZOO))
+@torch.no_grad()
+def test_a_model_takes_a_batch_gives_features_without_a_head_and_runs_in_its_own_half_dtype(name):
+    """Issue 52, items 7 and 16, in every model file: an unbatched (C, H, W) image is refused naming the
+    batch dimension (it used to fail deep inside with a size error); num_classes=0 has no head and returns
+    the pooled features (B, D) the head reads (timm's convention), not empty logits; a model cast whole
+    to bfloat16 or float16 runs in that dtype (SR-ViT's fp32 mixture sums used to meet bf16 weights)."""
+    m = build(name).eval()
+    with pytest.raises(ValueError, match=r"\(B, 3, H, W\), got shape \(3, 16, 16\); add the batch dimension"):
+        m(images()[0])
+    x = images()
+    bare = build(name, num_classes=0).eval()
+    missing = bare.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("head.")}, strict=False)
+    assert not missing.missing_keys and not missing.unexpected_keys  # the same model less its head
+    feats = bare(x)[0]
+    assert feats.shape == (3, 32) and torch.allclose(m.head(feats), m(x)[0], atol=1e-6)
+    for dtype in (torch.bfloat16, torch.float16):
+        out = build(name).eval().to(dtype)(x.to(dtype))[0]
+        assert out.dtype == dtype and torch.allclose(out.float(), m(x)[0], atol=0.1), (dtype, name)
+
+
 ANYTIME = {"vit": (bvit, dict(depth=3, num_blocks=3)), "bvit-phases": (bvit, dict(depth=4, num_blocks=2)),
            "revit": (revit, dict(depth=3, experts=3)),
            "srvit": (srvit, dict(depth=2, recursions=2)), "odevit-rk4": (odevit, dict(depth=2, solver="rk4")),
