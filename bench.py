@@ -472,6 +472,8 @@ def main():
     p.add_argument("--anytime", metavar="DIR", help="a run folder with ckpt.pt and analyze.py --anytime's "
                    "anytime.json (--out-dir DIR): adds the anytime measurement")
     args = p.parse_args()
+    if args.anytime and not os.path.isdir(args.anytime):
+        p.error(f"--anytime {args.anytime}: no such folder; give a run folder that holds ckpt.pt and anytime.json")
     if args.anytime and not os.path.isfile(os.path.join(args.anytime, "ckpt.pt")):
         p.error(f"--anytime {args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in "
                 "results/, cannot be timed); give the folder of a run that holds one")

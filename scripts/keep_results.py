@@ -5,7 +5,8 @@
 
 Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>/, and RUNS' own files
 (ledger.json, summary.md, figures), leaving out what is large or only means something while a run
-trains: checkpoints (*.pt), train.log, running.json, partial.json, .lock. A summarizer reads a kept run like a
+trains: checkpoints (*.pt), train.log (of which its model line, "MODEL: P M params, F GFLOPs/img, ...", is kept
+as model.txt, what scripts/summarize_mini.py reads of it), running.json, partial.json, .lock. A summarizer reads a kept run like a
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
 probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
@@ -16,6 +17,18 @@ import shutil
 import sys
 
 SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock")
+
+
+def keep_model_line(log, out):
+    """The first line of `log` that announces the model ("revit: 0.365 M params, ..."), written to `out`;
+    nothing when there is none."""
+    if not os.path.isfile(log):
+        return
+    with open(log, errors="replace") as f:
+        line = next((ln for ln in f if " M params, " in ln and "GFLOPs/img" in ln), None)
+    if line is not None:
+        with open(out, "w") as f:
+            f.write(line)
 
 
 def keep(runs, dest):
@@ -35,6 +48,7 @@ def keep(runs, dest):
             if os.path.isfile(os.path.join(src, seed, "done.json")):
                 shutil.copytree(os.path.join(src, seed), os.path.join(dest, arm, seed), ignore=SKIP,
                                 dirs_exist_ok=True)
+                keep_model_line(os.path.join(src, seed, "train.log"), os.path.join(dest, arm, seed, "model.txt"))
                 kept.append(f"{arm}/{seed}")
     return kept
 

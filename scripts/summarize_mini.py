@@ -124,7 +124,8 @@ def load_run(d):
     epochs = [r for r in recs if "epoch" in r]
     # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
     depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
-    with open(os.path.join(d, "train.log")) as f:  # the model line: "revit: 0.365 M params, 0.032 GFLOPs/img, ..."
+    log = os.path.join(d, "train.log")  # its model line: "revit: 0.365 M params, 0.032 GFLOPs/img, ..."
+    with open(log if os.path.isfile(log) else os.path.join(d, "model.txt")) as f:  # (a kept run: model.txt)
         size = next(m for m in map(MODEL_LINE.match, f) if m)
     run = {"seed": args["seed"], "params_m": float(size[1]), "gflops": float(size[2]), "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
            "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],

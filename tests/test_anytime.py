@@ -176,7 +176,7 @@ def test_bench_times_the_exit_path_against_fixed_depth_from_an_anytime_json(tmp_
     (kept / "anytime.json").write_text("{}")
     for argv, says in ((["--anytime", str(run)], "no anytime.json there"),  # analyze.py --anytime comes first
                        (["--anytime", str(kept)], "no ckpt.pt there"),
-                       (["--anytime", str(tmp_path / "missing")], "no ckpt.pt there"),
+                       (["--anytime", str(tmp_path / "missing")], "no such folder"),
                        ([], "--only anytime needs --anytime DIR")):
         monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--smoke", "--only", "anytime", *argv])
         with pytest.raises(SystemExit) as e:

@@ -249,6 +249,21 @@ ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-co
 INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
 
 
+def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another_seeds_silent_source(tmp_path,
+                                                                                                    monkeypatch, capsys):
+    """c100-mini-revit-eN-elastic / -cont and c100-mini-loopvae-gan continue seed 0's run (a path in the preset).
+    Before that run exists, one line says to train it first; with --seed 1 the preset would silently continue
+    seed 0's run, so it is refused unless that seed's own run is given (as scripts/reproduce_mini.sh does)."""
+    monkeypatch.chdir(tmp_path)
+    for name, flag in (("c100-mini-revit-e4-elastic", "--finetune"), ("c100-mini-loopvae-gan", "--stage2")):
+        for argv, says in (([], "which does not exist yet: train it first"), (["--seed", "1"], "seed 0's run")):
+            assert train.cli(["--preset", name, "--device", "cpu", *argv]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and says in err[0] and flag in err[0], err
+    cfg = config(capsys, "--preset", "c100-mini-revit-e4-elastic", "--seed", "1", "--finetune", "runs/mini/revit-e4/seed1")
+    assert cfg["finetune"] == "runs/mini/revit-e4/seed1"
+
+
 def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_one_continues_a_fixed_depth_run(capsys):
     """reViT paper, Table 6 (the supervised recipe of Tables 1, 3, 5, 10) lists no depth dropout; A.2-A.3
     apply per-image depth dropout 0.3 to trained models afterwards. So: train.py's default is fixed depth, no

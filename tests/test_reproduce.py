@@ -733,6 +733,11 @@ def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(t
     assert keep_results.keep(str(runs), str(tmp_path / "kept")) == ["loopvae-global/seed0"]
     assert sorted(os.listdir(tmp_path / "kept" / "loopvae-global" / "seed0")) == ["done.json", "log.jsonl", "loops.json"]
     assert sorted(os.listdir(tmp_path / "kept")) == ["ledger.json", "loopvae-global"]
+    (runs / "revit-e4" / "seed0").mkdir(parents=True)  # a classifier's run: its model line is kept (model.txt)
+    for name, text in (("done.json", "{}"), ("train.log", "preset: x\nrevit: 0.365 M params, 0.032 GFLOPs/img, depth 8\nstep 1\n")):
+        (runs / "revit-e4" / "seed0" / name).write_text(text)
+    keep_results.keep(str(runs), str(tmp_path / "kept2"))
+    assert (tmp_path / "kept2" / "revit-e4" / "seed0" / "model.txt").read_text() == "revit: 0.365 M params, 0.032 GFLOPs/img, depth 8\n"
     assert keep_results.main([str(tmp_path / "nothing"), str(tmp_path / "k")]) == 2
     assert "is not a folder" in capsys.readouterr().err
     kept = tmp_path / "loopvae"

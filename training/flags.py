@@ -507,7 +507,13 @@ def parse_args(p, argv=None):
     unset = object()
     probe = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=probe)  # argparse fills no default where an attribute exists
-    p.given = {k for k, v in vars(probe).items() if v is not unset} | set(PRESETS[args.preset][1] if args.preset else ())
+    typed = {k for k, v in vars(probe).items() if v is not unset}  # on the command line
+    p.given = typed | set(PRESETS[args.preset][1] if args.preset else ())
+    for k in ("finetune", "stage2"):  # a preset that continues a run names seed 0's: another seed must name its own
+        src = PRESETS[args.preset][1].get(k) if args.preset else None
+        if src and "seed" in typed and args.seed != 0 and k not in typed and src.rstrip("/").endswith("seed0"):
+            p.error(f"--preset {args.preset} --seed {args.seed} continues {src}, seed 0's run; give that seed's own "
+                    f"with --{k} {src[:-1]}{args.seed} (scripts/reproduce_mini.sh does), or leave out --seed")
     return args
 
 
@@ -529,6 +535,11 @@ def configure(p, argv):
             p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
+    for k in ("finetune", "stage2"):  # a preset's run to continue that is not there yet: say what to train first
+        src = PRESETS[args.preset][1].get(k) if args.preset else None
+        if src and getattr(args, k) == src and not args.print_config and not args.resume and not os.path.exists(src):
+            p.error(f"--preset {args.preset} continues the run {src}, which does not exist yet: train it first (its "
+                    f"arm's preset, with --out-dir {src}; scripts/reproduce_mini.sh runs them in order), or give --{k} CKPT")
     for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
