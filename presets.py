@@ -362,8 +362,12 @@ TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INI
 # The reViT arms' figures above were measured under the old protocol (elastic depth from the start, which
 # runs 0.7 of the steps per image): estimates of the fixed-depth arms until their runs (issue 49) measure
 # them; a continuation (elastic_arms) costs about its 3 of the 10 epochs.
-for arm in ("revit-e1", "revit-e4", "revit-smear", "revit-lory", "revit-lora"):
+for arm in ("revit-smear", "revit-lory", "revit-lora"):
     TIMES[f"c100-mini-{arm}"] = (f"est. {TIMES[f'c100-mini-{arm}'][0].split()[0]} min, pair", "?")
+# Measured at fixed depth (issue 49, eb32335, 2026-12-03): the mean wall minutes of seeds 0 and 1 (48.2 / 38.8 and
+# 48.5 / 38.4), two runs side by side with other jobs on the cores ("loaded": a quiet pair is faster).
+MINI_WALL_MIN.update({"revit-e1": 43.5, "revit-e4": 43.5})
+TIMES.update({f"c100-mini-{arm}": (f"{MINI_WALL_MIN[arm]} min, pair, loaded", "?") for arm in ("revit-e1", "revit-e4")})
 # The baselines of appendix B that replaced the old token and mixture arms have not run: each is estimated
 # from an old arm that did the same work per token, the token-dispatch ones from the old revit-token (18.4
 # min train: one dispatched expert of hidden ratio 2 + a shared one), ReMoE and Soft-MoE from revit-e4 (28.6
