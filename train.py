@@ -151,8 +151,8 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
                 x, y = next(batches)
-                x, y, empty = usable_batch(x, y, usable, sums, ddp, monitor)
-                if empty and not ddp:
+                x, y, weight = usable_batch(x, y, usable, sums, ddp, monitor, args.grad_accum)
+                if not weight and not ddp:
                     continue  # nothing to learn from: no forward, no backward, no step below if all are
                 x, y = mix(x.to(device, non_blocking=True), y.to(device, non_blocking=True))  # MixUp/CutMix, smoothing
                 accumulating = ddp and j < args.grad_accum - 1  # DDP all-reduces in the last backward only
@@ -166,8 +166,8 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
                         if adversary is not None:  # Stage 2: a discriminator update, then + lambda_a L_adv
                             loss, terms = adversary(x, logits, loss, step)
                             raw_model.aux.update(terms)
-                    scaler.scale(loss * (0.0 if empty else 1.0 / args.grad_accum)).backward()  # the batch mean
-                if not empty:
+                    scaler.scale(loss * weight).backward()  # the mean over the step's micro-batches
+                if weight:
                     step_loss, seen = step_loss + loss.detach() / args.grad_accum, seen + 1
                     sums.images += x.shape[0] * world
             bad = None  # (0-d, device) 1 when the step was skipped as non-finite
@@ -218,13 +218,14 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
 
 
 # ----------------------------------------------------------------------------- the step's parts
-def usable_batch(x, y, usable, sums, ddp, monitor):
+def usable_batch(x, y, usable, sums, ddp, monitor, grad_accum):
     """A micro-batch without its undecodable images (image folders: `usable`, a data.UsableImages;
-    counted in `sums`): (x, y, empty). Under DDP an empty micro-batch becomes a zero-weighted stand-in
+    counted in `sums`): (x, y, weight), weight = the micro-batch's share of the step's loss, 1 / grad_accum,
+    or 0.0 when no image is usable. Under DDP an empty micro-batch becomes a zero-weighted stand-in
     image, which keeps this rank in the gradient all-reduce. Raises Fail past --max-bad-images, after
     saving the steps since the last checkpoint (one process: monitor.fail)."""
     if usable is None:
-        return x, y, False
+        return x, y, 1.0 / grad_accum
     try:
         x, y, skipped = usable(x, y)
     except data.TooManyUndecodable as e:
@@ -233,7 +234,7 @@ def usable_batch(x, y, usable, sums, ddp, monitor):
     empty = not len(y)
     if empty and ddp:
         x, y = torch.zeros((1, *x.shape[1:])), torch.zeros(1, dtype=torch.long)
-    return x, y, empty
+    return x, y, 0.0 if empty else 1.0 / grad_accum
 
 
 def no_sync(module, accumulating):

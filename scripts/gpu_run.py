@@ -68,7 +68,7 @@ def plan(dry, py, out, work, data, preset):
             ("cifar", 170, cifar + ["--compile", "--device", "cuda", "--amp", "bf16"]),
             ("smoke_224", 80, smoke),
             ("cuda_tests", 40, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_speed.py",
-                                "test_models.py", "-k", "cuda or bf16"])]
+                                "test_models.py", "tests/test_loop.py", "-k", "cuda or bf16"])]
 
 
 def check_lines(path):

@@ -216,7 +216,7 @@ def bad_cases(tmp_path, cifar):
 def test_every_bad_input_is_one_clear_line_exit_2_and_keeps_the_checkpoint(tmp_path, cifar, capsys,
                                                                            monkeypatch):
     # In-process through train.cli (what `python train.py` runs): an uncaught exception, i.e. a
-    # traceback, fails the test; two real subprocess runs are in test_models.py.
+    # traceback, fails the test; two real subprocess runs are in tests/test_loop.py.
     out = tmp_path / "out"
     out.mkdir()
     sentinel = b"previous run's checkpoint"
