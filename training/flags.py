@@ -507,13 +507,8 @@ def parse_args(p, argv=None):
     unset = object()
     probe = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=probe)  # argparse fills no default where an attribute exists
-    typed = {k for k, v in vars(probe).items() if v is not unset}  # on the command line
-    p.given = typed | set(PRESETS[args.preset][1] if args.preset else ())
-    for k in ("finetune", "stage2"):  # a preset that continues a run names seed 0's: another seed must name its own
-        src = PRESETS[args.preset][1].get(k) if args.preset else None
-        if src and "seed" in typed and args.seed != 0 and k not in typed and src.rstrip("/").endswith("seed0"):
-            p.error(f"--preset {args.preset} --seed {args.seed} continues {src}, seed 0's run; give that seed's own "
-                    f"with --{k} {src[:-1]}{args.seed} (scripts/reproduce_mini.sh does), or leave out --seed")
+    p.typed = {k for k, v in vars(probe).items() if v is not unset}  # on the command line
+    p.given = p.typed | set(PRESETS[args.preset][1] if args.preset else ())
     return args
 
 
@@ -535,9 +530,14 @@ def configure(p, argv):
             p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
-    for k in ("finetune", "stage2"):  # a preset's run to continue that is not there yet: say what to train first
+    for k in ("finetune", "stage2"):  # a preset that continues a run (seed 0's), the command line not naming one
         src = PRESETS[args.preset][1].get(k) if args.preset else None
-        if src and getattr(args, k) == src and not args.print_config and not args.resume and not os.path.exists(src):
+        if not src or k in p.typed:
+            continue
+        if "seed" in p.typed and args.seed != 0 and src.rstrip("/").endswith("seed0"):  # another seed: its own run
+            p.error(f"--preset {args.preset} --seed {args.seed} continues {src}, seed 0's run; give that seed's own "
+                    f"with --{k} {src[:-1]}{args.seed} (scripts/reproduce_mini.sh does), or leave out --seed")
+        if not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
             p.error(f"--preset {args.preset} continues the run {src}, which does not exist yet: train it first (its "
                     f"arm's preset, with --out-dir {src}; scripts/reproduce_mini.sh runs them in order), or give --{k} CKPT")
     for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
