@@ -178,7 +178,7 @@ def crop_padding(img_size):
 
 
 def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True, three_aug=False, reconstruct=False,
-                    color_jitter=0.3, crop_ratio=0.875):
+                    color_jitter=0.3, crop_ratio=0.875, reprob=0.0):
     """torchvision v2 pipeline on uint8 images -> normalized float (3, img_size, img_size).
 
     `reconstruct` (a tokenizer, LoopVAE: arXiv 2609.11516, sec. 4.1) on image folders: the short side
@@ -192,9 +192,12 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
     `color_jitter` (three_augment); evaluation: CIFAR as is, ImageNet the short side resized to
     int(img_size / crop_ratio) + the center crop of img_size (DeiT III's --eval-crop-ratio: 0.875, the
     usual 256 -> 224; 1.0, the reViT paper's Table 6: the short side resized to img_size, nothing cut
-    from it). `randaug` > 0 adds RandAugment(num_ops=2, magnitude=randaug).
+    from it). `randaug` > 0 adds RandAugment(num_ops=2, magnitude=randaug). `reprob` > 0 (training) erases one
+    rectangle per image with that probability after normalization, each pixel drawn from N(0, 1): DeiT's random
+    erasing (--reprob 0.25, timm's mode "pixel", one count; area 2-33 % of the image, aspect 0.3-3.3, torchvision's
+    RandomErasing defaults and timm's); like RandAugment, not in a tokenizer's image-folder crops.
     """
-    ops = [v2.ToImage()]
+    ops, erase = [v2.ToImage()], []
     if dataset == "cifar100" and img_size != 32:  # upsampled, as when fine-tuning at 224 px (DeiT)
         ops.append(v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True))
     if dataset == "imagenet" and reconstruct:
@@ -209,10 +212,11 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
             ops += [v2.RandomCrop(img_size, padding=crop_padding(img_size)), v2.RandomHorizontalFlip()]
         if randaug:
             ops.append(v2.RandAugment(num_ops=2, magnitude=randaug))
+        if reprob:  # after the normalization, as DeiT's (timm's) random erasing
+            erase = [v2.RandomErasing(p=reprob, value="random")]
     elif dataset == "imagenet":
         ops += [v2.Resize(int(img_size / crop_ratio), antialias=True), v2.CenterCrop(img_size)]
-    ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
-    return v2.Compose(ops)
+    return v2.Compose(ops + [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)] + erase)
 
 
 class MixAndSmooth:
@@ -592,7 +596,7 @@ def normalization(name):
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
                    synthetic_size=(50_000, 10_000), num_classes=100, seed=0, three_aug=False,
                    val_labels=None, train=True, classes=None, mean_std=None, reconstruct=False, color_jitter=0.3,
-                   crop_ratio=0.875):
+                   crop_ratio=0.875, reprob=0.0):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
     img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
@@ -601,7 +605,8 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     (train_set None), for --eval-only. mean_std: the (mean, std) per channel images are normalized
     with, the model's choice (LoopVAE: ((0.5,) * 3, (0.5,) * 3), i.e. [0, 1] -> [-1, 1]); None: the
     dataset's own statistics. reconstruct: a tokenizer's crops for image folders (build_transform).
-    color_jitter: 3-Augment's (three_aug); crop_ratio: image folders' evaluation crop (build_transform).
+    color_jitter: 3-Augment's (three_aug); crop_ratio: image folders' evaluation crop; reprob: random
+    erasing's probability (build_transform).
     Raises DataError for a missing/corrupt dataset and ValueError for an
     unknown name.
     """
@@ -609,7 +614,8 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
     if name == "cifar100":
         img_size = img_size or 32
         mean, std = mean_std or normalization(name)
-        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, color_jitter=color_jitter)
+        t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, color_jitter=color_jitter,
+                                  reprob=reprob)
         t_val = build_transform(False, img_size, mean, std, name)
         train_set = TensorImages(*load_cifar100(root, True, download), t_train, (mean, std)) if train else None
         val = TensorImages(*load_cifar100(root, False, download), t_val, (mean, std))
@@ -618,7 +624,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         img_size = img_size or 224
         mean, std = mean_std or normalization(name)
         t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct,
-                                  color_jitter)
+                                  color_jitter, reprob=reprob)
         t_val = build_transform(False, img_size, mean, std, name, reconstruct=reconstruct, crop_ratio=crop_ratio)
         classes, train_samples, val_samples = image_folder(root, val_labels, classes, train)
         return (ImageFiles(train_samples, classes, t_train, img_size) if train else None,
@@ -867,12 +873,12 @@ def batched_loader(args, device):
     there): CIFAR on CUDA, or on the CPU with --workers 0 (cheaper than per-image transforms in the
     training process), and only when the run's per-image pipeline (build_transform, the one place
     that defines a run's augmentation) holds nothing but BATCHED_OPS: an augmentation only the
-    per-image DataLoader has (--randaug, --three-augment, a resize to another --img-size, or one
+    per-image DataLoader has (--randaug, --three-augment, --reprob, a resize to another --img-size, or one
     added to build_transform later) sends the run there, never silently off. Never for --cpu-loader."""
     if args.data != "cifar100" or args.cpu_loader or not (device.type == "cuda" or args.workers == 0):
         return False
     ops = build_transform(True, args.img_size or 32, CIFAR_MEAN, CIFAR_STD, "cifar100", int(args.randaug),
-                          three_aug=args.three_augment).transforms
+                          three_aug=args.three_augment, reprob=args.reprob).transforms
     return all(type(op) in BATCHED_OPS for op in ops)
 
 

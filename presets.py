@@ -201,12 +201,12 @@ TABLE6_LR = {"s": 4e-3, "b": 3e-3, "l": 3e-3}  # peak lr per size (Table 6)
 # AdamW, lr 5e-4 x batch / 512 (batch 1024: 1e-3), weight decay 0.05, 300 epochs, warmup 5, cosine to 1e-5, no
 # gradient clipping, cross-entropy with label smoothing 0.1, MixUp 0.8 / CutMix 1.0, drop path 0.1, no LayerScale.
 # RandAugment m9 as `--randaug 9` (torchvision's RandAugment, 2 ops): timm's mstd 0.5 magnitude noise is not
-# implemented. Repeated augmentation: 3 copies (--repeated-aug, DeiT's RASampler). TODO: random erasing 0.25 (no
-# flag yet); until then these presets run without it.
+# implemented. Repeated augmentation: 3 copies (--repeated-aug, DeiT's RASampler). Random erasing 0.25 (--reprob,
+# timm's pixel mode, one rectangle, as DeiT's main.py).
 DEIT = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=1024, opt="adamw",
             lr=5e-4 * 1024 / 512, min_lr=1e-5, weight_decay=0.05, warmup_epochs=5.0, clip_grad=0.0,
             label_smoothing=0.1, mixup=0.8, cutmix=1.0, randaug=9.0, three_augment=False, bce=False, drop_path=0.1,
-            repeated_aug=3)
+            repeated_aug=3, reprob=0.25)
 AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  # ImageNet-1k top-1, %
         "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
         "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract; DeiT-S under the DeiT recipe: 79.8)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}

@@ -293,7 +293,7 @@ def load_data(args, p):
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
             classes=getattr(args, "model_classes", None) if args.eval_only else None,
             mean_std=registry.NORMALIZATION.get(args.model), reconstruct=args.model in registry.RECONSTRUCTS,
-            color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio)
+            color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio, reprob=args.reprob)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     args = flags.resolve(args, p, img_size)

@@ -117,10 +117,11 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
             cfg = config(capsys, "--preset", name)
             deit = {k: cfg[k] for k in ("opt", "lr", "batch_size", "weight_decay", "epochs", "warmup_epochs", "randaug",
                                          "mixup", "cutmix", "label_smoothing", "drop_path", "bce", "three_augment",
-                                         "layer_scale", "clip_grad")}
+                                         "layer_scale", "clip_grad", "reprob", "repeated_aug")}
             assert deit == dict(opt="adamw", lr=5e-4 * 1024 / 512, batch_size=1024, weight_decay=0.05, epochs=300,
                                 warmup_epochs=5.0, randaug=9.0, mixup=0.8, cutmix=1.0, label_smoothing=0.1,
-                                drop_path=0.1, bce=False, three_augment=False, layer_scale=None, clip_grad=0.0), name
+                                drop_path=0.1, bce=False, three_augment=False, layer_scale=None, clip_grad=0.0,
+                                reprob=0.25, repeated_aug=3), name
             assert "DeiT recipe (our reading)" in what and cfg["depth"] == 12 and cfg["size"] == "s", name
         elif name.startswith("in1k-"):
             cfg = config(capsys, "--preset", name)
@@ -144,9 +145,6 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
     for s in "sbl":
         assert [presets.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
     assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
-    # what SR-ViT's presets cannot do yet is said where they are defined (issue 50: the flags land elsewhere)
-    src = open(presets.__file__).read()
-    assert "repeated_aug=3" in src and "random erasing 0.25" in src and "TODO" in src
 
 
 def test_the_recurrent_presets_drop_at_the_untied_vits_mean_rate(capsys):
@@ -459,6 +457,36 @@ def test_color_jitter_is_3_augments_and_the_new_flags_refuse_what_they_cannot_do
         assert train.cli([*argv, "--print-config"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and argv[0] in err[0] and says in err[0], err
+
+
+def test_random_erasing_replaces_one_rectangle_of_the_normalized_image_by_unit_noise(tmp_path):
+    """--reprob P (DeiT's random erasing, timm's pixel mode): after the normalization, one rectangle of 2-33 % of
+    the image becomes N(0, 1) noise, the rest is the normalized image; P = 0 leaves the pipeline as it was."""
+    img = torch.full((3, 32, 32), 200, dtype=torch.uint8)  # normalized: (200/255 - 0.5) / 0.25 = 1.137 everywhere
+    mean, std = (0.5,) * 3, (0.25,) * 3
+    plain = data.build_transform(True, 32, mean, std, "cifar100").transforms
+    assert [type(op) for op in data.build_transform(True, 32, mean, std, "cifar100", reprob=0.0).transforms] == \
+        [type(op) for op in plain]
+    t = data.build_transform(True, 32, mean, std, "cifar100", reprob=0.999)
+    assert type(t.transforms[-1]) is v2.RandomErasing and type(t.transforms[-2]) is v2.Normalize
+    torch.manual_seed(0)
+    noise, fractions = [], []
+    for _ in range(50):
+        x = t(img)
+        kept = torch.isclose(x, torch.tensor((200 / 255 - 0.5) / 0.25))
+        padded = (x == (0 - 0.5) / 0.25).all(0)  # the crop's zero padding, normalized
+        erased = ~kept & ~padded
+        if erased.any():
+            rows, cols = erased.any(0).any(1).nonzero(), erased.any(0).any(0).nonzero()
+            box = (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+            fractions.append(box.item() / 32 ** 2)
+            noise.append(x[erased])
+    z = torch.cat(noise)
+    assert len(fractions) >= 45 and 0.02 <= min(fractions) and max(fractions) <= 0.34, fractions
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05  # unit noise, not the image's normalized value
+    assert not data.batched_loader(parse_args(get_parser(), ["--reprob", "0.25", "--workers", "0"]),
+                                   torch.device("cpu"))  # a per-image op: the per-image loader
+    assert presets.DEIT["reprob"] == 0.25 and "reprob" not in presets.TABLE6  # Table 6: random erasing 0
 
 
 def lamb_by_hand(p, grads, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):

@@ -214,7 +214,7 @@ def test_every_augmentation_flag_reaches_the_images_on_the_path_the_run_takes(tm
     for action in group._group_actions + [a for a in p._actions if a.dest == "img_size"]:
         kind = type(action).__name__
         on = [action.option_strings[0]] + ([] if kind in ("_StoreTrueAction", "BooleanOptionalAction") else ["64" if
-                                           action.dest == "img_size" else "0.8" if action.dest in ("mixup", "cutmix") else "9"])
+                                           action.dest == "img_size" else "0.8" if action.dest in ("mixup", "cutmix", "reprob") else "9"])
         argv = ["--workers", "0", "--data-dir", root, *on] + (["--three-augment"] if action.dest == "color_jitter" else [])
         args = flags.parse_args(p, argv)
         args, train_set, _, _, _ = train.load_data(args, p)
@@ -223,4 +223,4 @@ def test_every_augmentation_flag_reaches_the_images_on_the_path_the_run_takes(tm
             if data.batched_loader(args, torch.device(dev)):
                 assert all(type(op) in data.BATCHED_OPS for op in ops), (on, ops)
         tried.append(action.dest)
-    assert {"mixup", "cutmix", "randaug", "three_augment", "color_jitter", "repeated_aug", "img_size"} <= set(tried)
+    assert {"mixup", "cutmix", "randaug", "reprob", "three_augment", "color_jitter", "repeated_aug", "img_size"} <= set(tried)

@@ -137,7 +137,7 @@ def load_checkpoint(path, args):
 # epoch the position in the data order (samples consumed per process) would be wrong. Every other
 # difference (lr, schedule, EMA, workers, device, ...) is printed and applies from the resumed step
 # on; schedule flags rebuild the learning-rate curve at the current step.
-EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "three_augment", "color_jitter", "repeated_aug",
+EPOCH_FLAGS = {"batch_size", "data", "img_size", "seed", "randaug", "reprob", "three_augment", "color_jitter", "repeated_aug",
                "cpu_loader", "val_labels", "val_subset"}
 # --size is not compared itself: it is a name for --embed-dim, --num-heads and --depth, which are.
 NOT_COMPARED = {"resume", "print_config", "list_presets", "model_img_size", "model_classes", "eval_only",

@@ -301,6 +301,9 @@ def get_parser():
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
     a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
+    a("--reprob", type=below_one, default=0.0, metavar="P", help="random erasing (DeiT's --reprob, timm's pixel "
+      "mode): each training image has one rectangle replaced by N(0, 1) noise after normalization with "
+      "probability P, e.g. 0.25; 0 = off")
     a("--three-augment", action=argparse.BooleanOptionalAction, default=False, help="DeiT III's "
       "simple random crop + 3-Augment (grayscale / solarize / blur, then --color-jitter) for training")
     a("--color-jitter", type=non_negative, default=0.3, help="--three-augment: brightness, contrast and "
