@@ -297,13 +297,16 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     runs = tmp_path / "runs"
     fake_run(runs, "vit", 0, 33.0, model="vit")
     fake_run(runs, "bvit", 0, 25.0, {4: 20.0, 8: 25.0, 16: 10.0, 32: 2.0})
-    readme = tmp_path / "README.md"
+    (tmp_path / "docs").mkdir()
+    readme = tmp_path / "docs" / "results.md"  # the results page (--results docs/results.md)
     readme.write_text("intro\n<!-- mini-table -->\nold table\n<!-- /mini-table -->\nprose\n"
                       "<!-- mini-verdicts -->\nold verdicts\n<!-- /mini-verdicts -->\n"
                       "<!-- moe-table -->\nold\n<!-- /moe-table -->\nend\n")
     summarize_mini.main(str(runs), str(readme))
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n<!-- mini-table -->\nTop-1 (%)") and text.endswith("end\n")
+    if os.path.exists(runs / "depth.png"):  # (matplotlib installed) the figure beside the page, in docs/
+        assert (tmp_path / "docs" / "mini_depth.png").exists() and not (tmp_path / "docs" / "docs").exists()
     table = text.split("<!-- mini-table -->")[1].split("<!-- /mini-table -->")[0]
     assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
     assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
@@ -317,7 +320,7 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     assert e.value.code == 2 and "bvit seed 1 ran shortened" in capsys.readouterr().err
     assert readme.read_text() == before
     shutil.rmtree(runs / "bvit" / "seed1")
-    docs = tmp_path / "models.md"  # the comparison table in another file (--docs), the others in README
+    docs = tmp_path / "models.md"  # the comparison table in another file (--docs), the others in --results
     docs.write_text("x\n<!-- moe-table -->\n<!-- /moe-table -->\n")
     readme.write_text("<!-- mini-table -->\n<!-- /mini-table -->\n<!-- mini-verdicts -->\n<!-- /mini-verdicts -->\n")
     summarize_mini.main(str(runs), str(readme), str(docs))
@@ -431,9 +434,9 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
         gpu_line("vit", 0, 56.0), gpu_line("vit", 1, 57.0), gpu_line("bvit", 0, 52.0), gpu_line("bvit", 1, 51.0)]))
     new = tmp_path / "new.jsonl"
     new.write_text(json.dumps(gpu_line("bvit", 0, 99.0)) + "\n" + json.dumps(gpu_line("bvit-ds", 0, 50.0)) + "\n")
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "results.md"
     readme.write_text("a\n<!-- gpu-table -->\nold\n<!-- /gpu-table -->\nb\n<!-- gpu-verdicts -->\nold\n<!-- /gpu-verdicts -->\n")
-    assert summarize_gpu.main([str(results), "--add", str(new), "--readme", str(readme)]) == 0
+    assert summarize_gpu.main([str(results), "--add", str(new), "--results", str(readme)]) == 0
     saved = [json.loads(ln) for ln in (results / "results.jsonl").read_text().splitlines()]
     assert [(ln["arm"], ln["seed"]) for ln in saved][-1] == ("bvit-ds", 0) and len(saved) == 5  # bvit 0 kept once
     text = readme.read_text()
@@ -447,11 +450,11 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps(gpu_line("vit-narrow", 0, 40.0, max_steps=2)) + "\n")
     before = readme.read_text()
-    assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--readme", str(readme)]) == 2
+    assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--results", str(readme)]) == 2
     assert readme.read_text() == before and "shortened" in capsys.readouterr().err
     assert summarize_gpu.main([str(results), "--add", str(short)]) == 0  # a dry run's line is never kept
     assert len((results / "results.jsonl").read_text().splitlines()) == 5
-    assert summarize_gpu.main([str(tmp_path / "nowhere"), "--readme", str(readme)]) == 2
+    assert summarize_gpu.main([str(tmp_path / "nowhere"), "--results", str(readme)]) == 2
     assert readme.read_text() == before and "does not exist" in capsys.readouterr().err
 
 
@@ -676,9 +679,9 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
         "global": arm(200, 20e6, 10.0), "scale": arm(500, 20e6, 10.0), "none": arm(1000, 20e6, 10.0),
         "unlooped": arm(490, 11e6, 25.0)}}}))
     monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)  # no checkpoint to draw from
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "results.md"
     readme.write_text("# x\n<!-- loopvae-claims -->\nold\n<!-- /loopvae-claims -->\nprose\n")
-    summarize_loopvae.main([str(root), "--readme", str(readme)])
+    summarize_loopvae.main([str(root), "--results", str(readme)])
     rows = {ln.split(" | ")[0][2:4]: ln for ln in readme.read_text().splitlines() if ln.startswith("| ")}
     claims = [ln for ln in readme.read_text().splitlines() if ln.startswith("| 1. sharing")]
     assert "CNN core" in claims[0] and "Transformer core, ImageNet-256" in claims[0]  # what each side measured
@@ -714,7 +717,7 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
 
 
 def marked_block(text, name):
-    """What a summarizer wrote between `text`'s <!-- name --> markers (summarize_mini.update_readme)."""
+    """What a summarizer wrote between `text`'s <!-- name --> markers (summarize_mini.write_blocks)."""
     return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
 
 
@@ -793,10 +796,10 @@ def test_the_second_regimes_claims_come_out_either_way(tmp_path, agree):
     assert [r[3] for r in rows] == ["agree" if agree else "disagree"] * 4, rows
     assert ("8 of 8 deletions cost less" if agree else "0 of 8 deletions cost less, 8 more") in rows[2][2]
     assert ("46 of 46 permutations lower" if agree else "44 of 46 permutations lower") in rows[3][2]
-    readme, docs = tmp_path / "README.md", tmp_path / "models.md"
+    readme, docs = tmp_path / "results.md", tmp_path / "models.md"
     readme.write_text("<!-- teacher-claims -->\nold\n<!-- /teacher-claims -->\n")
     docs.write_text("x\n<!-- teacher-details -->\n<!-- /teacher-details -->\ny\n")
-    st.main([str(tmp_path), "--no-measure", "--readme", str(readme), "--docs", str(docs)])
+    st.main([str(tmp_path), "--no-measure", "--results", str(readme), "--docs", str(docs)])
     text = (tmp_path / "teacher.md").read_text()
     assert "| `revit-e4+feature-only` | 2 |" in text and "not ADE20k or NYUv2" in text
     assert rows[0][1] in readme.read_text() and "Seeds: vit 2, revit-e1+feature-only 2" in readme.read_text()
