@@ -49,14 +49,14 @@ PRESETS["c100-odevit-blackbox-euler-12"] = (
 PRESETS = {name: (what, {**CIFAR, **flags}) for name, (what, flags) in PRESETS.items()}
 
 # README's first run, the one that fits a laptop: a bViT (one block x 6 steps, D=128) for 300 steps of 64 on
-# CIFAR-100 on the CPU (2 min 46 s alone on 2 cores; README "Short CPU runs").
+# CIFAR-100 on the CPU (2 min 46 s alone on 2 cores; README "The first run").
 FIRST = dict(model="bvit", data="cifar100", embed_dim=128, num_heads=4, patch_size=4, depth=6, batch_size=64,
              max_steps=300, device="cpu")
 PRESETS = {"cpu-first-bvit": ("README's first run: bViT D=128, one block x 6 steps, 300 steps of 64 on CIFAR-100, "
                               "on a CPU", FIRST), **PRESETS}  # (listed first: the run a laptop starts with)
 
-# CPU-scale CIFAR-100 protocol ("mini"). Chosen for time to accuracy on 2 CPU cores (NOTES.md
-# "Mini protocol" lists what was tried): a small ViT (D=96, 3 heads, patch 8: 16 tokens, so 3.8x
+# CPU-scale CIFAR-100 protocol ("mini"). Chosen for time to accuracy on 2 CPU cores (docs/presets.md
+# "the mini protocol (issue 11), what was tried"): a small ViT (D=96, 3 heads, patch 8: 16 tokens, so 3.8x
 # the images/s of patch 4, which buys 10 epochs instead of 3 in the same time), 8 block applications
 # (so that Euler, Heun and RK4 all fit 8 block evaluations), batch 128, a warmup of half an epoch
 # and a cosine decay to ~0, crop + flip only (the batched loader: --workers 0), label smoothing, no
@@ -150,7 +150,7 @@ PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags
 # The structured-init claims (issue 50) where a 3x3 prior is local and against the paper's baseline: the mini
 # recipe at patch 4, an 8 x 8 grid of patches (the paper's small-dataset runs: 14 x 14 at 224 px; its earlier
 # version 16 x 16 at 32 px; patch 8's 4 x 4 grid is nearly covered by one 3 x 3 window), D=96 in 3 heads of 32
-# (the structured init puts every head on its offset at head_dim 32 on this grid, NOTES.md), 8 untied blocks.
+# (the structured init puts every head on its offset at head_dim 32 on this grid, docs/models.md), 8 untied blocks.
 # Every arm on the paper's base init, PyTorch's defaults (--init-base pytorch; its commands pass
 # weight_init=skip), so the "pytorch" arm is its default-init baseline and the others differ only in the
 # attention. 65 tokens cost 4.3x patch 8's 17 per image, so 2 epochs instead of 10 (our choice: the whole
@@ -287,7 +287,7 @@ LOOPVAE_ARMS = {"global": ("global sharing: one 4-block core for every scale and
                 "unlooped": ("the unlooped hierarchy: one pass per scale, 4 blocks per scale (12 stored blocks, "
                              "12 applications)", dict(share="scale", loops=[1, 1, 1])),
                 # Table 2's operator: the Transformer core (4 heads of 8, 8 x 8 windows at the two finest scales,
-                # loopvae.py's defaults); ~1.5x a CNN arm's step on the CPU (NOTES.md, 2026-12-01)
+                # loopvae.py's defaults); ~1.5x a CNN arm's step on the CPU (docs/presets.md, 2026-12-01)
                 "vit-global": ("global sharing, Transformer core (4 stored blocks)",
                                dict(share="global", loops=[1, 2, 4], operator="vit")),
                 "vit-none": ("no sharing, Transformer core (28 stored blocks)",
@@ -339,16 +339,16 @@ PAPER["in256-loopvae-cnn-gan"] = "ImageNet-256 (Table 1): rFID 0.28, PSNR 32.54 
 PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, PSNR 32.54 dB, LPIPS 0.048, SSIM 0.91; "
                               "no Stage-1 number")
 
-# What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (README
-# "Results"). Measured figures are README's, as written there: the c100-mini-* wall minutes of the
+# What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (docs/results.md).
+# Measured figures are docs/results.md's, as written there: the c100-mini-* wall minutes of the
 # mini table (CPU-2 AMD EPYC, 2026-11-30, two runs side by side with one thread each, so slower than
-# one run alone: c100-mini-srvit-r1 took about 8 min alone on the Intel Xeon, NOTES.md 2026-12-01);
+# one run alone: c100-mini-srvit-r1 took about 8 min alone on the Intel Xeon, docs/reproduce.md 2026-12-01);
 # reViT's comparison arms have only training minutes ("train"; a third run shared the cores for part
-# of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": README's ImageNet
+# of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": docs/presets.md's ImageNet
 # GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
 TIMES = {name: ("?", "?") for name in PRESETS}
 TIMES["cpu-first-bvit"] = ("4.2 min alone", "?")  # README's first run alone on the cores: 254 s wall on the AMD EPYC
-# (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README)
+# (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README's first run)
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 45.5,
                  "revit-e4": 28.6, "srvit-r1": 13.4, "srvit-r2": 23.6}

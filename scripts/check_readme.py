@@ -5,15 +5,15 @@
     python scripts/check_readme.py --all                 # also the SR-ViT / init table (~5 more minutes)
     python scripts/check_readme.py --readme README.md    # and write the new values, commit and CPU back
 
-The numbers live in README.md ("Short CPU runs") and in docs/models.md (reViT's 300-step tables,
-the SR-ViT / init table): FILES says which section is in which file, Run.file where each command
-is. Each run's command is read from that file itself (the code line after its anchor), with the data
+The numbers live in README.md (the first run), docs/results.md ("Short CPU runs") and docs/models.md
+(reViT's 300-step tables, the SR-ViT / init table): FILES says which section is in which file, Run.file
+where each command is. Each run's command is read from that file itself (the code line after its anchor), with the data
 folder (--data, else $RVITS_DATA, else ../shared/data) and a fresh output folder under --work put in.
 The runs go one after another (each gets both cores); a finished run is kept (WORK/NAME/check.json)
 and reused by the next call with the same command, so an interrupted check continues where it
 stopped. Prints, and writes to WORK/check_readme.md, one line per number: where it is,
 the written value, the re-measured value and the difference, then the commit and CPU of the run.
-Another CPU model, or another torch, can change the last digits and more (README, "Results": the
+Another CPU model, or another torch, can change the last digits and more (docs/results.md: the
 same run gives 28.12 on one CPU model and 29.77 on another), so a difference is a finding to
 record, not by itself a bug. With --readme README.md, each number's cell gets the new value and
 each run's provenance lines (`<!-- check:NAME -->` lines) the commit, CPU model, cores, processes
@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
 
-README, MODELS = "README.md", os.path.join("docs", "models.md")  # relative to README's folder
+README = "README.md"  # the first run; the other files relative to README's folder:
+RESULTS, MODELS = os.path.join("docs", "results.md"), os.path.join("docs", "models.md")
 
 
 class Run:
@@ -97,16 +98,13 @@ def provenance(where):
 # (run, section heading text, the row's first cell, the column's header, value: fn(log.jsonl
 # records, wall seconds, where it ran: {commit, cpu, cores, processes, date}) -> the cell's text).
 # A section is the text from its heading to the next heading; its table is the first one holding the row.
-SHORT = "Short CPU runs"
+FIRST, SHORT = "The first run", "Short CPU runs"
 BVIT_ROW = "bViT D=128 h=4 p=4, 6 steps (0.23 M params)"
 REVIT = "reViT: one block, depth-programmed FFN experts"
 SRVIT = "SR-ViT and attention inits"
-FILES = {SHORT: README, REVIT: MODELS, SRVIT: MODELS}  # the file each section is in
-CELLS = [
-    ("bvit-300", SHORT, BVIT_ROW, "top-1", final("val_acc1")),
-    ("bvit-300", SHORT, BVIT_ROW, "top-5", final("val_acc5")),
-    ("bvit-300", SHORT, BVIT_ROW, "wall time", wall),
-    ("bvit-300", SHORT, BVIT_ROW, "hardware", hardware),
+FILES = {FIRST: README, SHORT: RESULTS, REVIT: MODELS, SRVIT: MODELS}  # the file each section is in
+FIRST_RUN = [("top-1", final("val_acc1")), ("top-5", final("val_acc5")), ("wall time", wall), ("hardware", hardware)]
+CELLS = [("bvit-300", where, BVIT_ROW, column, fn) for where in (FIRST, SHORT) for column, fn in FIRST_RUN] + [
     ("bvit-300-ddp", SHORT, "same, DDP", "top-1", final("val_acc1")),
     ("bvit-300-ddp", SHORT, "same, DDP", "top-5", final("val_acc5")),
     ("bvit-300-ddp", SHORT, "same, DDP", "wall time", wall),
@@ -153,13 +151,17 @@ def cells_of(line):
 
 
 def section(lines, heading):
-    """(first, end) line indices of the section whose heading contains `heading`."""
-    starts = [i for i, line in enumerate(lines) if line.startswith("#") and heading in line
-              and not line.startswith("#!")]
+    """(first, end) line indices of the section whose heading contains `heading` (a `# ...` line in a
+    code block is a comment, not a heading)."""
+    fenced, headings = False, []
+    for i, line in enumerate(lines):
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            headings.append(i)
+    starts = [i for i in headings if heading in lines[i]]
     if not starts:
         raise ReadmeError(f"no heading containing {heading!r}")
-    end = next((i for i in range(starts[0] + 1, len(lines)) if re.match(r"#{1,6} ", lines[i])), len(lines))
-    return starts[0], end
+    return starts[0], next((i for i in headings if i > starts[0]), len(lines))
 
 
 def locate(lines, heading, row, column):

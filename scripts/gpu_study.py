@@ -1,10 +1,10 @@
 """The CIFAR-100 study at GPU scale (c100-gpu-*): every run without a result, within one GPU window.
 
-scripts/gpu_study.sh is the command; README "CIFAR-100 on one GPU" shows the outcome.
+scripts/gpu_study.sh is the command; docs/results.md "CIFAR-100 on one GPU" shows the outcome.
 
     bash scripts/gpu_study.sh                  # on the GPU machine (gpu_data/ carried), OUT set there
     bash scripts/gpu_study.sh --dry-run        # any CPU, every arm shrunk to a few steps (test suite)
-    python scripts/summarize_gpu.py --add OUT/results.jsonl --readme README.md   # back here, after
+    python scripts/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # back here, after
 
 What it does, in order:
 1. Reads the finished runs: results/gpu/results.jsonl (committed; one line per run) and

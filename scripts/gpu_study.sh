@@ -2,7 +2,7 @@
 # The CIFAR-100 study at GPU scale, one GPU window at a time (scripts/gpu_study.py says what it does):
 #   cp -r ../shared/data/cifar-100-device gpu_data/    # here, once (gpu_data/ is git-ignored)
 #   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash scripts/gpu_study.sh     (OUT is set there)
-#   then here:  python scripts/summarize_gpu.py --add <fetched OUT>/results.jsonl --readme README.md
+#   then here:  python scripts/summarize_gpu.py --add <fetched OUT>/results.jsonl --results docs/results.md
 #   bash scripts/gpu_study.sh --dry-run    # any CPU: every arm shrunk to a few steps (tests/test_reproduce.py)
 # On the GPU machine CIFAR-100 is unpacked from gpu_data/cifar-100-device first, as gpu_run.sh does.
 # Environment: see scripts/gpu_study.py (OUT, WORK, GPU_DATA, BUDGET_S, SEEDS, ARMS, JOBS, RESULTS).

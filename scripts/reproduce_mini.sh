@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU-scale CIFAR-100 study: every c100-mini-* arm (presets.py) for each seed, then
-# runs/mini/summary.md and figures (scripts/summarize_mini.py). README "Results" shows the outcome.
+# runs/mini/summary.md and figures (scripts/summarize_mini.py). docs/results.md shows the outcome.
 #
 #     bash scripts/reproduce_mini.sh                       # all arms, SEEDS="0 1", 2 runs at a time
 #     SEEDS=0 ARMS="vit bvit" bash scripts/reproduce_mini.sh

@@ -1,7 +1,7 @@
 """Summarize anytime inference on the CPU-scale study's checkpoints (issue 40): RUNS/anytime.md and a figure.
 
     bash scripts/reproduce_mini.sh        # (or ARMS="vit bvit bvit-ds revit-e4 revit-e4-elastic srvit-r2 odevit-euler")
-    python scripts/summarize_anytime.py runs/mini [--readme README.md]
+    python scripts/summarize_anytime.py runs/mini [--results docs/results.md]
 
 For each finished run of ARMS it runs (once; cached in the run's folder) `analyze.py --anytime --out-dir
 RUN --num-images N` and `bench.py --only anytime --anytime RUN` (bench_anytime.json), then writes a table
@@ -28,7 +28,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import combine, finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler"]  # reViT: its elastic variant (A.2)
 RECURRENT = ARMS[1:]
@@ -158,7 +158,8 @@ def figure(runs, root):
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
-    cli.add_argument("--readme", help="write the claims and the table between README's <!-- anytime --> markers")
+    cli.add_argument("--results", metavar="FILE", help="write the claims and the table between this file's "
+                     "<!-- anytime --> markers (docs/results.md)")
     cli.add_argument("--num-images", type=int, default=10000, help="test images per analysis (10000: all of CIFAR-100's)")
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
@@ -177,9 +178,9 @@ def main(argv=None):
     with open(os.path.join(a.runs, "anytime.md"), "w") as f:
         f.write("# Anytime inference at CPU scale\n\n" + block + "\n")
     figure(runs, a.runs)
-    if a.readme:
-        update_readme(a.readme, {"anytime": block}, a.runs, prefix="mini", tool="summarize_anytime.py",
-                      figures=("anytime",))
+    if a.results:
+        write_blocks(a.results, {"anytime": block}, a.runs, prefix="mini", tool="summarize_anytime.py",
+                     figures=("anytime",))
     print(block)
 
 

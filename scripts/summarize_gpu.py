@@ -1,7 +1,7 @@
 """Summarize the CIFAR-100 study at GPU scale (scripts/gpu_study.sh): a table and a verdict per claim.
 
     python scripts/summarize_gpu.py                                   # results/gpu -> results/gpu/summary.md
-    python scripts/summarize_gpu.py --add OUT/results.jsonl --readme README.md   # after a GPU window
+    python scripts/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # after a GPU window
 
 Reads RESULTS/results.jsonl (committed: one line per finished run, written by gpu_study.sh) and,
 with --add FILE, a window's new lines, which it appends to RESULTS/results.jsonl (a run already
@@ -14,7 +14,7 @@ that window (FILE's folder's concurrency.jsonl) to RESULTS/concurrency.jsonl. Wr
 - one verdict per claim, by the mini study's rules (scripts/summarize_mini.py `verdict`: a
   difference counts only beyond the seed spread);
 - OUT/depth.png (top-1 vs evaluation depth) and OUT/gates.png when matplotlib is installed.
---readme README.md puts both tables between README's <!-- gpu-table --> / <!-- gpu-verdicts -->
+--results docs/results.md puts both tables between that page's <!-- gpu-table --> / <!-- gpu-verdicts -->
 markers and copies the figures to docs/gpu_*.png. Standard library only (matplotlib optional).
 """
 import argparse
@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_study import ARMS  # noqa: E402
-from summarize_mini import CLAIMS, MOE_CLAIMS, claims_table, figures, fmt, noise_floor, update_readme  # noqa: E402
+from summarize_mini import CLAIMS, MOE_CLAIMS, claims_table, figures, fmt, noise_floor, write_blocks  # noqa: E402
 
 # The mini study's claims, same arm names; only the init claim differs: the GPU recipe trains with
 # the default (timm) init, so its arm with the structured init is the one that should win.
@@ -105,7 +105,8 @@ def main(argv=None):
     p.add_argument("--add", metavar="FILE", help="a window's results.jsonl (OUT of gpu_study.sh) to add")
     p.add_argument("--out", help="where summary.md and the figures go (default: the results folder)")
     p.add_argument("--no-save", action="store_true", help="with --add: do not append to RESULTS/results.jsonl")
-    p.add_argument("--readme", help="also write the tables into this README between its markers")
+    p.add_argument("--results", metavar="FILE", dest="page",
+                   help="also write the tables into this file between its markers (docs/results.md)")
     a = p.parse_args(argv)
     path = os.path.join(a.results, "results.jsonl")
     if not os.path.isdir(a.results) or (a.add and not os.path.isfile(a.add)):
@@ -122,9 +123,9 @@ def main(argv=None):
             keep.add((r["arm"], r["seed"]))
             added.append(r)
     shortened = [r for r in new if not protocol(r)]
-    if a.readme and shortened:
-        sys.stderr.write("summarize_gpu.py: error: --readme: a result ran shortened (--max-steps/--val-subset, "
-                         "e.g. a --dry-run), not the protocol; nothing was added and README keeps its tables\n")
+    if a.page and shortened:
+        sys.stderr.write("summarize_gpu.py: error: --results: a result ran shortened (--max-steps/--val-subset, "
+                         f"e.g. a --dry-run), not the protocol; nothing was added and {a.page} keeps its tables\n")
         return 2
     if added and not a.no_save:
         with open(path, "a") as f:
@@ -141,8 +142,8 @@ def main(argv=None):
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text)
     figures(runs, out, title="c100-gpu: accuracy beyond the training horizon")
-    if a.readme:
-        update_readme(a.readme, blocks, out, prefix="gpu", tool="summarize_gpu.py")
+    if a.page:
+        write_blocks(a.page, blocks, out, prefix="gpu", tool="summarize_gpu.py")
     print(text + (f"\n{len(added)} new run(s) added to {path}" if added and not a.no_save else ""))
     return 0
 

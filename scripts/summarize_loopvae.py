@@ -2,7 +2,7 @@
 claims (arXiv 2609.11516) measured on the c100-mini-loopvae-* arms, RUNS/summary.md and figures.
 
     python scripts/summarize_loopvae.py runs/mini-loopvae
-    python scripts/summarize_loopvae.py runs/mini-loopvae --readme README.md --docs docs/models.md
+    python scripts/summarize_loopvae.py runs/mini-loopvae --results docs/results.md --docs docs/models.md
 
 Reads RUNS/loopvae-<arm>/seed<k>/{log.jsonl, done.json, ckpt.pt} (finished runs only). What it
 measures on the way is kept, so a second call only reads it again:
@@ -13,7 +13,7 @@ measures on the way is kept, so a second call only reads it again:
 Writes RUNS/summary.md (one row per claim: the paper's figure, ours as mean ± half the spread over
 seeds, a verdict under summarize_mini.verdict's noise rules; then the details), RUNS/prefix.png
 (PSNR vs passes kept, per stage and arm) and RUNS/recon.png (validation images: original, the full
-schedule, truncated stages) when matplotlib is installed. --readme / --docs put the claim table /
+schedule, truncated stages) when matplotlib is installed. --results / --docs put the claim table /
 the details between the files' <!-- loopvae-claims --> / <!-- loopvae-details --> markers and copy
 the figures to docs/loopvae_prefix.png and docs/loopvae_recon.png.
 """
@@ -27,7 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import fmt, stats, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import fmt, stats, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
 
 ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
@@ -365,7 +365,8 @@ def recon_grid(run, root, plt, n=8):
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini-loopvae")
-    cli.add_argument("--readme", help="write the claim table into this file between <!-- loopvae-claims --> markers")
+    cli.add_argument("--results", metavar="FILE", help="write the claim table into this file between "
+                     "<!-- loopvae-claims --> markers (docs/results.md)")
     cli.add_argument("--docs", help="write the details into this file between <!-- loopvae-details --> markers")
     cli.add_argument("--num-images", type=int, default=256, help="validation images of the loop interventions")
     cli.add_argument("--no-ledger", action="store_true", help="skip the cost ledger (bench.py)")
@@ -386,12 +387,12 @@ def main(argv=None):
         f.write(text)
     figures(runs, a.runs)
     short = [f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs if r["shortened"]]
-    if (a.readme or a.docs) and short:
-        fail(f"--readme/--docs: {', '.join(short)} ran shortened (--max-steps/--val-subset); the files keep their tables")
-    for path, name in ((a.readme, "loopvae-claims"), (a.docs, "loopvae-details")):
+    if (a.results or a.docs) and short:
+        fail(f"--results/--docs: {', '.join(short)} ran shortened (--max-steps/--val-subset); the files keep their tables")
+    for path, name in ((a.results, "loopvae-claims"), (a.docs, "loopvae-details")):
         if path:
-            update_readme(path, {name: blocks[name]}, a.runs, prefix="loopvae", tool="summarize_loopvae.py",
-                          figures=("prefix", "recon") if path == a.readme else ())  # (into README's docs/)
+            write_blocks(path, {name: blocks[name]}, a.runs, prefix="loopvae", tool="summarize_loopvae.py",
+                     figures=("prefix", "recon") if path == a.results else ())  # (into the repository's docs/)
     print(text)
 
 

@@ -1,7 +1,7 @@
 """Summarize the CPU-scale CIFAR-100 study (scripts/reproduce_mini.sh): RUNS/summary.md and figures.
 
     python scripts/summarize_mini.py runs/mini
-    python scripts/summarize_mini.py runs/mini --readme README.md --docs docs/models.md   # also the tables
+    python scripts/summarize_mini.py runs/mini --results docs/results.md --docs docs/models.md   # also the tables
 
 
 Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
@@ -154,7 +154,7 @@ def noise_floor(runs):
 
 # The same run (c100-mini-srvit-r1, seed 0, code of commit 7cace80, one thread) on two CPU models: top-1 %.
 # Other CPUs round differently (other SIMD kernels), and 3,900 steps carry the difference as far as a
-# new seed would. Part of the noise of every verdict (README, "CIFAR-100 at CPU scale").
+# new seed would. Part of the noise of every verdict (docs/results.md, "CIFAR-100 at CPU scale").
 CROSS_CPU = {"AMD EPYC (CPU-2, 2026-11-30)": 28.12, "Intel Xeon (2026-12-01, measured twice)": 29.77}
 HARDWARE_NOISE = max(CROSS_CPU.values()) - min(CROSS_CPU.values())
 
@@ -212,7 +212,7 @@ def claims_table(claims, runs, floor, hardware=0.0):
 
 def summary(runs):
     """summary.md's blocks: {"mini-table", "mini-verdicts", "moe-table"} -> markdown (the names of
-    README's markers). The study table holds every arm but the comparison-only ones of MOE."""
+    docs/results.md's markers). The study table holds every arm but the comparison-only ones of MOE."""
     floor = noise_floor(runs)
     study = {arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}
     rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
@@ -329,29 +329,32 @@ def finished_runs(root, arms, cached):
     return runs
 
 
-def update_readme(path, blocks, root, prefix="mini", tool="summarize_mini.py", figures=("depth", "gates")):
-    """Put each block of `summary` between README's <!-- NAME --> and <!-- /NAME --> markers and
-    copy the figures ROOT/FIG.png to docs/PREFIX_FIG.png next to it. The prose around them is for a
-    person to update."""
-    readme = open(path).read()
+def write_blocks(path, blocks, root, prefix="mini", tool="summarize_mini.py", figures=("depth", "gates")):
+    """Put each block of `blocks` ({name: markdown}) between the <!-- NAME --> and <!-- /NAME -->
+    markers of the file at `path` (docs/results.md, the results page; docs/models.md for the details)
+    and copy the figures ROOT/FIG.png to PREFIX_FIG.png in the repository's docs/ folder: the file's
+    own folder when it is docs/, else docs/ beside the file. The prose around the markers is for a
+    person to update. Exits 2 with one line when the file lacks a block's markers."""
+    text = open(path).read()
     for name, block in blocks.items():
         head, tail = f"<!-- {name} -->", f"<!-- /{name} -->"
-        if head not in readme or tail not in readme:
-            sys.stderr.write(f"{tool}: error: --readme {path} has no {head} ... {tail} markers\n")
+        if head not in text or tail not in text:
+            sys.stderr.write(f"{tool}: error: --results {path} has no {head} ... {tail} markers\n")
             sys.exit(2)
-        before, rest = readme.split(head, 1)
-        readme = before + head + "\n" + block.strip() + "\n" + tail + rest.split(tail, 1)[1]
+        before, rest = text.split(head, 1)
+        text = before + head + "\n" + block.strip() + "\n" + tail + rest.split(tail, 1)[1]
     with open(path, "w") as f:
-        f.write(readme)
-    docs = os.path.join(os.path.dirname(os.path.abspath(path)), "docs")
+        f.write(text)
+    here = os.path.dirname(os.path.abspath(path))
+    docs = here if os.path.basename(here) == "docs" else os.path.join(here, "docs")
     for fig in figures:
         if os.path.exists(os.path.join(root, f"{fig}.png")):
             os.makedirs(docs, exist_ok=True)
             shutil.copy(os.path.join(root, f"{fig}.png"), os.path.join(docs, f"{prefix}_{fig}.png"))
 
 
-def main(root, readme=None, docs=None, only=None):
-    """Summarize ROOT; with `readme` (and `docs`) write the blocks there, or only the blocks named in `only`
+def main(root, results=None, docs=None, only=None):
+    """Summarize ROOT; with `results` (and `docs`) write the blocks there, or only the blocks named in `only`
     (e.g. ["moe-table"]: a folder holding one study's arms, whose other tables would be partial)."""
     if not os.path.isdir(root):
         sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
@@ -371,27 +374,28 @@ def main(root, readme=None, docs=None, only=None):
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write(text)
     figures({arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}, root)
-    if readme:
+    if results:
         short = sorted(f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs
                        if r["max_steps"] or r["val_subset"])
         if short:
-            sys.stderr.write(f"summarize_mini.py: error: --readme: {', '.join(short[:3])}{' ...' if len(short) > 3 else ''}"
-                             f" ran shortened (--max-steps/--val-subset), not the protocol; README keeps its tables\n")
+            sys.stderr.write(f"summarize_mini.py: error: --results: {', '.join(short[:3])}{' ...' if len(short) > 3 else ''}"
+                             f" ran shortened (--max-steps/--val-subset), not the protocol; {results} keeps its tables\n")
             sys.exit(2)
-        # each block goes to --docs when that file holds its markers, else to README (which says when it lacks them)
+        # each block goes to --docs when that file holds its markers, else to --results (which says when it lacks them)
         in_docs = {k for k in blocks if docs and f"<!-- {k} -->" in open(docs).read()}
-        update_readme(readme, {k: v for k, v in blocks.items() if k not in in_docs}, root)
+        write_blocks(results, {k: v for k, v in blocks.items() if k not in in_docs}, root)
         if in_docs:
-            update_readme(docs, {k: blocks[k] for k in in_docs}, root, figures=())
+            write_blocks(docs, {k: blocks[k] for k in in_docs}, root, figures=())
     print(text)
 
 
 if __name__ == "__main__":
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
-    cli.add_argument("--readme", help="also write the tables into this README between its markers")
-    cli.add_argument("--docs", help="with --readme: a file holding some of the markers (docs/models.md: the moe-table)")
-    cli.add_argument("--blocks", help="with --readme: write only these comma-separated blocks (mini-table, "
+    cli.add_argument("--results", metavar="FILE", help="also write the tables into this file between its markers "
+                     "(docs/results.md)")
+    cli.add_argument("--docs", help="with --results: a file holding some of the markers (docs/models.md: the moe-table)")
+    cli.add_argument("--blocks", help="with --results: write only these comma-separated blocks (mini-table, "
                      "mini-verdicts, moe-table), e.g. moe-table for a folder of reViT's arms alone")
     a = cli.parse_args()
-    main(a.runs, a.readme, a.docs, a.blocks.split(",") if a.blocks else None)
+    main(a.runs, a.results, a.docs, a.blocks.split(",") if a.blocks else None)

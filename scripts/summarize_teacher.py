@@ -2,7 +2,7 @@
 final features alone, read by frozen probes and by their alignment with the teacher; RUNS/teacher.md.
 
     ARMS="vit revit-e1+feature-only revit-e4+feature-only" bash scripts/reproduce_mini.sh
-    python scripts/summarize_teacher.py runs/mini [--readme README.md --docs docs/models.md]
+    python scripts/summarize_teacher.py runs/mini [--results docs/results.md --docs docs/models.md]
 
 Reads RUNS/{vit, revit-e1+feature-only, revit-e4+feature-only}/seed<k>/ (finished runs: done.json) and
 measures on the way, cached in each run's folder (a second call only reads):
@@ -17,7 +17,7 @@ The four claims (written before the runs, judged by summarize_mini.verdict's noi
     displacement (a deletion "costs less" when its CKA is above the random draws' mean by more than
     their standard deviation, "more" when below by more; the majority decides);
 (d) every non-identity permutation of E=4's gate columns reduces the teacher CKA (by more than 1e-4).
-Writes RUNS/teacher.md; --readme / --docs put the claims / the per-arm table (probes, alignment) between the
+Writes RUNS/teacher.md; --results / --docs put the claims / the per-arm table (probes, alignment) between the
 files' <!-- teacher-claims --> / <!-- teacher-details --> markers.
 """
 import argparse
@@ -29,7 +29,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from summarize_mini import combine, finished_runs, fmt, table, update_readme, verdict  # noqa: E402  (one set of noise rules)
+from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
 ARMS = [TEACHER, E1, E4]
@@ -137,7 +137,8 @@ def probe_table(runs):
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
-    cli.add_argument("--readme", help="write the claims between README's <!-- teacher-claims --> markers")
+    cli.add_argument("--results", metavar="FILE", help="write the claims between this file's <!-- teacher-claims --> "
+                     "markers (docs/results.md)")
     cli.add_argument("--docs", help="write the per-arm table between this file's <!-- teacher-details --> markers")
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
@@ -160,10 +161,10 @@ def main(argv=None):
     block = "\n\n".join(blocks.values())
     with open(os.path.join(a.runs, "teacher.md"), "w") as f:
         f.write("# reViT's second regime at CPU scale\n\n" + block + "\n")
-    for path, name in ((a.readme, "teacher-claims"), (a.docs, "teacher-details")):
+    for path, name in ((a.results, "teacher-claims"), (a.docs, "teacher-details")):
         if path:
-            update_readme(path, {name: blocks[name]}, a.runs, prefix="teacher", tool="summarize_teacher.py",
-                          figures=())
+            write_blocks(path, {name: blocks[name]}, a.runs, prefix="teacher", tool="summarize_teacher.py",
+                     figures=())
     print(block)
 
 

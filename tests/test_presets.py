@@ -53,7 +53,7 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
         assert line.split()[1] == flags["model"] and " M  " in line, line
         assert f"  {presets.TIMES[name][0]}  " in line and what[:20] in line, line
     by_name = dict(zip(presets.PRESETS, rows))
-    # figures as README measured them (mini table's wall min; the first H200 run) or estimated them
+    # figures as docs/results.md measured them (mini table's wall min; the first H200 run) or estimated them
     assert "0.142 M" in by_name["c100-mini-bvit"] and "  25.7 min, pair  " in by_name["c100-mini-bvit"]
     assert "  3.3 min train  " in by_name["c100-gpu-bvit-ti"] and "  est. 32 h  " in by_name["in1k-revit-b16-e4"]
     assert all(presets.TIMES[n][0] != "?" for n in presets.PRESETS if n.startswith("c100-mini-"))

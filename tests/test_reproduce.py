@@ -297,13 +297,16 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     runs = tmp_path / "runs"
     fake_run(runs, "vit", 0, 33.0, model="vit")
     fake_run(runs, "bvit", 0, 25.0, {4: 20.0, 8: 25.0, 16: 10.0, 32: 2.0})
-    readme = tmp_path / "README.md"
+    (tmp_path / "docs").mkdir()
+    readme = tmp_path / "docs" / "results.md"  # the results page (--results docs/results.md)
     readme.write_text("intro\n<!-- mini-table -->\nold table\n<!-- /mini-table -->\nprose\n"
                       "<!-- mini-verdicts -->\nold verdicts\n<!-- /mini-verdicts -->\n"
                       "<!-- moe-table -->\nold\n<!-- /moe-table -->\nend\n")
     summarize_mini.main(str(runs), str(readme))
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n<!-- mini-table -->\nTop-1 (%)") and text.endswith("end\n")
+    if os.path.exists(runs / "depth.png"):  # (matplotlib installed) the figure beside the page, in docs/
+        assert (tmp_path / "docs" / "mini_depth.png").exists() and not (tmp_path / "docs" / "docs").exists()
     table = text.split("<!-- mini-table -->")[1].split("<!-- /mini-table -->")[0]
     assert "| vit | 1 | 8 |" in table and "| claim |" not in table and "\nprose\n" in text
     assert "| matched FLOPs" in text.split("<!-- mini-verdicts -->")[1]
@@ -317,7 +320,7 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     assert e.value.code == 2 and "bvit seed 1 ran shortened" in capsys.readouterr().err
     assert readme.read_text() == before
     shutil.rmtree(runs / "bvit" / "seed1")
-    docs = tmp_path / "models.md"  # the comparison table in another file (--docs), the others in README
+    docs = tmp_path / "models.md"  # the comparison table in another file (--docs), the others in --results
     docs.write_text("x\n<!-- moe-table -->\n<!-- /moe-table -->\n")
     readme.write_text("<!-- mini-table -->\n<!-- /mini-table -->\n<!-- mini-verdicts -->\n<!-- /mini-verdicts -->\n")
     summarize_mini.main(str(runs), str(readme), str(docs))
@@ -431,9 +434,9 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
         gpu_line("vit", 0, 56.0), gpu_line("vit", 1, 57.0), gpu_line("bvit", 0, 52.0), gpu_line("bvit", 1, 51.0)]))
     new = tmp_path / "new.jsonl"
     new.write_text(json.dumps(gpu_line("bvit", 0, 99.0)) + "\n" + json.dumps(gpu_line("bvit-ds", 0, 50.0)) + "\n")
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "results.md"
     readme.write_text("a\n<!-- gpu-table -->\nold\n<!-- /gpu-table -->\nb\n<!-- gpu-verdicts -->\nold\n<!-- /gpu-verdicts -->\n")
-    assert summarize_gpu.main([str(results), "--add", str(new), "--readme", str(readme)]) == 0
+    assert summarize_gpu.main([str(results), "--add", str(new), "--results", str(readme)]) == 0
     saved = [json.loads(ln) for ln in (results / "results.jsonl").read_text().splitlines()]
     assert [(ln["arm"], ln["seed"]) for ln in saved][-1] == ("bvit-ds", 0) and len(saved) == 5  # bvit 0 kept once
     text = readme.read_text()
@@ -447,11 +450,11 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps(gpu_line("vit-narrow", 0, 40.0, max_steps=2)) + "\n")
     before = readme.read_text()
-    assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--readme", str(readme)]) == 2
+    assert summarize_gpu.main([str(results), "--add", str(short), "--no-save", "--results", str(readme)]) == 2
     assert readme.read_text() == before and "shortened" in capsys.readouterr().err
     assert summarize_gpu.main([str(results), "--add", str(short)]) == 0  # a dry run's line is never kept
     assert len((results / "results.jsonl").read_text().splitlines()) == 5
-    assert summarize_gpu.main([str(tmp_path / "nowhere"), "--readme", str(readme)]) == 2
+    assert summarize_gpu.main([str(tmp_path / "nowhere"), "--results", str(readme)]) == 2
     assert readme.read_text() == before and "does not exist" in capsys.readouterr().err
 
 
@@ -492,10 +495,11 @@ def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cud
 
 def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
     """The quick commands (in README.md and docs/models.md) parse as train.py commands, and every
-    number the check compares is a number in a table of the file FILES names: this fails when the
-    tables or commands move without the check."""
+    number the check compares is a number in a table of the file FILES names (README's first run,
+    docs/results.md's short runs, docs/models.md's tables): this fails when the tables or commands
+    move without the check."""
     docs = {name: check_readme.document(check_readme.path_of(name)) for name in check_readme.files_of(check_readme.RUNS)}
-    assert set(docs) == {"README.md", os.path.join("docs", "models.md")}
+    assert set(docs) == {"README.md", os.path.join("docs", "results.md"), os.path.join("docs", "models.md")}
     for run in check_readme.RUNS:
         argv = check_readme.command(docs[run.file], run, "DATA")
         flags = argv[argv.index("train.py") + 1:]
@@ -516,9 +520,12 @@ def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
 
 def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     """A finished run in WORK is reused (no training here); --readme writes its numbers and provenance
-    into README's cells; a shortened run never goes into README; bad names are one line, exit 2."""
-    readme = tmp_path / "README.md"
+    into the cells of README (the first run) and docs/results.md beside it (the short runs); a shortened
+    run never goes into README; bad names are one line, exit 2."""
+    readme, results = tmp_path / "README.md", tmp_path / "docs" / "results.md"
     shutil.copy(os.path.join(ROOT, "README.md"), readme)
+    (tmp_path / "docs").mkdir()
+    shutil.copy(os.path.join(ROOT, "docs", "results.md"), results)
     lines = readme.read_text().split("\n")
     run = next(r for r in check_readme.RUNS if r.name == "bvit-300")
     argv = check_readme.command(lines, run, str(tmp_path / "data"))
@@ -532,15 +539,18 @@ def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     code = check_readme.main(["--only", "bvit-300", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "work"),
                               "--readme", str(readme)])
     printed = capsys.readouterr().out
-    old = check_readme.cells_of(lines[check_readme.locate(lines, check_readme.SHORT, "bViT D=128", "top-1")[0]])[5]
+    old = check_readme.cells_of(lines[check_readme.locate(lines, check_readme.FIRST, "bViT D=128", "top-1")[0]])[3]
     assert code == 0 and "reused" in printed
     assert f"top-1: written {old}, now 8.50 {8.5 - float(old):+.2f}" in printed
-    text = readme.read_text()
-    assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
-    assert "<!-- check:bvit-300 -->Measured (bvit-300): commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
-           "(`python scripts/check_readme.py --only bvit-300`)." in text
+    text, short = readme.read_text(), results.read_text()
+    assert "| bViT D=128 h=4 p=4, 6 steps (0.23 M params) | 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in text
+    assert "| 2-core CPU, 1 process | 5 min 01 s | 8.50 | 26.25 |" in short
+    for page in (text, short):
+        assert "<!-- check:bvit-300 -->Measured (bvit-300): commit abc1234, Some CPU, 2 cores, 1 process, 2026-12-01 " \
+               "(`python scripts/check_readme.py --only bvit-300`)." in page
     listing = (tmp_path / "work" / "check_readme.md").read_text()
     assert "| bvit-300 | README.md: bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing
+    assert f"| bvit-300 | {os.path.join('docs', 'results.md')}: bViT D=128 h=4 p=4, 6 steps (0.23 M params) / top-1 |" in listing
     assert "| 8.50 |" in listing
     where = {"cores": 2, "processes": 2, "load": 4.1}  # other jobs on the cores: the wall time says so
     assert check_readme.hardware([], 60.0, where) == "2-core CPU, 2 processes, shared: load 4.1"
@@ -568,15 +578,18 @@ def heading_anchors(text):
 
 
 def test_readme_and_docs_links_reach_files_and_headings_that_exist():
-    """Every relative link and image of README.md and docs/*.md names a file of the repository and,
-    after '#', a heading of that file; README keeps CI's test command and stays a front page."""
+    """Every relative link and image of README.md and docs/*.md (inline or `[name]: target`) names a file
+    of the repository and, after '#', a heading of that file; README keeps CI's test command and stays a
+    front page (issue 51): at most 150 lines of at most 160 characters (the provenance lines that
+    check_readme.py writes whole excepted), the file map before line 60, every file it names there."""
     pages = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
                              if f.endswith(".md")]
     assert len(pages) > 5
     broken = []
     for page in pages:
         text = open(os.path.join(ROOT, page), encoding="utf-8").read()
-        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose) + re.findall(r"^\[[^\]]+\]: (\S+)$", prose, re.M):
             if re.match(r"[a-z]+://", target):
                 continue
             file, _, anchor = target.partition("#")
@@ -594,7 +607,15 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
     assert first.splitlines()[0].split("  #")[0].split()[2:4] == pins  # the same versions as requirements.txt
     assert "\nRVITS_DATA=../shared/data python -m pytest -q -n 2\n```" in readme  # .ci/run runs this command
     assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
-    assert readme.count("\n") <= 300  # a front page; the manuals are in docs/
+    lines = readme.split("\n")
+    assert len(lines) <= 150, "a front page; the results are in docs/results.md, the manuals in docs/"
+    long = [i + 1 for i, ln in enumerate(lines) if len(ln) > 160 and not ln.startswith("<!-- check:")]
+    assert not long, f"README lines over 160 characters: {long}"
+    files = lines.index("## The files, in reading order")
+    assert files < 60, "the file map comes before line 60"
+    named = re.findall(r"^\| `([^`]+)`(?:, `([^`]+)`)? \|", "\n".join(lines[files:]), re.M)
+    named = [name for pair in named for name in pair if name]
+    assert len(named) > 15 and all(os.path.exists(os.path.join(ROOT, n)) for n in named), named
 
 
 # ----------------------------------------------------------------------------- LoopVAE's study
@@ -676,9 +697,9 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
         "global": arm(200, 20e6, 10.0), "scale": arm(500, 20e6, 10.0), "none": arm(1000, 20e6, 10.0),
         "unlooped": arm(490, 11e6, 25.0)}}}))
     monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)  # no checkpoint to draw from
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "results.md"
     readme.write_text("# x\n<!-- loopvae-claims -->\nold\n<!-- /loopvae-claims -->\nprose\n")
-    summarize_loopvae.main([str(root), "--readme", str(readme)])
+    summarize_loopvae.main([str(root), "--results", str(readme)])
     rows = {ln.split(" | ")[0][2:4]: ln for ln in readme.read_text().splitlines() if ln.startswith("| ")}
     claims = [ln for ln in readme.read_text().splitlines() if ln.startswith("| 1. sharing")]
     assert "CNN core" in claims[0] and "Transformer core, ImageNet-256" in claims[0]  # what each side measured
@@ -714,13 +735,13 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
 
 
 def marked_block(text, name):
-    """What a summarizer wrote between `text`'s <!-- name --> markers (summarize_mini.update_readme)."""
+    """What a summarizer wrote between `text`'s <!-- name --> markers (summarize_mini.write_blocks)."""
     return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
 
 
 def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(tmp_path, monkeypatch, capsys):
     """keep_results.py copies finished runs without checkpoints; summarize_loopvae on the kept study
-    (results/loopvae) gives README's and docs/models.md's tables as they stand."""
+    (results/loopvae) gives docs/results.md's and docs/models.md's tables as they stand."""
     import keep_results
     import summarize_loopvae
     runs = tmp_path / "runs"
@@ -745,14 +766,14 @@ def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(t
     monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)
     summarize_loopvae.main([str(kept)])  # every measurement cached: no checkpoint, no timing
     summary, found = (kept / "summary.md").read_text(), 0
-    for doc in ("README.md", os.path.join("docs", "models.md")):
+    for doc in (os.path.join("docs", "results.md"), os.path.join("docs", "models.md")):
         text = open(os.path.join(ROOT, doc)).read()
         for name in ("loopvae-claims", "loopvae-details"):
             if f"<!-- {name} -->" in text:
                 block = marked_block(text, name)
                 assert block in summary, f"{doc}'s {name} table is not what results/loopvae gives"
                 found += 1
-    assert found == 2  # the claims in README, the details in docs/models.md
+    assert found == 2  # the claims in docs/results.md, the details in docs/models.md
 
 
 # ----------------------------------------------------------------------------- reViT's second regime (issue 39)
@@ -793,10 +814,10 @@ def test_the_second_regimes_claims_come_out_either_way(tmp_path, agree):
     assert [r[3] for r in rows] == ["agree" if agree else "disagree"] * 4, rows
     assert ("8 of 8 deletions cost less" if agree else "0 of 8 deletions cost less, 8 more") in rows[2][2]
     assert ("46 of 46 permutations lower" if agree else "44 of 46 permutations lower") in rows[3][2]
-    readme, docs = tmp_path / "README.md", tmp_path / "models.md"
+    readme, docs = tmp_path / "results.md", tmp_path / "models.md"
     readme.write_text("<!-- teacher-claims -->\nold\n<!-- /teacher-claims -->\n")
     docs.write_text("x\n<!-- teacher-details -->\n<!-- /teacher-details -->\ny\n")
-    st.main([str(tmp_path), "--no-measure", "--readme", str(readme), "--docs", str(docs)])
+    st.main([str(tmp_path), "--no-measure", "--results", str(readme), "--docs", str(docs)])
     text = (tmp_path / "teacher.md").read_text()
     assert "| `revit-e4+feature-only` | 2 |" in text and "not ADE20k or NYUv2" in text
     assert rows[0][1] in readme.read_text() and "Seeds: vit 2, revit-e1+feature-only 2" in readme.read_text()
@@ -817,7 +838,7 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
 
 def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
     """results/mini (scripts/keep_results.py runs/mini results/mini): the second regime's and anytime
-    inference's summaries rebuilt from the kept files (every measurement cached) are README's and
+    inference's summaries rebuilt from the kept files (every measurement cached) are docs/results.md's and
     docs/models.md's blocks as they stand."""
     import summarize_anytime
     import summarize_teacher
@@ -828,7 +849,7 @@ def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path
     summarize_anytime.main([str(kept), "--no-measure"])
     made = (kept / "teacher.md").read_text() + (kept / "anytime.md").read_text()
     found = 0
-    for doc, names in (("README.md", ("teacher-claims", "anytime")), (os.path.join("docs", "models.md"), ("teacher-details",))):
+    for doc, names in ((os.path.join("docs", "results.md"), ("teacher-claims", "anytime")), (os.path.join("docs", "models.md"), ("teacher-details",))):
         text = open(os.path.join(ROOT, doc)).read()
         for name in names:
             block = marked_block(text, name)
