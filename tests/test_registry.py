@@ -78,6 +78,6 @@ def test_the_interface_test_fails_for_a_model_that_breaks_it(monkeypatch):
 
         def flops_per_image(self):
             return 1.0
-    monkeypatch.setitem(registry.MODELS, "bvit", lambda args, common: Broken(**common))
+    monkeypatch.setitem(registry.MODELS, "bvit", registry.Model(lambda args, common: Broken(**common)))
     with pytest.raises(AssertionError):
         test_every_registered_model_keeps_the_interface_train_py_relies_on("bvit")
