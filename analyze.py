@@ -334,8 +334,8 @@ def load(args):
     try:
         _, val_set, num_classes, img_size = data.build_datasets(
             run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels,
-            mean_std=registry.NORMALIZATION.get(run.model),  # as the run saw its images (LoopVAE: [-1, 1])
-            reconstruct=run.model in registry.RECONSTRUCTS)
+            mean_std=registry.MODELS[run.model].normalization,  # as the run saw its images (LoopVAE: [-1, 1])
+            reconstruct=registry.MODELS[run.model].reconstructs)
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
     run = flags.resolve(run, get_parser(), img_size)
@@ -350,13 +350,12 @@ def load(args):
 
 def step_structure(model, name, depth):
     """(number of steps L, block calls per step, does the solver hold the state) for a model of
-    train.py's --model `name` run at `depth` (None: as trained); see the module docstring."""
-    if name == "odevit":
-        import odevit
-        return depth or model.steps, odevit.NFE_PER_STEP[model.solver], True
-    if name == "srvit":
-        return depth or model.recursions, len(model.blocks), False
-    return depth or model.depth, 1, False
+    train.py's --model `name` run at `depth` (None: as trained, the model's attribute of its record's
+    depth_flag: srvit's recursions, odevit's steps, the others' depth); see the module docstring. The
+    block calls per step are the model's blocks_per_step (1 without one); an ODE solver (a model with a
+    `solver`, odevit) holds the state between its evaluations."""
+    trained = getattr(model, registry.MODELS[name].depth_flag)  # (a model keeps its flags' names)
+    return depth or trained, getattr(model, "blocks_per_step", 1), hasattr(model, "solver")
 
 
 # ----------------------------------------------------------------------------- the hooks
@@ -446,7 +445,7 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
     """Run the probe and the L pruned passes over the first `num_images` of val_set. Returns the
     dict of numbers that cka.json and steps.json are written from."""
     steps, cps, solver_state = step_structure(model, name, depth)
-    zero_field = name == "odevit" and model.field == "blackbox"
+    zero_field = getattr(model, "field", None) == "blackbox"  # odevit's dz/dt = F(z): a skipped step returns 0
     probe = StepProbe(model, cps, zero_field)
     subset = Subset(val_set, range(min(num_images, len(val_set))))
     feats, norms = [[] for _ in range(steps + 1)], torch.zeros(steps + 1, dtype=torch.float64)
@@ -604,7 +603,7 @@ def main(argv=None):
         return main_alignment(args, model, val_set, run)
     if args.anytime:
         return main_anytime(args, model, val_set, run)
-    if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
+    if registry.MODELS[run.model].reconstructs:  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
         if args.depth is not None:
             raise Fail(f"--depth {args.depth}: {args.resume} is a LoopVAE checkpoint, analysed at its trained loops "
                        "(every pass, truncated and bypassed); leave out --depth")
@@ -645,8 +644,9 @@ def save(res, out_dir, name, plot):
 def main_alignment(args, model, val_set, run):
     """analyze.py --teacher: alignment() of the checkpoint against the teacher, written as alignment.json
     (+ alignment.png: the cross-CKA map with its maximum-CKA path and the proportional diagonal)."""
-    if run.model not in ("vit", "bvit", "revit"):
-        raise Fail(f"--teacher: the alignment analyses read one state per step of a vit, bvit or revit checkpoint; "
+    if registry.MODELS[run.model].reconstructs or step_structure(model, run.model, None)[1:] != (1, False):
+        # (a step must be one block call, its state the block's output: not a recursion or a solver step)
+        raise Fail(f"--teacher: the alignment analyses read one state per step, a block's output (vit, bvit, revit); "
                    f"{args.resume} is --model {run.model}")
     if args.depth is not None:
         raise Fail("--teacher: leave out --depth (the alignment analyses read the trained depth)")
@@ -743,9 +743,9 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
 def main_anytime(args, model, val_set, run):
     """analyze.py --anytime: anytime_analysis of the checkpoint, written as anytime.json and anytime.png."""
     from training import anytime
-    if run.model == "loopvae":
+    if registry.MODELS[run.model].reconstructs:
         raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
-    trained = model.recursions if run.model == "srvit" else model.steps if run.model == "odevit" else model.depth
+    trained = registry.trained_depth(run)  # recursions for srvit, solver steps for odevit, else block applications
     # Past the trained depth by default only where step k does not depend on the budget's grid: one block
     # (bvit), a recursion (srvit), a solver step of a fixed size (odevit, extend
     # "time"); reViT's coordinates, bViT's phases and a refined ODE grid change with the budget.

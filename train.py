@@ -60,7 +60,7 @@ def main(argv=None, stop=None):
     model_img = getattr(args, "model_img_size", None) if args.eval_only else None
     # --eval-only at another --img-size: a classifier at its trained size, with timm's dynamic size; a tokenizer,
     # whose weights fit any size, at the new one (its own checks of a size then apply, as in training)
-    dynamic = bool(model_img) and model_img != img_size and args.model not in registry.RECONSTRUCTS
+    dynamic = bool(model_img) and model_img != img_size and not registry.MODELS[args.model].reconstructs
     model = registry.build_model(args, model_img if dynamic else img_size, num_classes, dynamic_img_size=dynamic)
     if (args.finetune or args.stage2) and not args.resume:  # read on the CPU, before .to(device)
         report = checkpoints.start_weights(args, model)
@@ -292,7 +292,7 @@ def load_data(args, p):
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
             classes=getattr(args, "model_classes", None) if args.eval_only else None,
-            mean_std=registry.NORMALIZATION.get(args.model), reconstruct=args.model in registry.RECONSTRUCTS,
+            mean_std=registry.MODELS[args.model].normalization, reconstruct=registry.MODELS[args.model].reconstructs,
             color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio, reprob=args.reprob)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))

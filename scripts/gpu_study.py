@@ -140,13 +140,10 @@ def preset_model(preset):
     forward) of a preset."""
     from training import flags, registry
     args = flags.resolved(["--preset", preset], 32)
-    applications = args.depth  # bvit, vit, revit: one block application per step
-    if args.model == "srvit":
-        applications = args.depth * args.recursions
-    elif args.model == "odevit":
-        import odevit
-        applications = args.depth * odevit.NFE_PER_STEP[args.solver]  # args.depth: solver steps
-    return registry.build_model(args, 32, 100).flops_per_image() / 1e9, applications
+    model = registry.build_model(args, 32, 100)
+    # steps (recursions for srvit, solver steps for odevit) x block applications per step (the body's layers,
+    # the solver's evaluations; 1 for bvit, vit, revit)
+    return model.flops_per_image() / 1e9, registry.trained_depth(args) * model.blocks_per_step
 
 
 def scope_flags(applications):
@@ -274,7 +271,8 @@ def result_line(arm, seed, run_dir, wall_s, meta):
     if os.path.isfile(path):
         with open(path) as f:
             depths = {str(r["depth"]): [r["val_acc1"], r["val_acc5"]] for r in json.load(f)["results"]}
-    trained = args["recursions"] if args["model"] == "srvit" else args["depth"]  # --eval-depths' unit
+    from training.registry import trained_depth
+    trained = trained_depth(args)  # in --eval-depths' unit: recursions for srvit, solver steps for odevit
     depths.setdefault(str(trained), [epochs[-1]["val_acc1"], epochs[-1]["val_acc5"]])
     with open(os.path.join(run_dir, "train.log")) as f:
         head = next(line for line in f if " M params, " in line)  # "bvit: 0.487 M params, 0.730 GFLOPs/img, ..."

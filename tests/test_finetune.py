@@ -13,6 +13,8 @@ import torch
 
 import bvit
 from training import checkpoints
+from training.flags import LINKED
+from training.registry import arch_flags
 import train
 from test_train import TINY, fake_cifar
 
@@ -284,8 +286,8 @@ def test_a_flag_given_with_finetune_is_the_flag_the_run_takes_for_every_model(tm
             cfg = json.loads(capsys.readouterr().out)
             if cfg[k] != v:
                 failures.append(f"{model} --{k} {v}: the run takes {cfg[k]}")
-            others = [o for o in saved if o not in given and o in checkpoints.ARCH_FLAGS and o != "size"
-                      and o not in checkpoints.LINKED.get(k, ())]
+            others = [o for o in saved if o not in given and o in arch_flags() and o != "size"
+                      and o not in LINKED.get(k, ())]
             wrong = [o for o in others if cfg[o] != saved[o]]
             if wrong:
                 failures.append(f"{model} --{k}: {wrong} not taken from the checkpoint")

@@ -82,7 +82,7 @@ def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itse
     for preset, model in [(None, "revit"), ("c100-gpu-revit-e4", "revit"), ("c100-mini-revit-e4", "revit"),
                           ("c100-mini-revit-smear", "revit"), (None, "bvit")]:
         line = monitor.estimate_line(SimpleNamespace(preset=preset, model=model), torch.device("cpu"), pace, steps)
-        cpu = monitor.CPU_PRESETS[model]
+        cpu = registry.MODELS[model].cpu_preset
         measured = "" if presets.TIMES[cpu][0].startswith("est.") else " as measured"  # (an estimate says so)
         says = f"--preset {cpu} is this model's CPU-sized protocol ({presets.TIMES[cpu][0]} on 2 cores{measured}"
         assert (says in line) == (preset is None or not preset.startswith("c100-mini-")), (preset, line)
@@ -205,7 +205,7 @@ def build(name, **over):
     common = dict(img_size=32, patch_size=args.patch_size, num_classes=100, embed_dim=args.embed_dim,
                   depth=args.depth, num_heads=args.num_heads, mlp_ratio=args.mlp_ratio,
                   class_token=not args.gap, layer_scale=args.layer_scale, drop_path_rate=args.drop_path)
-    return registry.MODELS[args.model](args, {**common, **over})
+    return registry.MODELS[args.model].build(args, {**common, **over})
 
 
 def test_matched_pairs_match():
@@ -430,7 +430,7 @@ def test_deit3_flags_reach_the_optimizer_the_loss_and_the_data(tmp_path, monkeyp
             seen.setdefault("targets", targets)  # the first training batch
             return super().forward(x, targets, depth)
 
-    monkeypatch.setitem(registry.MODELS, "bvit", lambda args, common: seen.update(common) or Spy(**common))
+    monkeypatch.setitem(registry.MODELS, "bvit", registry.Model(lambda args, common: seen.update(common) or Spy(**common)))
     real_lamb, real_data = optim.Lamb, data.build_datasets
     monkeypatch.setattr(optim, "Lamb", lambda *a, **k: seen.update(lamb=True) or real_lamb(*a, **k))
     monkeypatch.setattr(data, "build_datasets",

@@ -1,12 +1,21 @@
 """The model interface of training/registry.py, run on every registered model: what train.py asks of a
 model, checked the way train.py builds it (flags.resolved, then registry.build_model). A new model
-file registered in MODELS is tested here without a line added."""
+file registered in MODELS is tested here without a line added. A model is one record: every --model
+has one, every model-specific flag is in one, and a new model registered in that one place (the
+example of docs/models.md "Add your own model") trains, resumes, evaluates and is estimated."""
 import json
+import os
+import re
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from training import flags, registry
+import presets
+from training import flags, monitor, registry
+from test_train import ROOT, fake_cifar
+from test_train import TINY as TINY_RUN
 
 # The smallest flags of each family; a family not listed here gets the classifier's.
 TINY = {"loopvae": ["--embed-dim", "32", "--num-blocks", "1", "--loops", "1,2", "--latent-dim", "4"],
@@ -78,6 +87,69 @@ def test_the_interface_test_fails_for_a_model_that_breaks_it(monkeypatch):
 
         def flops_per_image(self):
             return 1.0
-    monkeypatch.setitem(registry.MODELS, "bvit", lambda args, common: Broken(**common))
+    monkeypatch.setitem(registry.MODELS, "bvit", registry.Model(lambda args, common: Broken(**common)))
     with pytest.raises(AssertionError):
         test_every_registered_model_keeps_the_interface_train_py_relies_on("bvit")
+
+
+def test_each_model_is_one_record_and_each_flag_of_a_model_is_in_its_record():
+    p = flags.get_parser()
+    dests = set(vars(p.parse_args([])))
+    choices = next(a.choices for a in p._actions if a.dest == "model")
+    assert choices == list(registry.MODELS) and all(isinstance(m, registry.Model) for m in registry.MODELS.values())
+    # the flags of a model's own group ("model: SR-ViT", ...; Stage 2's are --stage2's) and the model group's
+    # --num-blocks / --stages: each is read by some models only, so it belongs to their records
+    own = {a.dest for g in p._action_groups if g.title.startswith("model: ") and "Stage 2" not in g.title
+           for a in g._group_actions} | {"num_blocks", "stages"}
+    read = registry.model_flags()
+    assert own - set(read) == set(), "a model's flag that no record names: other models would not refuse it"
+    for name, m in registry.MODELS.items():
+        assert set(m.flags) <= dests and set(m.arch) <= set(m.flags) | set(registry.SHARED_ARCH_FLAGS), name
+        assert m.depth_flag in dests and set(m.defaults(vars(flags.resolved(["--model", name])))) <= set(m.flags)
+        assert m.cpu_preset is None or presets.PRESETS[m.cpu_preset][1]["model"] == name, name
+    assert registry.arch_flags() >= set(registry.SHARED_ARCH_FLAGS) | {"recursions", "ode_steps", "loops"}
+    assert read["num_blocks"] == ("vit", "bvit", "loopvae") and read["recursions"] == ("srvit",)
+
+
+def docs_new_model():
+    """The two code blocks of docs/models.md "Add your own model": the model file, its record."""
+    text = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
+    section = text[text.index("## Add your own model"):]
+    model_file, record = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    return model_file, record
+
+
+def test_a_new_model_registered_in_one_place_trains_resumes_evaluates_and_is_estimated(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """docs/models.md's GatedViT, registered as the section says (one record) and nowhere else, through
+    train.py: a run, its --resume, --eval-depths, --eval-only (flags from the checkpoint), and the long
+    CPU estimate, which names no preset for a model without one (it was a KeyError)."""
+    import train
+    model_file, record = docs_new_model()
+    (tmp_path / "gatedvit.py").write_text(model_file)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gatedvit
+    monkeypatch.setitem(sys.modules, "gatedvit", gatedvit)  # (removed again after the test)
+    exec(record, {**vars(registry)})  # its MODELS is registry.MODELS: the block adds the record there
+    monkeypatch.setitem(registry.MODELS, "gatedvit", registry.MODELS.pop("gatedvit"))
+    data = fake_cifar(tmp_path / "data")
+    run, out = TINY_RUN + ["--data", "cifar100", "--data-dir", data], str(tmp_path / "run")
+    assert train.cli(run + ["--model", "gatedvit", "--epochs", "1", "--out-dir", out]) == 0
+    assert train.cli(run + ["--resume", out, "--epochs", "2", "--eval-depths", "1,2,4"]) == 0  # its model: the ckpt's
+    said = capsys.readouterr().out
+    assert "resumed from" in said and "gatedvit:" in said
+    ck = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert ck["step"] == 16 and ck["args"]["model"] == "gatedvit" and "gate" in ck["model"]
+    res = json.load(open(os.path.join(out, "depth_eval.json")))
+    assert res["model"] == "gatedvit" and res["trained_depth"] == 2 and [r["depth"] for r in res["results"]] == [1, 2, 4]
+    ev = str(tmp_path / "eval")
+    assert train.cli(["--data-dir", data, "--device", "cpu", "--workers", "0", "--eval-only", "--resume", out,
+                      "--out-dir", ev]) == 0
+    res = json.load(open(os.path.join(ev, "depth_eval.json")))
+    assert [r["depth"] for r in res["results"]] == [1, 2, 4, 8, 16]  # 0.5x-8x its trained depth
+    pace, steps = [(1, 0.0), (11, 100.0)], 100_000  # 10 s per step: days on a CPU
+    cpu = torch.device("cpu")
+    line = monitor.estimate_line(SimpleNamespace(preset=None, model="gatedvit"), cpu, pace, steps)
+    assert line.startswith("estimated time: ") and "--preset" not in line  # no CPU-sized preset: no hint
+    assert "--preset c100-mini-bvit" in monitor.estimate_line(SimpleNamespace(preset=None, model="bvit"), cpu, pace,
+                                                              steps)

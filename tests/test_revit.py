@@ -188,7 +188,7 @@ def test_plain_revit_runs_every_step_in_training_and_train_py_trains_at_fixed_de
     assert torch.allclose(trained, m.eval()(x)[0], atol=1e-6)
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
     # train.py too: the supervised recipe trains at fixed depth (Table 6); elastic depth is a second stage
-    assert registry.MODELS["revit"](get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.0
+    assert registry.MODELS["revit"].build(get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.0
 
 
 def test_every_parameter_gets_a_gradient_in_a_training_step():
@@ -330,8 +330,8 @@ def test_train_flags_reach_the_model_and_bad_depth_dropout_is_named():
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
     args = get_parser().parse_args(["--model", "revit", "--experts", "2", "--depth-dropout", "0.1",
                                           "--lambda-bal", "0.5", "--lambda-z", "0.25", "--lambda-div", "2"])
-    m = registry.MODELS["revit"](args, common)
+    m = registry.MODELS["revit"].build(args, common)
     assert (m.experts, m.depth_dropout, m.lambdas) == (2, 0.1, (0.5, 0.25, 2.0))
     args = get_parser().parse_args(["--model", "revit", "--depth-dropout", "1.5"])
     with pytest.raises(ValueError, match="--depth-dropout"):
-        registry.MODELS["revit"](args, common)
+        registry.MODELS["revit"].build(args, common)

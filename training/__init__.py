@@ -1,8 +1,9 @@
 """What train.py leans on, one question per file, in the order a run meets them:
 
-    flags.py        which flags are there, and what do they resolve to? (parser, --preset, checks, a
-                    checkpoint's flags; `resolved(argv)` for tools)
-    registry.py     which class does --model name, and what does train.py ask of a model? (the interface)
+    flags.py        which flags are there, and what do they resolve to? (parser, --preset, checks, which
+                    value a flag takes from a checkpoint; `resolved(argv)` for tools)
+    registry.py     which model does --model name? (one record each: its builder, flags, trained depth,
+                    CPU preset, tokenizer or classifier) and what does train.py ask of a model? (the interface)
     perceptual.py   the optional networks of a tokenizer run: LPIPS (a loss), rFID's Inception (a metric)
     distill.py      the distillation term from a frozen teacher (--teacher)
     adversarial.py  LoopVAE's Stage 2: the discriminator and the adversarial term (--stage2)

@@ -1,8 +1,8 @@
 """Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG states,
 restoring a run's objects; Saver, the run's save, and resume_or_start), the --resume policy and how
 to continue a stopped run (continue_hint), --finetune / --stage2 weights (head and position embedding
-adapted; start_weights, check_source), flags taken from a checkpoint (--eval-only, --finetune), and
-the run folder (new_run_dir; writable; locked to one run).
+adapted; start_weights), and the run folder (new_run_dir; writable; locked to one run). Which flags a
+checkpoint gives a run (--eval-only, --finetune, --stage2, --resume) is training/flags.py's.
 
 Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
 """
@@ -147,24 +147,6 @@ CHANGE_NOTES = {"opt": "the new optimizer starts from fresh state (no moments or
                        "learning-rate schedule goes on"}
 
 
-def effective(k, v, run):
-    """The value flag `k` given as `v` stands for in a run of flags `run` (a dict): a default left
-    out (None) is resolved as train.py resolves it, so that a command spelling out the default
-    (--img-size 32 on CIFAR, --num-blocks 1 for bvit) equals the one that leaves it out."""
-    model = run.get("model")
-    if k == "horizon" and model == "odevit":
-        return float(v if v is not None else run.get("depth"))  # T = the number of steps (odevit.py)
-    if v is not None:
-        return v
-    if k == "img_size":
-        return 224 if run.get("data") == "imagenet" else 32
-    if k == "num_blocks" and model in ("vit", "bvit"):
-        return run.get("depth") if model == "vit" else 1
-    if k == "ode_steps" and model == "odevit":
-        return run.get("depth")
-    return v
-
-
 def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None):
     """Load the training state of checkpoint `ck` (load_checkpoint; read from `path`) into a run's
     objects, for train.py --resume: weights, optimizer moments, schedule position, GradScaler, EMA
@@ -215,15 +197,18 @@ def check_out_dir(out_dir):
 
 def resume_changes(ck, args, world, path):
     """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
-    from the checkpoint's run; raises Fail for a difference the policy above refuses."""
-    saved, lines = ck["args"], []
+    from the checkpoint's run, each compared as the value it stands for (flags.effective); raises Fail
+    for a difference the policy above refuses (a flag that shapes the model: registry.arch_flags)."""
+    from training.flags import effective  # (flags.py and registry.py import this module)
+    from training.registry import arch_flags
+    saved, lines, arch = ck["args"], [], arch_flags()
     changes = [(k, saved[k], v) for k, v in vars(args).items()
                if k in saved and k not in NOT_COMPARED and effective(k, saved[k], saved) != effective(k, v, vars(args))]
     if len(ck["rng"]) != world:
         changes.append(("processes", len(ck["rng"]), world))
     for k, old, new in changes:
         flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
-        if k in ARCH_FLAGS:  # (given on the command line: the others come from the checkpoint)
+        if k in arch:  # (given on the command line: the others come from the checkpoint)
             raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
                        f"original value, or start a new run from these weights with --finetune {path}")
         if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
@@ -310,68 +295,6 @@ def lock_out_dir(out_dir):
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
-
-
-# Flags that --eval-only always takes from the command line, never from the checkpoint (the data
-# flags, --data-dir and --val-subset included, come from the checkpoint unless given).
-EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
-# Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
-# a term to it: sec. 3.5, eq. 11) and the data it was trained on.
-STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
-                "val_labels"}
-# Flags that rvits once had and cut (issue 51): a checkpoint trained with one of them set is refused (check_source).
-CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
-# Flags that --finetune takes from an rvits checkpoint unless given: what shapes the weights.
-ARCH_FLAGS = {"model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "num_blocks",
-              "gap", "layer_scale", "experts", "recursions", "solver", "ode_steps", "horizon",
-              "field", "extend", "routing", "lora_rank", "loops", "share", "operator", "latent_dim", "num_groups"}
-
-
-# Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
-# given flag is applied instead of being overridden (--size sets the width, heads and depth unless
-# they are given; for odevit --ode-steps is the number of steps, --depth its default; for loopvae
-# --loops sets the depth, K x their sum).
-LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",),
-          "loops": ("depth",)}
-
-
-def linked(named):
-    """The flags set through the flags `named` (LINKED, followed through: --size sets --depth, which
-    for ODEViT sets --ode-steps)."""
-    out, todo = set(), list(named)
-    while todo:
-        for k in LINKED.get(todo.pop(), ()):
-            if k not in out and k not in named:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def checkpoint_args(p, args, path, keep, flag):
-    """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
-    `keep(flag)` is true; flags given on the command line or by the preset (`p.given`, flags.parse_args)
-    always win, and so do the flags LINKED to them. --eval-only takes all but the
-    run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
-    architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
-    another --img-size is built at it with dynamic_img_size=True), and for --eval-only
-    args.model_classes its class names (None for CIFAR, synthetic data and older checkpoints).
-    Before a flag is copied, the source's kind is checked (check_source): a checkpoint of the wrong
-    kind is named as what it is, not blamed on a flag it would bring. Raises Fail."""
-    ck = read_weights(path, flag)  # a bad file is reported before anything else (e.g. the data)
-    named = set(getattr(p, "given", ()))
-    check_source(ck, path, flag, args.model if "model" in named else None)
-    if not (isinstance(ck, dict) and isinstance(ck.get("args"), dict)):
-        return args  # --finetune from a plain state dict: the command line describes the model
-    saved = ck["args"]
-    through = linked(named)  # set through a flag that was given
-    for k, v in saved.items():
-        if hasattr(args, k) and k not in named and k not in through and keep(k):
-            setattr(args, k, v)
-    args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
-    if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
-        args.model_classes = ck.get("classes")
-    return args
 
 
 # ----------------------------------------------------------------------------- a run's checkpoint
@@ -570,38 +493,10 @@ def continue_hint(p, argv, ddp, ckpt_path):
 
 def start_weights(args, model):
     """--finetune / --stage2 without --resume: the weights to start from, loaded into `model` on the CPU
-    (finetune_weights; the source's kind was checked with its flags: check_source). Returns the report
+    (finetune_weights; the source's kind was checked with its flags: flags.check_source). Returns the report
     line."""
     flag, path = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
     return finetune_weights(path, model, flag)
-
-
-def check_source(ck, path, flag, model=None):
-    """What a --resume / --finetune / --stage2 / --eval-only source `ck` (read from `path`) is, checked
-    before its flags are used: --resume needs an rvits training checkpoint; --stage2 a Stage-1 LoopVAE
-    one (a Stage-2 checkpoint is continued with --resume, not restarted with a new discriminator); and
-    a `model` given on the command line must be of the checkpoint's kind (a tokenizer, loopvae, or a
-    classifier). Raises Fail naming what the checkpoint is."""
-    saved = ck["args"] if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
-    kind = saved.get("model") if saved else None
-    cut = [f"--{k.replace('_', '-')}" for k in CUT_FLAGS if saved and saved.get(k)]
-    if cut:  # (their weights or losses no longer exist: the run cannot be rebuilt as it trained)
-        raise Fail(f"{flag} {path}: trained with {', '.join(cut)}, which rvits no longer has (issue 51: no preset, "
-                   "study or result used it); use the rvits of commit f4ca284 or earlier for this checkpoint")
-    said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
-    if flag == "--resume" and saved is None:
-        raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
-    if flag == "--stage2":  # (a LoopVAE checkpoint with another --model given: flags.resolve_stage2 says so)
-        if kind != "loopvae":
-            raise Fail(f"--stage2 {path}: {said}, not a LoopVAE one; Stage 2 continues the ckpt.pt of a train.py "
-                       "--model loopvae run")
-        if ck.get("adversary") is not None:
-            raise Fail(f"--stage2 {path}: a Stage-2 checkpoint (its run had --stage2 {saved.get('stage2')}); continue "
-                       f"it with --resume {path}, or start Stage 2 again from its Stage-1 checkpoint")
-    elif model and kind and (model == "loopvae") != (kind == "loopvae"):
-        what = "a LoopVAE (tokenizer) one" if model == "loopvae" else f"a classifier one (--model {model})"
-        raise Fail(f"{flag} {path}: {said}, not {what}; give a checkpoint of a --model {model} run, or leave out "
-                   f"--model (the checkpoint's is used)")
 
 
 def new_run_dir(model, kind=None):

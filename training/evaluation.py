@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import data
 from training.monitor import Fail, Preempted, cannot_write, stopping, write
+from training.registry import trained_depth
 
 
 @torch.no_grad()
@@ -189,12 +190,6 @@ def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, mas
     res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
            "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
     write(os.path.join(args.out_dir, "reconstruction_eval.json"), json.dumps(res, indent=1), stop.kept())
-
-
-def trained_depth(args):
-    """The trained depth in the unit of --eval-depths: recursions for srvit, solver steps for odevit
-    (its args.depth), block applications for the others."""
-    return args.recursions if args.model == "srvit" else args.depth
 
 
 def depth_report(args, model, rows, step, kept):

@@ -1,7 +1,9 @@
 """Every flag of train.py: the parser (get_parser, its groups and type checks), --preset and
 --list-presets (parse_args, list_presets), the checks and defaults that depend on other flags or on
-the data (resolve; LoopVAE's and Stage 2's in resolve_loopvae, resolve_stage2), and what a checkpoint
-gives (configure). `resolved(argv)` is the whole recipe for a tool: the flags of a command line,
+the data (resolve; LoopVAE's and Stage 2's in resolve_loopvae, resolve_stage2), and which value a flag
+takes: the command line, else the preset, else a checkpoint's (configure, checkpoint_args; `effective`:
+what a flag left out stands for). Which flags a model reads, and which shape it, are its record's
+(training/registry.py). `resolved(argv)` is the whole recipe for a tool: the flags of a command line,
 resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
@@ -15,9 +17,10 @@ import data
 import kernels
 from presets import PAPER, PRESETS, TIMES
 from training import adversarial
-from training.checkpoints import ARCH_FLAGS, EVAL_RUN_FLAGS, STAGE1_FLAGS, checkpoint_args, checkpoint_file
+from training.checkpoints import checkpoint_file, read_weights
+from training.monitor import Fail
 from training.perceptual import VGG16_FILE
-from training.registry import MODELS, build_model
+from training.registry import MODELS, arch_flags, build_model, model_flags
 
 DESCRIPTION = "Train a recurrent ViT: one plain loop for one process, N processes (torchrun) and CPU or GPU."
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
@@ -373,11 +376,12 @@ def get_parser():
 # ----------------------------------------------------------------------------- resolving
 def resolve(args, p, img_size):
     """Fill size defaults and check every flag combination, naming the flag on error."""
-    dim, heads = SIZES[args.size or ("s" if args.model == "loopvae" else "ti")]
+    model = MODELS[args.model]  # its record: its default size, its own flags, a tokenizer or a classifier
+    dim, heads = SIZES[args.size or model.size]
     args.embed_dim = args.embed_dim or dim
     args.num_heads = args.num_heads or heads
     resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
-    if args.model == "loopvae":
+    if model.reconstructs:  # LoopVAE, the tokenizer: its depth is K x the sum of --loops
         resolve_loopvae(args, p, img_size)
     else:
         args.depth = args.depth or (24 if args.size == "l" else 12)
@@ -392,6 +396,8 @@ def resolve(args, p, img_size):
             p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
         if args.depth % args.stages:
             p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+        if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
+            args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
@@ -405,7 +411,7 @@ def resolve(args, p, img_size):
     if given(p, ["eval_crop_ratio"]) and args.data != "imagenet":
         p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data imagenet); --data "
                 f"{args.data} is evaluated whole (it would change nothing): leave it out")
-    for flag, models in MODEL_FLAGS.items():
+    for flag, models in model_flags().items():  # (a flag only some models read: their records' `flags`)
         if args.model not in models and given(p, [flag]):
             which = f"{', '.join(models[:-1])} or {models[-1]}" if len(models) > 1 else models[0]
             p.error(f"--{flag.replace('_', '-')} is a flag of --model {which}; --model {args.model} does not use it "
@@ -428,19 +434,12 @@ def resolve(args, p, img_size):
     return args
 
 
-# The flags only some models read (training/registry.py's builders); resolve refuses one given for another.
-MODEL_FLAGS = {"num_blocks": ("vit", "bvit", "loopvae"), "stages": ("vit", "bvit", "odevit"),
-               "recursions": ("srvit",), **{k: ("revit",) for k in ("experts", "depth_dropout", "routing", "lora_rank",
-                                                                  "lambda_bal", "lambda_z", "lambda_div")},
-               **{k: ("odevit",) for k in ("solver", "ode_steps", "horizon", "field", "extend")},
-               **{k: ("loopvae",) for k in ("loops", "share", "operator", "num_groups", "latent_dim", "kl_weight", "perceptual",
-                                           "perceptual_weight", "lpips_weights")}}
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
 
 
 def resolve_stage2(args, p):
     """Check the flags of LoopVAE's Stage 2 (--stage2) and --rfid, naming the flag (p.error, one line)."""
-    if args.rfid and args.model != "loopvae":
+    if args.rfid and not MODELS[args.model].reconstructs:
         p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
     if not args.stage2:
         on = given(p, STAGE2_FLAGS)
@@ -557,7 +556,7 @@ def configure(p, argv):
         if not (args.print_config and source[0] in ("--stage2", "--finetune") and not os.path.exists(source[1])):
             # (a preset's Stage 2 or continuation printed before the run it starts from exists: the preset's
             # flags describe the model)
-            carried = ARCH_FLAGS | (STAGE1_FLAGS if source[0] == "--stage2" else set())  # Stage 2: its loss and data too
+            carried = arch_flags() | (STAGE1_FLAGS if source[0] == "--stage2" else set())  # Stage 2: its loss and data too
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
@@ -566,6 +565,106 @@ def configure(p, argv):
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
         return None
     return args
+
+
+# ----------------------------------------------------------------------------- a checkpoint's flags
+# Flags that --eval-only always takes from the command line, never from the checkpoint (the data
+# flags, --data-dir and --val-subset included, come from the checkpoint unless given).
+EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
+# Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
+# a term to it: sec. 3.5, eq. 11) and the data it was trained on.
+STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
+                "val_labels"}
+# Flags that rvits once had and cut (issue 51): a checkpoint trained with one of them set is refused (check_source).
+CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
+# (The flags --finetune takes from an rvits checkpoint unless given, what shapes the weights: registry.arch_flags.)
+
+
+# Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
+# given flag is applied instead of being overridden (--size sets the width, heads and depth unless
+# they are given; for odevit --ode-steps is the number of steps, --depth its default; for loopvae
+# --loops sets the depth, K x their sum).
+LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",),
+          "loops": ("depth",)}
+
+
+def linked(named):
+    """The flags set through the flags `named` (LINKED, followed through: --size sets --depth, which
+    for ODEViT sets --ode-steps)."""
+    out, todo = set(), list(named)
+    while todo:
+        for k in LINKED.get(todo.pop(), ()):
+            if k not in out and k not in named:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def checkpoint_args(p, args, path, keep, flag):
+    """Flags from the checkpoint at `path` (its saved args) wherever the command line gives none and
+    `keep(flag)` is true; flags given on the command line or by the preset (`p.given`, parse_args)
+    always win, and so do the flags LINKED to them. --eval-only takes all but the
+    run flags (e.g. --extend refine or another --solver can still be given); --finetune takes the
+    architecture. args.model_img_size records the checkpoint's image size (a model evaluated at
+    another --img-size is built at it with dynamic_img_size=True), and for --eval-only
+    args.model_classes its class names (None for CIFAR, synthetic data and older checkpoints).
+    Before a flag is copied, the source's kind is checked (check_source): a checkpoint of the wrong
+    kind is named as what it is, not blamed on a flag it would bring. Raises Fail."""
+    ck = read_weights(path, flag)  # a bad file is reported before anything else (e.g. the data)
+    named = set(getattr(p, "given", ()))
+    check_source(ck, path, flag, args.model if "model" in named else None)
+    if not (isinstance(ck, dict) and isinstance(ck.get("args"), dict)):
+        return args  # --finetune from a plain state dict: the command line describes the model
+    saved = ck["args"]
+    through = linked(named)  # set through a flag that was given
+    for k, v in saved.items():
+        if hasattr(args, k) and k not in named and k not in through and keep(k):
+            setattr(args, k, v)
+    args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
+    if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
+        args.model_classes = ck.get("classes")
+    return args
+
+
+def check_source(ck, path, flag, model=None):
+    """What a --resume / --finetune / --stage2 / --eval-only source `ck` (read from `path`) is, checked
+    before its flags are used: --resume needs an rvits training checkpoint; --stage2 a Stage-1 LoopVAE
+    one (a Stage-2 checkpoint is continued with --resume, not restarted with a new discriminator); and
+    a `model` given on the command line must be of the checkpoint's kind (a tokenizer, loopvae, or a
+    classifier: the records' `reconstructs`). Raises Fail naming what the checkpoint is."""
+    saved = ck["args"] if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
+    kind = saved.get("model") if saved else None
+    cut = [f"--{k.replace('_', '-')}" for k in CUT_FLAGS if saved and saved.get(k)]
+    if cut:  # (their weights or losses no longer exist: the run cannot be rebuilt as it trained)
+        raise Fail(f"{flag} {path}: trained with {', '.join(cut)}, which rvits no longer has (issue 51: no preset, "
+                   "study or result used it); use the rvits of commit f4ca284 or earlier for this checkpoint")
+    said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
+    if flag == "--resume" and saved is None:
+        raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
+    if flag == "--stage2":  # (a LoopVAE checkpoint with another --model given: resolve_stage2 says so)
+        if kind != "loopvae":
+            raise Fail(f"--stage2 {path}: {said}, not a LoopVAE one; Stage 2 continues the ckpt.pt of a train.py "
+                       "--model loopvae run")
+        if ck.get("adversary") is not None:
+            raise Fail(f"--stage2 {path}: a Stage-2 checkpoint (its run had --stage2 {saved.get('stage2')}); continue "
+                       f"it with --resume {path}, or start Stage 2 again from its Stage-1 checkpoint")
+    elif model and kind and MODELS[model].reconstructs != (kind in MODELS and MODELS[kind].reconstructs):
+        what = "a LoopVAE (tokenizer) one" if MODELS[model].reconstructs else f"a classifier one (--model {model})"
+        raise Fail(f"{flag} {path}: {said}, not {what}; give a checkpoint of a --model {model} run, or leave out "
+                   f"--model (the checkpoint's is used)")
+
+
+def effective(k, v, run):
+    """The value flag `k` given as `v` stands for in a run of flags `run` (a dict): a default left
+    out (None) is resolved as train.py resolves it (the image size; the run's model record's
+    `defaults`), so that a command spelling out the default (--img-size 32 on CIFAR, --num-blocks 1
+    for bvit) equals the one that leaves it out (checkpoints.resume_changes compares the two)."""
+    if v is not None:
+        return v
+    if k == "img_size":
+        return 224 if run.get("data") == "imagenet" else 32
+    return MODELS[run["model"]].defaults(run).get(k) if run.get("model") in MODELS else None
 
 
 def list_presets(text=""):

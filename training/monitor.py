@@ -372,12 +372,6 @@ class Monitor:
         self.note(f"epoch {self.epoch_no}: evaluating on {self.val_images} validation images")
 
 
-# The CPU-sized preset of each model (the mini study; measured times in presets.TIMES), named when a
-# GPU-sized run starts on a CPU.
-CPU_PRESETS = {"vit": "c100-mini-vit", "bvit": "c100-mini-bvit", "revit": "c100-mini-revit-e4",
-               "srvit": "c100-mini-srvit-r2", "odevit": "c100-mini-odevit-euler", "loopvae": "c100-mini-loopvae-global"}
-
-
 def pace_point(pace, step, now, origin=(0, 0.0)):
     """Whether a synced check at `step` (time `now`, seconds) is one of the two (step, time) points
     the estimated time is measured between. The first steps of a process warm up (allocations, the
@@ -401,14 +395,16 @@ def duration(seconds):
 def estimate_line(args, device, pace, total_steps):
     """One line: the time the rest of the run should take at the pace measured between the two
     (step, seconds) points of `pace`, evaluation not included; on a CPU, when that is more than
-    3 hours, the model's CPU-sized preset."""
+    3 hours, the model's CPU-sized preset (its record's cpu_preset, training/registry.py; a model
+    without one gets no hint)."""
+    from training.registry import MODELS  # (registry.py imports this module)
     (s0, t0), (s1, t1) = pace
     per_step = (t1 - t0) / (s1 - s0)
     left = per_step * (total_steps - s1)
     line = (f"estimated time: {duration(left)} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
             "evaluations not included)")
-    if device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
-        cpu = CPU_PRESETS[args.model]
+    cpu = MODELS[args.model].cpu_preset  # None: a model without a CPU-sized preset, which gets no hint
+    if cpu and device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
         said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
         line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
                  f"({TIMES[cpu][0]} on 2 cores{said}; --list-presets)")

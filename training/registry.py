@@ -1,11 +1,16 @@
-"""The models train.py can build, by name (--model), and what it asks of them.
+"""The models train.py can build, by name (--model): one record each (Model), and what train.py asks of them.
 
-MODELS maps a --model name to a builder `fn(args, common) -> nn.Module`: `args` the resolved flags
-(training/flags.py), `common` the keyword arguments every model file takes (img_size, patch_size,
-num_classes, embed_dim, depth, num_heads, mlp_ratio, class_token, layer_scale, drop_path_rate, and
-init / init_base / loss / dynamic_img_size only when asked for). A new model file adds a builder and one line
-`MODELS["name"] = build_name`; its flags go in training/flags.py. tests/test_registry.py runs every
-registered model through the interface below, so a new model passes the same test.
+MODELS maps a --model name to its Model record: the builder `build(args, common) -> nn.Module` (`args`
+the resolved flags, training/flags.py, which it reads and never changes; `common` the keyword arguments
+every model file takes: img_size, patch_size, num_classes, embed_dim, depth, num_heads, mlp_ratio,
+class_token, layer_scale, drop_path_rate, and init / init_base / loss / dynamic_img_size only when asked
+for), and what the rest of rvits derives from it: the flags only it reads (flags.resolve refuses them for
+another model), the ones of those that shape its weights (--finetune and --stage2 take them from a
+checkpoint, --resume refuses a change: arch_flags), the trained depth in --eval-depths' unit
+(trained_depth), its CPU-sized preset (the estimate's hint on a CPU), whether it is a tokenizer, and
+how its images are normalized. A new model is a model file and one record, registered once
+(docs/models.md "Add your own model"); tests/test_registry.py runs every registered model through the
+interface below, so a new model passes the same test.
 
 The interface (a model file implements it; nothing is inherited):
     forward(x, targets=None, depth=None) -> (out, loss)
@@ -27,6 +32,9 @@ The interface (a model file implements it; nothing is inherited):
     nfe (block evaluations per image at the last depth run), solver, extend (ODEViT), img_size:
         read into the depth report.
 """
+from dataclasses import dataclass
+from typing import Callable, Optional
+
 import torch.distributed as dist
 
 import data
@@ -36,9 +44,42 @@ from training.distill import Distiller
 from training.monitor import Fail
 from training.perceptual import lpips_loss
 
+
+@dataclass(frozen=True)
+class Model:
+    """What rvits knows about one --model, in one place (MODELS maps the name to it).
+
+    build: (args, common) -> nn.Module, the model of resolved flags `args` (it reads them, never
+        changes them: a flag's value is decided in flags.resolve) and of `common` (build_model);
+        ValueError for sizes it refuses (build_model turns it into Fail, one line).
+    flags: the flags (argparse dests) only this model reads; flags.resolve refuses them for another.
+    arch: of `flags`, those that shape the model: --finetune and --stage2 take them from a checkpoint
+        unless given, --resume refuses a change (arch_flags adds SHARED_ARCH_FLAGS).
+    defaults: run (a dict of resolved flags) -> {flag: value}: what a flag of `flags` left out (None)
+        stands for, so that a command spelling the value out equals one that leaves it out (the builder
+        resolves it the same way; flags.effective).
+    depth_flag: the flag holding the trained depth in --eval-depths' unit (trained_depth).
+    size: --size when none is given (flags.resolve).
+    cpu_preset: its CPU-sized preset (presets.py), named when a run's estimate on a CPU passes 3 hours
+        (monitor.estimate_line); None: no hint.
+    reconstructs: a tokenizer (metrics, reconstruct): evaluated by its reconstruction, no class head;
+        image folders resize and crop its images instead of zooming in (data.build_datasets).
+    normalization: (mean, std) of its images when not the dataset's (data.build_datasets); None: the
+        dataset's."""
+    build: Callable
+    flags: tuple = ()
+    arch: tuple = ()
+    defaults: Callable = lambda run: {}
+    depth_flag: str = "depth"
+    size: str = "ti"
+    cpu_preset: Optional[str] = None
+    reconstructs: bool = False
+    normalization: Optional[tuple] = None
+
+
 def build_bvit(args, common):
     import bvit
-    num_blocks = args.num_blocks or (common["depth"] if args.model == "vit" else 1)
+    num_blocks = args.num_blocks or MODELS[args.model].defaults(vars(args))["num_blocks"]  # vit: depth, bvit: 1
     return bvit.BViT(num_blocks=num_blocks, stages=args.stages, **common)
 
 
@@ -61,10 +102,8 @@ def build_srvit(args, common):
 
 def build_odevit(args, common):
     import odevit
-    # For odevit a depth counts solver steps (block evaluations = steps x 1, 2, 2, 4 for euler,
-    # midpoint, heun, rk4); --ode-steps sets it (default --depth), and args.depth follows so that
-    # the log, args.json and the checkpoint state the trained number of steps.
-    args.depth = common["depth"] = args.ode_steps or common["depth"]
+    # For odevit a depth counts solver steps (block evaluations = steps x 1, 2, 2, 4 for euler, midpoint,
+    # heun, rk4): args.depth is --ode-steps, else --depth (flags.resolve)
     return odevit.ODEViT(solver=args.solver, horizon=args.horizon, field=args.field, extend=args.extend,
                          stages=args.stages, **common)
 
@@ -83,18 +122,57 @@ def build_loopvae(args, common):
     return model
 
 
-# The registry: --model name -> builder(args, common). A new model file adds one entry here.
-MODELS = {"vit": build_bvit, "bvit": build_bvit, "revit": build_revit, "srvit": build_srvit, "odevit": build_odevit,
-          "loopvae": build_loopvae}
-# How a model's images are normalized, when not by the dataset's mean and std (data.build_datasets).
-NORMALIZATION = {"loopvae": ((0.5,) * 3, (0.5,) * 3)}  # [0, 1] -> [-1, 1], LoopVAE's image range (App. A.4)
-# The models that reconstruct their images (tokenizers): image folders resize and crop, not zoom in.
-RECONSTRUCTS = {"loopvae"}
+# The registry: --model name -> its record. A new model adds one (in this table, or MODELS["name"] = Model(...)).
+REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "lambda_bal", "lambda_z", "lambda_div")
+ODEVIT = ("solver", "ode_steps", "horizon", "field", "extend")
+LOOPVAE = ("num_blocks", "loops", "share", "operator", "num_groups", "latent_dim")  # its architecture (K, ...)
+MODELS = {
+    "vit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="c100-mini-vit",
+                 defaults=lambda run: {"num_blocks": run["depth"]}),  # untied: a block per step
+    "bvit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="c100-mini-bvit",
+                  defaults=lambda run: {"num_blocks": 1}),  # one shared block
+    "revit": Model(build_revit, flags=REVIT, arch=("experts", "routing", "lora_rank"),
+                   cpu_preset="c100-mini-revit-e4"),
+    "srvit": Model(build_srvit, flags=("recursions",), arch=("recursions",), depth_flag="recursions",
+                   cpu_preset="c100-mini-srvit-r2"),
+    "odevit": Model(build_odevit, flags=("stages", *ODEVIT), arch=ODEVIT, cpu_preset="c100-mini-odevit-euler",
+                    defaults=lambda run: {"ode_steps": run["depth"], "horizon": run["depth"]}),  # T = the steps
+    "loopvae": Model(build_loopvae, flags=(*LOOPVAE, "kl_weight", "perceptual", "perceptual_weight", "lpips_weights",
+                                           "rfid"), arch=LOOPVAE, size="s", cpu_preset="c100-mini-loopvae-global",
+                     reconstructs=True, normalization=((0.5,) * 3, (0.5,) * 3)),  # [0, 1] -> [-1, 1] (App. A.4)
+}
+# The flags that shape every model (beside each record's `arch`).
+SHARED_ARCH_FLAGS = ("model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "gap",
+                     "layer_scale")
+
+
+def arch_flags():
+    """The flags (dests) that shape a model, a set: SHARED_ARCH_FLAGS and every record's `arch`.
+    --finetune and --stage2 take them from a checkpoint unless given; --resume refuses a change."""
+    return set(SHARED_ARCH_FLAGS).union(*(m.arch for m in MODELS.values()))
+
+
+def model_flags():
+    """{flag (dest): the --model names that read it, in MODELS' order}: every record's `flags`, the
+    flags flags.resolve refuses for any other model."""
+    out = {}
+    for name, m in MODELS.items():
+        for k in m.flags:
+            out[k] = out.get(k, ()) + (name,)
+    return out
+
+
+def trained_depth(run):
+    """The trained depth of the run of resolved flags `run` (a Namespace, or a dict: args.json, a
+    checkpoint's args) in the unit of --eval-depths: its model's `depth_flag` (recursions for srvit,
+    solver steps for odevit, block applications for the others). KeyError for an unknown --model."""
+    run = run if isinstance(run, dict) else vars(run)
+    return run[MODELS[run["model"]].depth_flag]
 
 
 def build_model(args, img_size, num_classes, dynamic_img_size=False):
     """The model of resolved flags `args`: the keyword arguments every model file takes, then
-    its MODELS builder. Raises Fail (one line) for sizes the model refuses."""
+    its record's builder (MODELS). Raises Fail (one line) for sizes the model refuses."""
     common = dict(img_size=img_size, patch_size=args.patch_size, num_classes=num_classes,
                   embed_dim=args.embed_dim, depth=args.depth, num_heads=args.num_heads,
                   mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
@@ -108,7 +186,7 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
     if dynamic_img_size:
         common["dynamic_img_size"] = True
     try:
-        return MODELS[args.model](args, common)
+        return MODELS[args.model].build(args, common)
     except ValueError as e:
         raise Fail(str(e))
 
@@ -122,11 +200,11 @@ def is_rvits_checkpoint(ck):
 def classifier_checkpoint(ck, path, flag):
     """Whether `ck` (read_weights' result, from `path`) is an rvits classifier's checkpoint (is_rvits_checkpoint),
     for `flag`, which needs a classifier's or ViT's weights; False for any other file (timm_vit then reads it).
-    Raises Fail for an rvits checkpoint of a tokenizer (RECONSTRUCTS), naming it as such."""
+    Raises Fail for an rvits checkpoint of a tokenizer (its record `reconstructs`), naming it as such."""
     if is_rvits_checkpoint(ck):
         return True
     kind = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
-    if kind in RECONSTRUCTS:
+    if kind in MODELS and MODELS[kind].reconstructs:
         raise Fail(f"{flag} {path}: a --model {kind} checkpoint, a tokenizer (it reconstructs images: no class head, "
                    "no patch tokens); give a classifier's checkpoint or timm ViT weights")
     return False
@@ -205,7 +283,7 @@ def teacher(path, p, student, args):
         patch, what = model.patch_size, f"timm-layout ViT ({len(model.blocks)} blocks, width {model.embed_dim})"
         norm = (data.IMAGENET_MEAN, data.IMAGENET_STD)
     size = f"at {grid * patch} px" if grid * patch != student.img_size else "at the student's size"
-    own = NORMALIZATION.get(args.model) or data.normalization(args.data)
+    own = MODELS[args.model].normalization or data.normalization(args.data)
     renorm = None if tuple(map(tuple, own)) == tuple(map(tuple, norm)) else (own, norm)
     return model, renorm, (f"teacher: {what}, patch {patch}, {size}: its {grid}x{grid} patch grid is the student's"
                            + ("; images renormalized to its mean and std" if renorm else ""))
