@@ -31,7 +31,7 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
   loopvae_{global,scale,none}_over_unlooped_img_per_s  LoopVAE's cost ledger (sec. 4.7): training img/s
                                         of each sharing scope over the unlooped hierarchy, side by side
                                         (the JSON's info.loopvae_ledger: parameters, blocks, applications,
-                                        MACs, img/s, step memory per arm; scripts/summarize_loopvae.py)
+                                        MACs, img/s, step memory per arm; studies/summarize_loopvae.py)
   loopvae_global_over_unlooped_step_mem  peak step memory of the global scope over the unlooped one
   anytime_{rule}_over_fixed_img_per_s   (with --anytime DIR) evaluation img/s of the per-image exit path
                                         (training/anytime.py, images leave the batch) at each rule's

@@ -4,13 +4,13 @@ number each aims at; TIMES: what each costs, measured or estimated. Data only: `
 win; `--list-presets` prints one line per preset, `--print-config` shows one resolved.
 
 Three families:
-- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; scripts/reproduce_mini.sh),
+- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; studies/reproduce_mini.sh),
   sized for 2 CPU cores (each arm's measured time in TIMES), every paper claim as a pair of arms;
   `c100-mini-init-*`, the structured-init claims' arms on an 8 x 8 patch grid and the paper's base init;
 - `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
   every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
   per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
-  (scripts/gpu_study.sh);
+  (studies/gpu_study.sh);
 - `in1k-*`: the papers' ImageNet-1k protocols (the DeiT III recipe; reViT's: its paper's Table 6; SR-ViT's: the DeiT recipe, our reading);
 - LoopVAE, a tokenizer (Stage 1): `c100-mini-loopvae-*`, its sharing scopes and an unlooped hierarchy
   at 32 px, sized for 2 CPU cores, and `c100-mini-loopvae-gan`, Stage 2 (adversarial) of the global arm;
@@ -61,7 +61,7 @@ PRESETS = {"cpu-first-bvit": ("README's first run: bViT D=128, one block x 6 ste
 # (so that Euler, Heun and RK4 all fit 8 block evaluations), batch 128, a warmup of half an epoch
 # and a cosine decay to ~0, crop + flip only (the batched loader: --workers 0), label smoothing, no
 # MixUp/RandAugment/drop path (they pay off only over long schedules), the class token and the
-# structured attention init (vit+default in scripts/reproduce_mini.sh is the default-init control). Every recurrent arm is evaluated at 0.5x,
+# structured attention init (vit+default in studies/reproduce_mini.sh is the default-init control). Every recurrent arm is evaluated at 0.5x,
 # 1x, 2x and 4x its trained depth.
 MINI = dict(data="cifar100", embed_dim=96, num_heads=3, mlp_ratio=4.0, patch_size=8, depth=8, epochs=10,
             batch_size=128, opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.05, warmup_epochs=0.5,
@@ -75,7 +75,7 @@ def study_arms(family, steps, wide, narrow, stages, lora_rank):
     claim as a pair of arms, and reViT's comparisons. steps: block applications of the recurrent
     arms (depth of the untied ones); wide / narrow: the width flags of the matched-parameter pair
     (a one-block bViT vs an untied ViT); stages: deep-supervision stages; lora_rank: the LoRA
-    baseline's rank. Arm names as in scripts/summarize_mini.py's claims."""
+    baseline's rank. Arm names as in studies/summarize_mini.py's claims."""
     other = lambda arm: f"c100-{family}-{arm}"  # noqa: E731
     flags = lambda kw: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in kw.items())  # noqa: E731
     arms = {
@@ -162,13 +162,13 @@ INIT_ARMS = {"pytorch": ("PyTorch's default init on every layer, the structured-
 PRESETS.update({f"c100-mini-init-{arm}": (f"init study arm: untied ViT D=96, 8 blocks, patch 4 (8x8 grid), 2 epochs; "
                                           f"{what}", dict(INIT, init=init)) for arm, (what, init) in INIT_ARMS.items()})
 
-# The study at GPU scale (`c100-gpu-*`, scripts/gpu_study.sh): the c100-* recipe made GPU-fast, no
+# The study at GPU scale (`c100-gpu-*`, studies/gpu_study.sh): the c100-* recipe made GPU-fast, no
 # RandAugment (per-image, CPU-bound), so CIFAR stays on the GPU-resident loader (crop + flip on the
 # device; MixUp/CutMix are batch operations there anyway), and 50 epochs instead of 200, so that a
 # run takes minutes of an H200. Every arm of the mini study and of reViT's comparisons at Ti width
 # (D=192, 3 heads, patch 4: 65 tokens), 12 block applications, evaluated at 0.5x, 1x, 2x and 4x
 # its trained depth. The timm (default) init, as the first GPU run; "vit+structured" in
-# scripts/gpu_study.sh is the init claim's arm (`--init structured`).
+# studies/gpu_study.sh is the init claim's arm (`--init structured`).
 GPU = dict(CIFAR, randaug=0.0, epochs=50, warmup_epochs=5.0)
 # Matched parameter memory as in the full study (bViT D=384, 1.86 M params, vs untied ViT D=112, 1.85 M);
 # rank 32 at D=192 is the paper's rank 64 at D=384.
@@ -301,7 +301,7 @@ for arm, (what, flags) in LOOPVAE_ARMS.items():
         "unshared 31.043 dB)" if arm != "unlooped" else
         "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
 # LoopVAE Stage 2 (training/adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1
-# run as scripts/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
+# run as studies/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
 # 5e-5 (generator and discriminator), adaptive weight x 0.5, lazy R1 10 every 16, DiffAugment; our choices:
 # the small conv discriminator (the paper's frozen DINOv2 needs weights this machine cannot download), the
 # adversarial term from step 50 (the paper's 5,000 of ~600k Stage-2 steps would leave it off for all 200), 5 %

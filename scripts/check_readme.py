@@ -31,8 +31,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with)
+sys.path.insert(0, os.path.join(ROOT, "studies"))
+from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with; studies/gpu_study.py)
 
 
 README = "README.md"  # the first run; the other files relative to README's folder:

@@ -54,8 +54,8 @@ def test_tests_live_in_tests_beside_the_models_own():
     assert not os.path.exists(os.path.join(ROOT, "conftest.py"))
 
 
-@pytest.mark.parametrize("path", ["analyze.py", "bench.py", *sorted(os.path.relpath(p, ROOT) for p in
-                                                                      glob.glob(os.path.join(ROOT, "scripts", "*.py")))])
+@pytest.mark.parametrize("path", ["analyze.py", "bench.py", *sorted(os.path.relpath(p, ROOT) for d in ("scripts", "studies")
+                                                                      for p in glob.glob(os.path.join(ROOT, d, "*.py")))])
 def test_tools_import_training_not_the_tutorial(path):
     """The tools reach the flags and the registry in training/, never by importing train.py (a
     subprocess running train.py is fine)."""

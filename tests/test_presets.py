@@ -251,7 +251,7 @@ def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another
                                                                                                     monkeypatch, capsys):
     """c100-mini-revit-eN-elastic / -cont and c100-mini-loopvae-gan continue seed 0's run (a path in the preset).
     Before that run exists, one line says to train it first; with --seed 1 the preset would silently continue
-    seed 0's run, so it is refused unless that seed's own run is given (as scripts/reproduce_mini.sh does)."""
+    seed 0's run, so it is refused unless that seed's own run is given (as studies/reproduce_mini.sh does)."""
     monkeypatch.chdir(tmp_path)
     for name, flag in (("c100-mini-revit-e4-elastic", "--finetune"), ("c100-mini-loopvae-gan", "--stage2")):
         for argv, says in (([], "which does not exist yet: train it first"), (["--seed", "1"], "seed 0's run")):
@@ -343,7 +343,7 @@ def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_d
 def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
     """c100-gpu-*: the arms of the mini study and of reViT's comparisons on the c100-gpu-bvit-ti recipe
     at Ti width; only model flags differ; recurrent arms are evaluated at 0.5x-4x their depth."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "studies"))
     import gpu_study
     arms = sorted({a.split("+")[0] for a in gpu_study.ARMS})
     assert sorted(n for n in presets.PRESETS if n.startswith("c100-gpu-")) == sorted(

@@ -1,6 +1,6 @@
-"""The reproduction scripts (issue 11): the mini study's summary and verdicts, scripts/reproduce_mini.sh
+"""The reproduction scripts (issue 11): the mini study's summary and verdicts, studies/reproduce_mini.sh
 (runs, skips what is done), scripts/gpu_run.sh's CPU dry run, and the study at GPU scale
-(scripts/gpu_study.sh: dry run, budget, concurrency; scripts/summarize_gpu.py), and scripts/check_readme.py
+(studies/gpu_study.sh: dry run, budget, concurrency; studies/summarize_gpu.py), and scripts/check_readme.py
 (README's quick commands and numbers). CPU only, fake CIFAR data."""
 import json
 import os
@@ -17,7 +17,8 @@ import presets
 from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))  # the tools: check_readme, the GPU window
+sys.path.insert(0, os.path.join(ROOT, "studies"))  # the study runners and summarizers
 import check_readme  # noqa: E402
 import child  # noqa: E402
 import gpu_check  # noqa: E402
@@ -132,7 +133,7 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
     env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit srvit-r1", JOBS="2", DATA=data_dir,
                EXTRA="--max-steps 1 --batch-size 8 --val-subset 16 --eval-batch-size 16 --embed-dim 16 --num-heads 2")
-    script = os.path.join(ROOT, "scripts", "reproduce_mini.sh")
+    script = os.path.join(ROOT, "studies", "reproduce_mini.sh")
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "done bvit seed 0: top-1 " in r.stdout and "done srvit-r1 seed 0: top-1 " in r.stdout
@@ -288,9 +289,9 @@ def test_gpu_check_fails_loudly_when_the_whole_model_graph_skips_recompiles_or_s
     assert len(bad) == 3 and "CUDA-graph skip" in bad[0] and "recompiles" in bad[1] and "syncs" in bad[2]
 
 
-@pytest.mark.parametrize("script", ["reproduce_mini.sh", "gpu_run.sh", "gpu_study.sh"])
+@pytest.mark.parametrize("script", ["studies/reproduce_mini.sh", "scripts/gpu_run.sh", "studies/gpu_study.sh"])
 def test_scripts_parse(script):
-    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "scripts", script)]).returncode == 0
+    assert subprocess.run(["bash", "-n", os.path.join(ROOT, script)]).returncode == 0
 
 
 def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys):
@@ -350,7 +351,7 @@ def test_gpu_study_dry_run_runs_each_kind_of_arm_once_then_skips_what_is_done(tm
     """One arm of each kind shrunk to 2 CPU steps: each gives a result line with every field the
     summary needs, the distilled arm trains after its teacher, at most 8 small files come back, and
     a second call with those results committed runs nothing."""
-    script = os.path.join(ROOT, "scripts", "gpu_study.sh")
+    script = os.path.join(ROOT, "studies", "gpu_study.sh")
     results = tmp_path / "results"
     results.mkdir()
     env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"), RESULTS=str(results),
@@ -424,7 +425,7 @@ def gpu_line(arm, seed, top1, depth=12, **kw):
     return {"arm": arm, "seed": seed, "preset": f"c100-gpu-{arm}", "trained_depth": depth, "depths": depths,
             "epochs": 50, "max_steps": None, "val_subset": None, "img_per_s": 40_000.0, "train_s": 80.0,
             "wall_s": 120.0, "params_m": 0.5, "gflops": 0.73, "gates": None, "commit": "abc1234",
-            "torch": "2.11.0", "gpu": "NVIDIA H200", "date": "2026-12-01", "command": "bash scripts/gpu_study.sh", **kw}
+            "torch": "2.11.0", "gpu": "NVIDIA H200", "date": "2026-12-01", "command": "bash studies/gpu_study.sh", **kw}
 
 
 def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
@@ -477,7 +478,7 @@ def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
 def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cuda(tmp_path):
     """A distilled arm whose teacher (the vit run of its seed) finished in an earlier window: its
     checkpoint is not on the fresh machine, so the job trains the teacher first."""
-    script = os.path.join(ROOT, "scripts", "gpu_study.sh")
+    script = os.path.join(ROOT, "studies", "gpu_study.sh")
     results = tmp_path / "results"
     results.mkdir()
     (results / "results.jsonl").write_text(json.dumps(dict(gpu_line("vit", 0, 50.0), gpu="cpu")) + "\n")
@@ -730,7 +731,7 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
     assert "Claims 2-5 on the Stage-2 checkpoints (`c100-mini-loopvae-gan`, 2 seed(s)" in summary
     with pytest.raises(SystemExit) as e:
         summarize_loopvae.main([str(tmp_path / "nothing")])
-    assert e.value.code == 2 and "ARMS=loopvae bash scripts/reproduce_mini.sh" in capsys.readouterr().err
+    assert e.value.code == 2 and "ARMS=loopvae bash studies/reproduce_mini.sh" in capsys.readouterr().err
 
 
 
@@ -837,7 +838,7 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
 
 
 def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
-    """results/mini (scripts/keep_results.py runs/mini results/mini): the second regime's and anytime
+    """results/mini (studies/keep_results.py runs/mini results/mini): the second regime's and anytime
     inference's summaries rebuilt from the kept files (every measurement cached) are docs/results.md's and
     docs/models.md's blocks as they stand."""
     import summarize_anytime

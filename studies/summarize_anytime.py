@@ -1,7 +1,7 @@
 """Summarize anytime inference on the CPU-scale study's checkpoints (issue 40): RUNS/anytime.md and a figure.
 
-    bash scripts/reproduce_mini.sh        # (or ARMS="vit bvit bvit-ds revit-e4 revit-e4-elastic srvit-r2 odevit-euler")
-    python scripts/summarize_anytime.py runs/mini [--results docs/results.md]
+    bash studies/reproduce_mini.sh        # (or ARMS="vit bvit bvit-ds revit-e4 revit-e4-elastic srvit-r2 odevit-euler")
+    python studies/summarize_anytime.py runs/mini [--results docs/results.md]
 
 For each finished run of ARMS it runs (once; cached in the run's folder) `analyze.py --anytime --out-dir
 RUN --num-images N` and `bench.py --only anytime --anytime RUN` (bench_anytime.json), then writes a table
@@ -27,7 +27,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "studies"))
 from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler"]  # reViT: its elastic variant (A.2)
@@ -166,7 +166,7 @@ def main(argv=None):
     a = cli.parse_args(argv)
     runs = load_runs(a.runs) if os.path.isdir(a.runs) else fail(f"{a.runs} is not a directory")
     if not runs:
-        fail(f"no finished run of {', '.join(ARMS)} in {a.runs}; run scripts/reproduce_mini.sh first")
+        fail(f"no finished run of {', '.join(ARMS)} in {a.runs}; run studies/reproduce_mini.sh first")
     if not a.no_measure:
         measure(runs, a.num_images, a.data_dir)
     images = sorted({r["anytime"]["num_images"] for rs in runs.values() for r in rs if "anytime" in r})
@@ -174,7 +174,7 @@ def main(argv=None):
              + f"\n\nEach cell: mean steps (and % of the trained depth's block applications) at the fewest that keep "
              f"full-depth top-1 within 0.5 points, and the exit path's img/s over the fixed-depth forward (bench.py); "
              f"{'/'.join(str(n) for n in images)} test images; mean ± half the spread over seeds "
-             f"(scripts/summarize_anytime.py).")
+             f"(studies/summarize_anytime.py).")
     with open(os.path.join(a.runs, "anytime.md"), "w") as f:
         f.write("# Anytime inference at CPU scale\n\n" + block + "\n")
     figure(runs, a.runs)

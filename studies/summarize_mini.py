@@ -1,7 +1,7 @@
-"""Summarize the CPU-scale CIFAR-100 study (scripts/reproduce_mini.sh): RUNS/summary.md and figures.
+"""Summarize the CPU-scale CIFAR-100 study (studies/reproduce_mini.sh): RUNS/summary.md and figures.
 
-    python scripts/summarize_mini.py runs/mini
-    python scripts/summarize_mini.py runs/mini --results docs/results.md --docs docs/models.md   # also the tables
+    python studies/summarize_mini.py runs/mini
+    python studies/summarize_mini.py runs/mini --results docs/results.md --docs docs/models.md   # also the tables
 
 
 Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
@@ -357,12 +357,12 @@ def main(root, results=None, docs=None, only=None):
     """Summarize ROOT; with `results` (and `docs`) write the blocks there, or only the blocks named in `only`
     (e.g. ["moe-table"]: a folder holding one study's arms, whose other tables would be partial)."""
     if not os.path.isdir(root):
-        sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run scripts/reproduce_mini.sh first\n")
+        sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run studies/reproduce_mini.sh first\n")
         sys.exit(2)
     runs = load_runs(root)
     if not runs:
         sys.stderr.write(f"summarize_mini.py: error: no finished run in {root} (finished = has done.json); "
-                         "run scripts/reproduce_mini.sh first\n")
+                         "run studies/reproduce_mini.sh first\n")
         sys.exit(2)
     blocks = summary(runs)
     text = markdown(blocks)

@@ -1,12 +1,12 @@
 """Keep a study's results without its checkpoints, so its summarizer can rebuild the tables later.
 
-    python scripts/keep_results.py runs/mini-loopvae results/loopvae
-    python scripts/summarize_loopvae.py results/loopvae        # the same summary.md, no retraining
+    python studies/keep_results.py runs/mini-loopvae results/loopvae
+    python studies/summarize_loopvae.py results/loopvae        # the same summary.md, no retraining
 
 Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>/, and RUNS' own files
 (ledger.json, summary.md, figures), leaving out what is large or only means something while a run
 trains: checkpoints (*.pt), train.log (of which its model line, "MODEL: P M params, F GFLOPs/img, ...", is kept
-as model.txt, what scripts/summarize_mini.py reads of it), running.json, partial.json, .lock. A summarizer reads a kept run like a
+as model.txt, what studies/summarize_mini.py reads of it), running.json, partial.json, .lock. A summarizer reads a kept run like a
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
 probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
@@ -55,7 +55,7 @@ def keep(runs, dest):
 
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    cli.add_argument("runs", help="a study's run folder (scripts/reproduce_mini.sh's OUT)")
+    cli.add_argument("runs", help="a study's run folder (studies/reproduce_mini.sh's OUT)")
     cli.add_argument("dest", help="where to keep it (results/<study>)")
     a = cli.parse_args(argv)
     try:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The CIFAR-100 study at GPU scale, one GPU window at a time (scripts/gpu_study.py says what it does):
+# The CIFAR-100 study at GPU scale, one GPU window at a time (studies/gpu_study.py says what it does):
 #   cp -r ../shared/data/cifar-100-device gpu_data/    # here, once (gpu_data/ is git-ignored)
-#   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash scripts/gpu_study.sh     (OUT is set there)
-#   then here:  python scripts/summarize_gpu.py --add <fetched OUT>/results.jsonl --results docs/results.md
-#   bash scripts/gpu_study.sh --dry-run    # any CPU: every arm shrunk to a few steps (tests/test_reproduce.py)
+#   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash studies/gpu_study.sh     (OUT is set there)
+#   then here:  python studies/summarize_gpu.py --add <fetched OUT>/results.jsonl --results docs/results.md
+#   bash studies/gpu_study.sh --dry-run    # any CPU: every arm shrunk to a few steps (tests/test_reproduce.py)
 # On the GPU machine CIFAR-100 is unpacked from gpu_data/cifar-100-device first, as gpu_run.sh does.
-# Environment: see scripts/gpu_study.py (OUT, WORK, GPU_DATA, BUDGET_S, SEEDS, ARMS, JOBS, RESULTS).
+# Environment: see studies/gpu_study.py (OUT, WORK, GPU_DATA, BUDGET_S, SEEDS, ARMS, JOBS, RESULTS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
@@ -17,4 +17,4 @@ GPU_DATA=${GPU_DATA:-gpu_data}
 if [ "${1:-}" != "--dry-run" ] && [ ! -f "$GPU_DATA/cifar-100-python/train" ] && [ -d "$GPU_DATA/cifar-100-device" ]; then
   "$PYTHON" "$GPU_DATA/cifar-100-device/cifar100_pack.py" unpack "$GPU_DATA/cifar-100-device" "$GPU_DATA" || exit 2
 fi
-exec "$PYTHON" scripts/gpu_study.py "$@"
+exec "$PYTHON" studies/gpu_study.py "$@"

@@ -1,10 +1,10 @@
 """The CIFAR-100 study at GPU scale (c100-gpu-*): every run without a result, within one GPU window.
 
-scripts/gpu_study.sh is the command; docs/results.md "CIFAR-100 on one GPU" shows the outcome.
+studies/gpu_study.sh is the command; docs/results.md "CIFAR-100 on one GPU" shows the outcome.
 
-    bash scripts/gpu_study.sh                  # on the GPU machine (gpu_data/ carried), OUT set there
-    bash scripts/gpu_study.sh --dry-run        # any CPU, every arm shrunk to a few steps (test suite)
-    python scripts/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # back here, after
+    bash studies/gpu_study.sh                  # on the GPU machine (gpu_data/ carried), OUT set there
+    bash studies/gpu_study.sh --dry-run        # any CPU, every arm shrunk to a few steps (test suite)
+    python studies/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # back here, after
 
 What it does, in order:
 1. Reads the finished runs: results/gpu/results.jsonl (committed; one line per run) and
@@ -52,7 +52,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import child  # noqa: E402
 
-# The arms in the order of the claims (scripts/summarize_gpu.py CLAIMS): groups run for every seed
+# The arms in the order of the claims (studies/summarize_gpu.py CLAIMS): groups run for every seed
 # before the next group. ARM+structured: the preset with --init structured (the init claim's arm);
 # ARM+feature: the preset distilled from the vit arm of the same seed (final features).
 GROUPS = [["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds"],
@@ -330,7 +330,7 @@ def main(argv=None):
     if gpu == "cpu" and not a.dry_run:
         fail("no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU")
     meta = {"commit": commit(), "torch": torch_version, "gpu": gpu, "date": time.strftime("%Y-%m-%d"),
-            "command": "bash scripts/gpu_study.sh" + (" --dry-run" if a.dry_run else "")}
+            "command": "bash studies/gpu_study.sh" + (" --dry-run" if a.dry_run else "")}
     new_path = os.path.join(out, "results.jsonl")
     finished = read_results(os.path.join(results, "results.jsonl"), new_path)
     done = {(r["arm"], r["seed"]) for r in finished if a.dry_run or not (r.get("max_steps") or r.get("val_subset"))}
@@ -449,7 +449,7 @@ def main(argv=None):
 
 def summarize(python, results, new_path, out, log):
     """OUT/summary.md: the summarizer over the committed results and this window's."""
-    cmd = [python, os.path.join(ROOT, "scripts", "summarize_gpu.py"), results, "--out", out, "--no-save"]
+    cmd = [python, os.path.join(ROOT, "studies", "summarize_gpu.py"), results, "--out", out, "--no-save"]
     cmd += ["--add", new_path] if os.path.isfile(new_path) else []
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     log("summary: " + (f"{out}/summary.md" if r.returncode == 0 else f"FAILED: {r.stderr.strip()[-300:]}"))

@@ -1,7 +1,7 @@
-"""Summarize the CIFAR-100 study at GPU scale (scripts/gpu_study.sh): a table and a verdict per claim.
+"""Summarize the CIFAR-100 study at GPU scale (studies/gpu_study.sh): a table and a verdict per claim.
 
-    python scripts/summarize_gpu.py                                   # results/gpu -> results/gpu/summary.md
-    python scripts/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # after a GPU window
+    python studies/summarize_gpu.py                                   # results/gpu -> results/gpu/summary.md
+    python studies/summarize_gpu.py --add OUT/results.jsonl --results docs/results.md   # after a GPU window
 
 Reads RESULTS/results.jsonl (committed: one line per finished run, written by gpu_study.sh) and,
 with --add FILE, a window's new lines, which it appends to RESULTS/results.jsonl (a run already
@@ -11,7 +11,7 @@ that window (FILE's folder's concurrency.jsonl) to RESULTS/concurrency.jsonl. Wr
 - the arms' top-1 (mean ± half the spread over seeds, n seeds) at 0.5x-4x the trained depth, top-5,
   parameters, img/s, training minutes, and the commits and GPUs of its runs; an arm without a run
   says "not run yet";
-- one verdict per claim, by the mini study's rules (scripts/summarize_mini.py `verdict`: a
+- one verdict per claim, by the mini study's rules (studies/summarize_mini.py `verdict`: a
   difference counts only beyond the seed spread);
 - OUT/depth.png (top-1 vs evaluation depth) and OUT/gates.png when matplotlib is installed.
 --results docs/results.md puts both tables between that page's <!-- gpu-table --> / <!-- gpu-verdicts -->
@@ -33,7 +33,7 @@ GPU_CLAIMS = [c for c in CLAIMS if "init" not in c[0]] + [
     ("structured attention init beats the default (timm) init (structured init paper)", "vit+structured", "vit", 1, ">")]
 COMMAND = ("`python train.py --preset c100-gpu-ARM --seed K --data-dir gpu_data --compile --device cuda --amp bf16` "
            "(`--init structured` for vit+structured; the distilled arm adds `--teacher` the vit run of its seed and "
-           "`--distill feature`), run by `scripts/gpu_study.sh`")
+           "`--distill feature`), run by `studies/gpu_study.sh`")
 
 
 def protocol(r):

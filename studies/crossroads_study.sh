@@ -2,9 +2,9 @@
 # "Training Crossroads" CPU study (issue 4): recurrence vs neural-ODE solvers at equal block
 # evaluations (NFE = 12), and naive recurrence vs stage-wise deep supervision beyond the horizon.
 #
-#   bash scripts/crossroads_study.sh                              # 200 steps, ~35 min, runs/crossroads/
-#   STEPS=800 OUT=runs/crossroads_800 bash scripts/crossroads_study.sh  # ~1 epoch, ~65 min
-#   ONLY="bvit12 bvit12_s3" bash scripts/crossroads_study.sh      # only the named runs
+#   bash studies/crossroads_study.sh                              # 200 steps, ~35 min, runs/crossroads/
+#   STEPS=800 OUT=runs/crossroads_800 bash studies/crossroads_study.sh  # ~1 epoch, ~65 min
+#   ONLY="bvit12 bvit12_s3" bash studies/crossroads_study.sh      # only the named runs
 #
 # Every run: same width, same data order (seed 0), same optimizer and schedule, real CIFAR-100.
 # Each run writes log.jsonl, ckpt.pt and depth_eval.json (a table of accuracy by depth); this

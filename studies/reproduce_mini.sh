@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CPU-scale CIFAR-100 study: every c100-mini-* arm (presets.py) for each seed, then
-# runs/mini/summary.md and figures (scripts/summarize_mini.py). docs/results.md shows the outcome.
+# runs/mini/summary.md and figures (studies/summarize_mini.py). docs/results.md shows the outcome.
 #
-#     bash scripts/reproduce_mini.sh                       # all arms, SEEDS="0 1", 2 runs at a time
-#     SEEDS=0 ARMS="vit bvit" bash scripts/reproduce_mini.sh
+#     bash studies/reproduce_mini.sh                       # all arms, SEEDS="0 1", 2 runs at a time
+#     SEEDS=0 ARMS="vit bvit" bash studies/reproduce_mini.sh
 #
 # Resumable: a finished run (done.json) is skipped, an interrupted one continues from its last
 # checkpoint (the presets save every 100 steps), so re-running the same command finishes the study.
@@ -28,8 +28,8 @@ JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
 # done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
-# as scripts/gpu_study.py stamps its results
-where() { python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
+# as studies/gpu_study.py stamps its results
+where() { python -c "import sys; sys.path.insert(0, 'studies'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
 CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 # The structured-init claims (issue 50): PyTorch's default init, mimetic and structured on it, 8 x 8 patches.
@@ -43,7 +43,7 @@ MOE="revit-lory revit-smear revit-deepseek revit-qwen3 revit-moeut revit-remoe r
 # its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
 ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
-# them with scripts/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
+# them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
 # Table 2 (loopvae-vit-*, ~1.5x a CNN arm's time).
 LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped loopvae-gan loopvae-vit-global loopvae-vit-none"
@@ -162,8 +162,8 @@ for job in "${queue[@]}"; do
 done
 if compgen -G "$OUT/*/seed*/done.json" > /dev/null; then
   case " $ARMS " in
-    *" loopvae-"*) python scripts/summarize_loopvae.py "$OUT" || failed=1 ;;
-    *) python scripts/summarize_mini.py "$OUT" || failed=1 ;;
+    *" loopvae-"*) python studies/summarize_loopvae.py "$OUT" || failed=1 ;;
+    *) python studies/summarize_mini.py "$OUT" || failed=1 ;;
   esac
 fi
 exit $failed

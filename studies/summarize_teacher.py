@@ -1,8 +1,8 @@
 """Summarize reViT's second regime at CPU scale (issue 39): students distilled from the study's ViT by its
 final features alone, read by frozen probes and by their alignment with the teacher; RUNS/teacher.md.
 
-    ARMS="vit revit-e1+feature-only revit-e4+feature-only" bash scripts/reproduce_mini.sh
-    python scripts/summarize_teacher.py runs/mini [--results docs/results.md --docs docs/models.md]
+    ARMS="vit revit-e1+feature-only revit-e4+feature-only" bash studies/reproduce_mini.sh
+    python studies/summarize_teacher.py runs/mini [--results docs/results.md --docs docs/models.md]
 
 Reads RUNS/{vit, revit-e1+feature-only, revit-e4+feature-only}/seed<k>/ (finished runs: done.json) and
 measures on the way, cached in each run's folder (a second call only reads):
@@ -28,7 +28,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "studies"))
 from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
@@ -144,16 +144,16 @@ def main(argv=None):
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
     a = cli.parse_args(argv)
     if not os.path.isdir(a.runs):
-        fail(f"{a.runs} is not a directory; run ARMS=\"{' '.join(ARMS)}\" bash scripts/reproduce_mini.sh first")
+        fail(f"{a.runs} is not a directory; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh first")
     runs = load_runs(a.runs)
     if not runs:
-        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash scripts/reproduce_mini.sh")
+        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh")
     if not a.no_measure:
         measure(runs, a.runs, a.data_dir)
     seeds = ", ".join(f"{arm} {len(rs)}" for arm, rs in runs.items())
     blocks = {"teacher-claims": table(["claim", "paper (reViT, arXiv 2610.12448)", "here: c100-mini, 32 px", "verdict"],
                                       claims(runs)) + f"\n\nSeeds: {seeds}; mean ± half the spread over seeds "
-                                      "(scripts/summarize_teacher.py).",
+                                      "(studies/summarize_teacher.py).",
               "teacher-details": probe_table(runs) + "\n\nStudents distilled from the same seed's `c100-mini-vit` by "
                                  "its final features alone (`--task-weight 0`); probes `probe.py --preset c100-probe-*` "
                                  "(the dense ones on our CIFAR-100 mosaics, not ADE20k or NYUv2); alignment `analyze.py "

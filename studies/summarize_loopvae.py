@@ -1,8 +1,8 @@
-"""Summarize LoopVAE's CPU-scale study (`ARMS=loopvae bash scripts/reproduce_mini.sh`): the paper's six
+"""Summarize LoopVAE's CPU-scale study (`ARMS=loopvae bash studies/reproduce_mini.sh`): the paper's six
 claims (arXiv 2609.11516) measured on the c100-mini-loopvae-* arms, RUNS/summary.md and figures.
 
-    python scripts/summarize_loopvae.py runs/mini-loopvae
-    python scripts/summarize_loopvae.py runs/mini-loopvae --results docs/results.md --docs docs/models.md
+    python studies/summarize_loopvae.py runs/mini-loopvae
+    python studies/summarize_loopvae.py runs/mini-loopvae --results docs/results.md --docs docs/models.md
 
 Reads RUNS/loopvae-<arm>/seed<k>/{log.jsonl, done.json, ckpt.pt} (finished runs only). What it
 measures on the way is kept, so a second call only reads it again:
@@ -26,7 +26,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "studies"))
 from summarize_mini import fmt, stats, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
 
@@ -372,15 +372,15 @@ def main(argv=None):
     cli.add_argument("--no-ledger", action="store_true", help="skip the cost ledger (bench.py)")
     a = cli.parse_args(argv)
     runs = load_runs(a.runs) if os.path.isdir(a.runs) else fail(f"{a.runs} is not a directory; run "
-                                                                 "ARMS=loopvae bash scripts/reproduce_mini.sh first")
+                                                                 "ARMS=loopvae bash studies/reproduce_mini.sh first")
     if not runs:
-        fail(f"no finished run in {a.runs} (finished = has done.json); run ARMS=loopvae bash scripts/reproduce_mini.sh")
+        fail(f"no finished run in {a.runs} (finished = has done.json); run ARMS=loopvae bash studies/reproduce_mini.sh")
     measure_loops(runs, a.num_images)
     ledger = None if a.no_ledger else measure_ledger(a.runs)
     where = sorted({f"commit {r['commit']}, {r['cpu']}" for rs in runs.values() for r in rs})
     blocks = {"loopvae-claims": table(["claim (arXiv 2609.11516)", "paper", "here: c100-mini-loopvae-*, 32 px", "verdict"],
                                       claims(runs, ledger)) + f"\n\nRuns: {'; '.join(where)}; mean ± half the spread "
-                                      "over seeds (scripts/summarize_loopvae.py).",
+                                      "over seeds (studies/summarize_loopvae.py).",
               "loopvae-details": details(runs, ledger)}
     text = "# LoopVAE at CPU scale (c100-mini-loopvae-*)\n\n" + "\n\n".join(blocks.values()) + "\n"
     with open(os.path.join(a.runs, "summary.md"), "w") as f:
