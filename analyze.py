@@ -100,7 +100,7 @@ def get_parser():
                    "checkpoint or timm-layout ViT file (reViT App. D): alignment.json and alignment.png")
     p.add_argument("--draws", type=flags.positive(int), default=8, help="with --teacher: random gate "
                    "perturbations per expert deletion")
-    p.add_argument("--anytime", action="store_true", help="instead: per-image early exit (training/anytime.py): "
+    p.add_argument("--anytime", action="store_true", help="instead: per-image early exit (analysis/anytime.py): "
                    "top-1 against mean block applications per rule, beside fixed depth and the oracle, and the "
                    "per-step diagnostics (anytime.json, anytime.png)")
     p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget, at most 8x the "
@@ -679,7 +679,7 @@ WITHIN = 0.5  # top-1 points: a rule's operating point keeps full-depth top-1 wi
 
 def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128, device="cpu"):
     """The anytime curves of a classifier on the first `num_images` of val_set: a trace to `budget`
-    steps (training/anytime.py); fixed-depth top-1 at depth 1..budget; per rule its curve over
+    steps (analysis/anytime.py); fixed-depth top-1 at depth 1..budget; per rule its curve over
     THRESHOLDS and its operating point (the fewest mean block applications whose top-1 is within WITHIN
     points of the trained depth's), its exit steps there (histogram; mean per class) and the best gain
     over fixed depth at equal mean compute (the fixed curve interpolated linearly); the oracle; per step
@@ -687,7 +687,7 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
     PER_IMAGE images), the behaviour beyond the trained depth (anytime.behaviour), and the best rule's
     gain chosen on half the images and scored on the other half (anytime.heldout_gain: claim (b) of
     issue 40)."""
-    from training import anytime
+    from analysis import anytime
     subset = Subset(val_set, range(min(num_images, len(val_set))))
     parts, labels, fixed_right = [], [], []
     for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="anytime", unit="batch"):
@@ -742,7 +742,7 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
 
 def main_anytime(args, model, val_set, run):
     """analyze.py --anytime: anytime_analysis of the checkpoint, written as anytime.json and anytime.png."""
-    from training import anytime
+    from analysis import anytime
     if registry.MODELS[run.model].reconstructs:
         raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
     trained = registry.trained_depth(run)  # recursions for srvit, solver steps for odevit, else block applications
