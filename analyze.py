@@ -11,9 +11,9 @@ per command; the measures live in analysis/ (its __init__.py lists them), this f
     (default)   what does the block do at each step? (analysis/steps.py) OUT/cka.json: depthwise
                 self-CKA of the mean patch tokens (reViT: its gate table); OUT/steps.json: per step the
                 token norm, each head's attention entropy and distance, top-1 with the step skipped.
-    LoopVAE     a tokenizer checkpoint gets its loop interventions instead (analysis/loops.py):
-                OUT/loops.json, PSNR after each prefix of every stage and lost per bypassed pass.
-    --teacher   does the student's depth follow the teacher's layers? (analysis/alignment.py; FILE an
+    LoopVAE     does LoopVAE use its loops? (analysis/loops.py) A tokenizer checkpoint gets OUT/loops.json
+                instead: PSNR after each prefix of every stage, and lost per bypassed pass.
+    --teacher   does a distilled student follow its teacher's depth? (analysis/alignment.py; FILE an
                 rvits checkpoint or a timm-layout ViT file, run as --teacher runs in train.py):
                 OUT/alignment.json, the cross-CKA map, its path, and (reViT, E > 1) expert deletions
                 and gate permutations scored by teacher CKA.
@@ -105,7 +105,9 @@ STEP_MEANING = {
 }
 
 
-def finite(v):  # JSON has no NaN: an undefined CKA (a constant representation) is written as null
+def finite(v):
+    """v (a float or nested lists of floats) with every nan / inf as None: JSON has no NaN, and an undefined
+    CKA (a constant representation) is written as null."""
     return [finite(u) for u in v] if isinstance(v, list) else (v if math.isfinite(v) else None)
 
 
@@ -193,6 +195,8 @@ def write_loops(res, checkpoint, out_dir):
 
 
 def main(argv=None):
+    """analyze.py with the arguments argv (None: sys.argv): --teacher, --anytime, a LoopVAE checkpoint's loops
+    or, by default, CKA and the per-step analyses, written under --out-dir; Fail for a bad input."""
     args = get_parser().parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
@@ -304,6 +308,8 @@ def main_anytime(args, model, val_set, run):
 
 
 def plot_anytime(res, path):
+    """anytime.png at `path` from anytime_analysis's dict `res` (nothing without matplotlib): top-1 against
+    mean block applications per rule, fixed depth and the oracle; per step the readout's top-1 and residual."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -332,6 +338,8 @@ def plot_anytime(res, path):
 
 
 def plot_alignment(res, path):
+    """alignment.png at `path` from alignment.json's dict `res` (nothing without matplotlib): the cross-CKA
+    map with its maximum-CKA path and the proportional diagonal."""
     try:
         import matplotlib
         matplotlib.use("Agg")

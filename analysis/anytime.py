@@ -47,6 +47,7 @@ def rows(state, idx):
 
 
 def rms(t):
+    """Root mean square of each row of t (B, ...) -> (B,) in float32."""
     return t.float().flatten(1).square().mean(1).sqrt()
 
 

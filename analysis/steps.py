@@ -141,10 +141,12 @@ class StepProbe:
                                                                   delattr(model, "_attend"))))
 
     def reset(self, record=False, skip=None):
+        """Before a forward: record what the blocks receive and return (record=True), or skip step `skip`."""
         self.call, self.record, self.skip = -1, record, skip
         self.inputs, self.outputs, self.attn, self.final = [], [], [], None
 
-    def summary(self, z):  # z (B, T, D) -> (B, D), (B,) on the CPU
+    def summary(self, z):
+        """z (B, T, D) -> (the mean patch token (B, D), the mean token norm (B,)), on the CPU, in float32."""
         return z[:, self.prefix:].float().mean(1).cpu(), z.float().norm(dim=-1).mean(1).cpu()
 
     def _pre(self, blk, args):
