@@ -34,7 +34,7 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
                                         MACs, img/s, step memory per arm; studies/summarize_loopvae.py)
   loopvae_global_over_unlooped_step_mem  peak step memory of the global scope over the unlooped one
   anytime_{rule}_over_fixed_img_per_s   (with --anytime DIR) evaluation img/s of the per-image exit path
-                                        (training/anytime.py, images leave the batch) at each rule's
+                                        (analysis/anytime.py, images leave the batch) at each rule's
                                         operating point in DIR/anytime.json (analyze.py --anytime: top-1
                                         within 0.5 points of full depth) over the fixed-depth forward of
                                         the checkpoint DIR/ckpt.pt, on its first 512 validation images
@@ -618,7 +618,7 @@ def run(args):
     def anytime_speed():
         import types
         import analyze
-        from training import anytime
+        from analysis import anytime
         spec = json.load(open(os.path.join(args.anytime, "anytime.json")))
         model, val_set, _ = analyze.load(types.SimpleNamespace(resume=os.path.join(args.anytime, "ckpt.pt"),
                                                                data_dir=None, device=args.device))

@@ -6,7 +6,7 @@
     python probe.py --preset in1k-probe-linear --weights CKPT --data-dir IMAGENET --out-dir OUT
 
 The backbone is frozen; its final post-LayerNorm tokens are computed once per image set and only a head
-trains (training/probes.py: the heads, the learning-rate choice on a held-out tenth, mIoU, RMSE).
+trains (analysis/probes.py: the heads, the learning-rate choice on a held-out tenth, mIoU, RMSE).
 --task linear: a linear classifier on [class token; patch mean] (--data cifar100, or imagenet: an image
 folder as train.py reads it). --task seg: a linear head on the patch tokens, mIoU (--data ade20k: ADE20k's
 images/ + annotations/ folders). --task depth: a linear and a two-layer MLP head, RMSE in metres (--data
@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 import data
 from presets import PROBES
-from training import flags, probes, registry
+from analysis import probes
+from training import flags, registry
 from training.checkpoints import read_weights
 from analyze import save
 from training.monitor import Fail, printable_output
@@ -113,7 +114,7 @@ def main(argv=None):
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (--data-dir)")
     n_train, n_test = (min(n or len(s), len(s)) for n, s in ((args.num_train, train), (args.num_test, test)))
-    if n_train < 2:  # (training/probes.select_and_fit: a held-out tenth, at least one image, and the rest)
+    if n_train < 2:  # (analysis/probes.select_and_fit: a held-out tenth, at least one image, and the rest)
         said = f"--num-train {args.num_train}" if args.num_train and args.num_train < 2 else f"{n_train} training image"
         raise Fail(f"{said}: the probe needs at least 2 training images (it holds out a tenth, at least one, to "
                    "choose the head's learning rate, and fits the head on the rest)")

@@ -1,5 +1,6 @@
-"""analyze.py (issue 14): linear CKA, attention entropy and distance, and the per-step analyses of
-tiny checkpoints written by train.py. CPU only, tiny models, a few seconds each."""
+"""analyze.py and the analyses it runs (issue 14; analysis/steps.py, loops.py, alignment.py): linear CKA,
+attention entropy and distance, the per-step analyses, LoopVAE's loop interventions and the teacher
+alignment, on tiny checkpoints written by train.py. CPU only, tiny models, a few seconds each."""
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import bvit
 import odevit
 import srvit
 import train
+from analysis import alignment, loops, steps
 from test_train import TINY, fake_cifar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
@@ -24,17 +26,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 # ----------------------------------------------------------------------------- linear CKA
 def test_cka_of_a_representation_with_itself_is_one():
     x = torch.randn(64, 16)
-    assert analyze.linear_cka(x, x) == pytest.approx(1.0, abs=1e-12)
+    assert steps.linear_cka(x, x) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_cka_is_invariant_to_orthogonal_maps_and_isotropic_scaling():
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randn(100, d, generator=g, dtype=torch.float64) for d in (12, 20))
     q, _ = torch.linalg.qr(torch.randn(12, 12, generator=g, dtype=torch.float64))  # random orthogonal
-    ref = analyze.linear_cka(x, y)
-    assert analyze.linear_cka(x @ q, y) == pytest.approx(ref, abs=1e-12)
-    assert analyze.linear_cka(3.7 * x, y) == pytest.approx(ref, abs=1e-12)
-    assert analyze.linear_cka(x, 0.01 * x @ q) == pytest.approx(1.0, abs=1e-12)
+    ref = steps.linear_cka(x, y)
+    assert steps.linear_cka(x @ q, y) == pytest.approx(ref, abs=1e-12)
+    assert steps.linear_cka(3.7 * x, y) == pytest.approx(ref, abs=1e-12)
+    assert steps.linear_cka(x, 0.01 * x @ q) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_cka_is_not_invariant_to_a_general_invertible_linear_map():
@@ -44,29 +46,29 @@ def test_cka_is_not_invariant_to_a_general_invertible_linear_map():
     q2, _ = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64))
     a = q1 @ torch.diag(torch.logspace(0, 2, 10, dtype=torch.float64)) @ q2  # invertible, condition 100
     assert torch.linalg.matrix_rank(a) == 10
-    assert analyze.linear_cka(x, x @ a) < 0.8  # CKA sees the anisotropic stretch
+    assert steps.linear_cka(x, x @ a) < 0.8  # CKA sees the anisotropic stretch
 
 
 # ----------------------------------------------------------------------------- attention measures
 def test_entropy_of_a_uniform_attention_is_log_n_and_of_a_one_hot_attention_zero():
     n = 17
     uniform = torch.full((2, 3, n, n), 1.0 / n)
-    assert torch.allclose(analyze.attention_entropy(uniform), torch.full((2, 3), math.log(n)))
+    assert torch.allclose(steps.attention_entropy(uniform), torch.full((2, 3), math.log(n)))
     one_hot = torch.eye(n).expand(2, 3, n, n)
-    assert torch.equal(analyze.attention_entropy(one_hot), torch.zeros(2, 3))
+    assert torch.equal(steps.attention_entropy(one_hot), torch.zeros(2, 3))
 
 
 def test_distance_of_an_attention_to_the_query_patch_itself_is_zero():
     grid = 4
     own = torch.eye(1 + grid * grid).expand(2, 3, -1, -1)  # every token (class token too) attends itself
-    assert torch.equal(analyze.attention_distance(own, grid, prefix=1), torch.zeros(2, 3))
+    assert torch.equal(steps.attention_distance(own, grid, prefix=1), torch.zeros(2, 3))
 
 
 def test_distance_of_a_uniform_attention_on_a_2x2_grid_is_the_mean_pairwise_distance():
     # from each patch: itself 0, two neighbours 1, the diagonal sqrt(2); the class token is ignored
     attn = torch.softmax(torch.randn(1, 1, 5, 5), -1)
     attn[..., 1:, 1:] = 0.1  # patch-to-patch weights equal (renormalized over the patch keys)
-    assert analyze.attention_distance(attn, 2, prefix=1).item() == pytest.approx((2 + math.sqrt(2)) / 4)
+    assert steps.attention_distance(attn, 2, prefix=1).item() == pytest.approx((2 + math.sqrt(2)) / 4)
 
 
 def test_distance_of_a_shift_by_one_patch_is_one():
@@ -75,7 +77,7 @@ def test_distance_of_a_shift_by_one_patch_is_one():
     for i in range(n):  # each patch attends to its right neighbour (the last column to its left one)
         r, c = divmod(i, grid)
         attn[0, 0, i, r * grid + (c + 1 if c + 1 < grid else c - 1)] = 1.0
-    assert analyze.attention_distance(attn, grid, prefix=0).item() == pytest.approx(1.0)
+    assert steps.attention_distance(attn, grid, prefix=0).item() == pytest.approx(1.0)
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -93,7 +95,7 @@ def test_the_probe_does_not_change_the_logits_and_skipping_calls_the_step_the_id
     model = bvit.BViT(depth=3, num_blocks=3, **TINY_MODEL).eval()  # untied: each step is its own block
     x = images()[:][0]
     ref = model(x)[0]
-    probe = analyze.StepProbe(model, 1)
+    probe = steps.StepProbe(model, 1)
     probe.reset(record=True)
     assert torch.equal(model(x)[0], ref)
     want = model.classify(model.blocks[2](model.blocks[0](model.embed(x))))  # block 1 left out
@@ -106,7 +108,7 @@ def test_skipping_any_step_of_the_single_block_bvit_is_running_one_step_less():
     torch.manual_seed(0)
     model = bvit.BViT(depth=4, **TINY_MODEL).eval()
     x = images()[:][0]
-    probe = analyze.StepProbe(model, 1)
+    probe = steps.StepProbe(model, 1)
     for k in range(4):
         probe.reset(skip=k)
         assert torch.equal(model(x)[0], model(x, depth=3)[0])
@@ -124,7 +126,7 @@ def test_revit_moe_is_analysed_like_the_tied_block_it_reduces_to(routing, lora_r
     m = revit_moe.ReViTMoE(routing=routing, lora_rank=lora_rank, depth=3, experts=1, **TINY_MODEL).eval()
     missing, unexpected = m.load_state_dict(ref.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("blocks.0.lora") for k in missing)
-    a, b = (analyze.analyze(model, "revit", images(), 12, batch_size=5) for model in (ref, m))
+    a, b = (steps.analyze(model, "revit", images(), 12, batch_size=5) for model in (ref, m))
     for key in ("cka", "act_norm", "attn_entropy", "attn_distance", "top1_skip", "top1"):
         np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
     assert "_step_fn" not in vars(m) and "_attend" not in vars(m)  # the wrappers are removed
@@ -137,7 +139,7 @@ def test_content_routed_gates_are_the_mean_gate_per_step():
     torch.manual_seed(0)
     m = revit_moe.ReViTMoE(routing="remoe", depth=3, experts=3, **TINY_MODEL).eval()
     torch.nn.init.normal_(m.router.weight, std=1.0)
-    res = analyze.analyze(m, "revit", images(), 12, batch_size=5)
+    res = steps.analyze(m, "revit", images(), 12, batch_size=5)
     g = torch.tensor(res["gates"])  # (L, E): by hand, over the 12 images and their tokens
     x = images()[:][0]
     blk, z, want = m.blocks[0], m.embed(x), []
@@ -152,14 +154,14 @@ def test_content_routed_gates_are_the_mean_gate_per_step():
 def test_an_odevit_step_is_a_solver_step_and_its_state_the_solver_state(solver):
     torch.manual_seed(0)
     model = odevit.ODEViT(depth=3, solver=solver, **TINY_MODEL).eval()
-    steps, cps, solver_state = analyze.step_structure(model, "odevit", None)
-    assert (steps, cps, solver_state) == (3, odevit.NFE_PER_STEP[solver], True)
+    n, cps, solver_state = steps.step_structure(model, "odevit", None)
+    assert (n, cps, solver_state) == (3, odevit.NFE_PER_STEP[solver], True)
     x = images()[:][0]
-    probe = analyze.StepProbe(model, cps)
+    probe = steps.StepProbe(model, cps)
     probe.reset(record=True)
     model(x)
-    states = probe.states(steps, solver_state)
-    for k in range(1, steps + 1):  # z(t_k) is what a k-step run (same h) hands to the final norm
+    states = probe.states(n, solver_state)
+    for k in range(1, n + 1):  # z(t_k) is what a k-step run (same h) hands to the final norm
         probe.reset(record=True)
         model(x, depth=k, extend="time")
         assert torch.allclose(states[k][0], probe.final[0], atol=1e-5)
@@ -169,7 +171,7 @@ def test_an_odevit_step_is_a_solver_step_and_its_state_the_solver_state(solver):
 def test_an_srvit_step_is_one_recursion_through_the_stack():
     torch.manual_seed(0)
     model = srvit.SRViT(depth=2, recursions=3, **TINY_MODEL).eval()
-    res = analyze.analyze(model, "srvit", images(), 12, batch_size=5)
+    res = steps.analyze(model, "srvit", images(), 12, batch_size=5)
     assert (res["depth"], res["calls_per_step"]) == (3, 2)
     assert len(res["cka"]) == 4 and len(res["top1_skip"]) == 3 and sum(res["mix_weights"]) == pytest.approx(1)
 
@@ -202,10 +204,10 @@ def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, nam
     assert ("gates" in cka) == (name == "revit")
     if name == "revit":
         assert np.allclose(np.array(cka["gates"]).sum(1), 1, atol=1e-3) and len(cka["gates"]) == depth
-    steps = json.load(open(tmp_path / "steps.json"))
-    assert [s["step"] for s in steps["steps"]] == list(range(1, depth + 1))
-    log_t = math.log(steps["tokens"])
-    for s in steps["steps"]:
+    per_step = json.load(open(tmp_path / "steps.json"))
+    assert [s["step"] for s in per_step["steps"]] == list(range(1, depth + 1))
+    log_t = math.log(per_step["tokens"])
+    for s in per_step["steps"]:
         assert len(s["attn_entropy"]) == len(s["attn_distance"]) == 2  # heads
         assert all(0 <= e <= log_t + 1e-6 for e in s["attn_entropy"])
         assert all(d >= 0 for d in s["attn_distance"]) and s["act_norm"] > 0 and 0 <= s["top1_skip"] <= 100
@@ -214,7 +216,7 @@ def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, nam
     x, y = zip(*(val_set[i] for i in range(24)))
     with torch.no_grad():
         own = 100 * (model(torch.stack(x))[0].argmax(1) == torch.tensor(y)).double().mean().item()
-    assert steps["top1"] == pytest.approx(own)
+    assert per_step["top1"] == pytest.approx(own)
 
 
 def test_analyze_at_another_depth(checkpoints, tmp_path):
@@ -262,19 +264,18 @@ def test_loop_interventions_at_init_change_nothing_and_otherwise_match_a_hand_co
     gate): truncating or bypassing a pass changes no pixel, every update is 0 and every image is
     monotone. With perturbed weights the full prefix is the full schedule, and a bypass's PSNR cost is
     the difference of the two reconstructions' PSNRs."""
-    import analyze
     import loopvae
     torch.manual_seed(0)
     m = loopvae.LoopVAE(img_size=16, embed_dim=32, num_blocks=1, loops=(1, 2, 3), latent_dim=4, num_groups=8)
     x = torch.rand(6, 3, 16, 16) * 2 - 1
-    r = analyze.loop_interventions(m, x, batch_size=4)
+    r = loops.loop_interventions(m, x, batch_size=4)
     assert r["stages"] == {"enc_f4": 2, "enc_f8": 3, "dec_f4": 2, "dec_f2": 3}
     for name, n in r["stages"].items():
         assert r["prefix"][name] == [r["full"]["psnr"]] * n and r["monotone"][name] == 1.0
         assert r["bypass"][name] == [0.0] * n and r["update"][name] == [0.0] * n
     for p in m.parameters():  # away from the identity
         p.data.add_(0.05 * torch.randn_like(p))
-    r = analyze.loop_interventions(m, x, batch_size=4)
+    r = loops.loop_interventions(m, x, batch_size=4)
     full = m.metrics(x)["psnr"]
     assert r["prefix"]["dec_f2"][-1] == pytest.approx(float(full.mean()), abs=1e-5)
     lost = float((full - m.metrics(x, bypass=("dec_f2", 1))["psnr"]).mean())
@@ -314,17 +315,17 @@ def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path)
 # ----------------------------------------------------------------------------- teacher alignment (issue 39)
 def test_an_identity_alignment_has_rho_one_and_mad_zero_and_a_shuffled_one_does_not():
     eye = torch.eye(7) * 0.9 + 0.05  # student step k most like teacher layer k
-    res = analyze.cka_path(eye.tolist())
+    res = alignment.cka_path(eye.tolist())
     assert res["path"] == list(range(1, 7)) and res["rho"] == pytest.approx(1.0) and res["mad"] == 0
-    assert analyze.teacher_cka(eye.tolist()) == pytest.approx(0.95)
+    assert alignment.teacher_cka(eye.tolist()) == pytest.approx(0.95)
     half = torch.zeros(4, 7)  # a 3-step student against a 6-layer teacher, on the proportional layers 2, 4, 6
     half[1, 2] = half[2, 4] = half[3, 6] = 1
-    assert analyze.cka_path(half.tolist())["mad"] == 0 and analyze.teacher_cka(half.tolist()) == 1
+    assert alignment.cka_path(half.tolist())["mad"] == 0 and alignment.teacher_cka(half.tolist()) == 1
     flip = torch.zeros(7, 7)  # the deepest student step most like the first teacher layer
     flip[1:, 1:] = torch.eye(6).flip(1)
-    res = analyze.cka_path(flip.tolist())
+    res = alignment.cka_path(flip.tolist())
     assert res["rho"] == pytest.approx(-1.0) and res["mad"] > 2
-    assert analyze.spearman([1, 2, 2, 3], [0, 1, 2, 3]) == pytest.approx(0.9486833, abs=1e-6)  # ties: mean ranks
+    assert alignment.spearman([1, 2, 2, 3], [0, 1, 2, 3]) == pytest.approx(0.9486833, abs=1e-6)  # ties: mean ranks
 
 
 def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutation_changes_nothing():
@@ -332,7 +333,7 @@ def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutat
     torch.manual_seed(0)
     teacher = bvit.BViT(depth=3, num_blocks=3, **TINY_MODEL).eval()
     x = images(24)[:][0]
-    res = analyze.alignment(teacher, teacher, lambda v: v, x)
+    res = alignment.alignment(teacher, teacher, lambda v: v, x)
     assert res["rho"] == pytest.approx(1.0) and res["mad"] == 0 and res["teacher_cka"] == pytest.approx(1.0)
     assert "deletions" not in res  # not a reViT with experts
     student = revit.ReViT(depth=3, experts=3, **TINY_MODEL).eval()
@@ -340,7 +341,7 @@ def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutat
         for prm in student.router.parameters():
             prm.normal_(0, 1.0)
     logits = student(x)[0]
-    res = analyze.alignment(student, teacher, lambda v: v, x, draws=3)
+    res = alignment.alignment(student, teacher, lambda v: v, x, draws=3)
     assert torch.equal(student(x)[0], logits) and "ffn_weights" not in vars(student)  # restored after
     perms = res["permutations"]
     assert len(perms) == 6 and perms[0]["perm"] == [0, 1, 2]
@@ -351,7 +352,7 @@ def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutat
         kept = g.clone()
         kept[:, d["expert"]] = 0
         kept = kept / kept.sum(1, keepdim=True)
-        assert d["displacement"] == pytest.approx(analyze.displacement(student, kept - g), rel=1e-6)
+        assert d["displacement"] == pytest.approx(alignment.displacement(student, kept - g), rel=1e-6)
         assert len(d["random"]) == 3 and d["displacement"] > 0
 
 

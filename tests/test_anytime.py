@@ -12,7 +12,7 @@ import revit_moe
 import srvit
 import train
 from test_train import TINY, fake_cifar
-from training import anytime
+from analysis import anytime
 
 KW = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2)
 

@@ -69,12 +69,37 @@ def test_tools_import_training_not_the_tutorial(path):
 
 
 def test_training_package_is_a_docstring_naming_each_module_in_reading_order():
-    init = ast.parse(source(os.path.join("training", "__init__.py")))
-    assert len(init.body) == 1 and isinstance(init.body[0].value, ast.Constant)
-    doc = ast.get_docstring(init)
-    modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))
-    listed = re.findall(r"^\s*(\w+\.py)\s", doc, re.M)  # one line per module: "    flags.py   which flags ..."
-    assert sorted(listed) == [m for m in modules if m != "__init__.py"], "training/__init__.py names every module, once"
+    """training/__init__.py and analysis/__init__.py are each a docstring with one line per module."""
+    for package in ("training", "analysis"):
+        init = ast.parse(source(os.path.join(package, "__init__.py")))
+        assert len(init.body) == 1 and isinstance(init.body[0].value, ast.Constant)
+        doc = ast.get_docstring(init)
+        modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, package, "*.py")))
+        listed = re.findall(r"^\s*(\w+\.py)\s", doc, re.M)  # one line per module: "    flags.py   which flags ..."
+        assert sorted(listed) == [m for m in modules if m != "__init__.py"], f"{package}/__init__.py: each module once"
+
+
+def test_training_holds_only_what_train_py_leans_on():
+    """Every module in training/ is imported by train.py, directly or through another training module
+    (imports at the top or inside a function); what only analyze.py or probe.py use lives in analysis/."""
+    def training_imports(path):
+        found = set()
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("training.")}
+            elif isinstance(node, ast.ImportFrom) and node.module == "training":
+                found |= {a.name for a in node.names}  # from training import flags, registry
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("training."):
+                found.add(node.module.split(".")[1])  # from training.monitor import Fail
+        return found
+    modules = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "training", "*.py"))}
+    reached, todo = set(), training_imports("train.py")
+    while todo:
+        name = todo.pop()
+        if name in modules and name not in reached:
+            reached.add(name)
+            todo |= training_imports(os.path.join("training", name + ".py"))
+    assert sorted(modules - reached - {"__init__"}) == [], "training/ modules that train.py never imports"
 
 
 def test_model_files_import_only_torch():

@@ -1,4 +1,4 @@
-"""Frozen-backbone probes (issue 39): training/probes.py's heads and metrics on answers known in advance,
+"""Frozen-backbone probes (issue 39): analysis/probes.py's heads and metrics on answers known in advance,
 data.py's probe data (the CIFAR mosaics, ADE20k and NYUv2 folders), and probe.py end to end."""
 import json
 import os
@@ -12,7 +12,7 @@ import data
 import probe
 import train
 from test_train import TINY, fake_cifar
-from training import probes
+from analysis import probes
 
 
 def test_a_linear_probe_recovers_a_linear_answer_and_fails_on_noise():

@@ -11,6 +11,4 @@
     checkpoints.py  what is saved, how a run resumes or starts from weights, the run folder
     monitor.py      around the steps (bar, estimate, device reads, stop signals) and how a run ends
     evaluation.py   top-1 / top-5, a tokenizer's metrics, the depth sweep and its report
-    probes.py       after training: heads on a frozen backbone's features (probe.py's math)
-    anytime.py      after training: each image stops when an exit rule says it is done
 """

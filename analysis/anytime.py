@@ -17,9 +17,19 @@ stays right to the budget (step 0 for an image never right to the end). Images t
 the budget. A step's readout does not depend on which other images are in the batch, so one traced run
 (`trace`) gives every rule's exit steps at every threshold (`exit_steps`); `run` is the real path,
 whose batch shrinks as images exit (what bench.py times).
+
+Does it pay? `anytime_analysis` (analyze.py --anytime: anytime.json) puts each rule's top-1 against
+its mean block applications beside fixed-depth truncation and the oracle, reads each rule's operating
+point (the fewest applications within WITHIN top-1 points of the trained depth), chooses the best
+(rule, threshold) on half the images and scores its gain over fixed depth on the other half
+(`heldout_gain`), and says what the state does beyond the trained depth (`behaviour`).
 """
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
+
+import data
 
 RULES = ("confidence", "kl", "update", "second-order")
 
@@ -37,6 +47,7 @@ def rows(state, idx):
 
 
 def rms(t):
+    """Root mean square of each row of t (B, ...) -> (B,) in float32."""
     return t.float().flatten(1).square().mean(1).sqrt()
 
 
@@ -202,3 +213,72 @@ def run(model, x, rule, threshold, budget):
         idx, state = idx[keep], rows(state, keep)
         prev = {key: s[key][keep] for key in ("logp", "h", "d")}
     return logits, steps
+
+
+# ----------------------------------------------------------------------------- the analysis (analyze.py --anytime)
+THRESHOLDS = {"confidence": [0.05 * i for i in range(1, 20)] + [0.97, 0.99, 0.999],
+              **{r: [10 ** (e / 4) for e in range(-20, 3)] for r in ("kl", "update", "second-order")}}
+PER_IMAGE = 256  # anytime.json keeps the per-image relative updates of the first this many images
+MAX_BUDGET = 8  # --budget: at most this many times the trained depth
+WITHIN = 0.5  # top-1 points: a rule's operating point keeps full-depth top-1 within this (issue 40)
+
+
+def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128, device="cpu"):
+    """The anytime curves of a classifier on the first `num_images` of val_set: a `trace` to `budget`
+    steps; fixed-depth top-1 at depth 1..budget; per rule its curve over THRESHOLDS and its operating point (the fewest mean block applications whose top-1 is within WITHIN
+    points of the trained depth's), its exit steps there (histogram; mean per class) and the best gain
+    over fixed depth at equal mean compute (the fixed curve interpolated linearly); the oracle; per step
+    the readout's top-1, relative update and residual (mean; the update also per image, for the first
+    PER_IMAGE images), the behaviour beyond the trained depth (`behaviour`), and the best rule's
+    gain chosen on half the images and scored on the other half (`heldout_gain`: claim (b) of
+    issue 40)."""
+    subset = Subset(val_set, range(min(num_images, len(val_set))))
+    parts, labels, fixed_right = [], [], []
+    for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="anytime", unit="batch"):
+        x, y, _ = data.drop_undecodable(x, y, subset)
+        x = x.to(device)
+        parts.append(trace(model, x, budget))
+        labels.append(y)
+        with torch.no_grad():  # (B, L): depth d's prediction right (reViT's depth d is not trace step d)
+            fixed_right.append(torch.stack([model(x, depth=d)[0].argmax(1).cpu() == y
+                                            for d in range(1, budget + 1)], 1))
+    tr = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    y, fixed_right = torch.cat(labels), torch.cat(fixed_right)
+    n, bps = len(y), model.blocks_per_step
+    right = tr["pred"] == y[:, None]
+    fixed = [float(100 * v) for v in fixed_right.double().mean(0)]
+    full = fixed[trained - 1]
+    apps = [(d + 1) * bps for d in range(budget)]
+
+    def at(c):  # the fixed-depth top-1 at mean compute c, interpolated between depths
+        return float(100 * fixed_at(fixed_right, c, bps).mean())
+
+    rules = {}
+    for rule, ts in THRESHOLDS.items():
+        pts = curve(tr, right, rule, ts, bps)
+        ok = [p for p in pts if p[2] >= full - WITHIN]
+        op = min(ok, key=lambda p: p[1]) if ok else None
+        res = {"curve": [{"threshold": t, "applications": a, "top1": v} for t, a, v in pts],
+               "best_gain_over_fixed": max(v - at(a) for _, a, v in pts), "operating_point": None}
+        if op:
+            e = exit_steps({**tr, "right": right}, rule, op[0])
+            per_class = {int(c): float((e[y == c] + 1).float().mean()) for c in y.unique()}
+            res["operating_point"] = {"threshold": op[0], "applications": op[1], "top1": op[2],
+                                      "fraction_of_trained": op[1] / (trained * bps),
+                                      "exit_histogram": torch.bincount(e, minlength=budget).tolist(),
+                                      "earliest_classes": sorted(per_class, key=per_class.get)[:5],
+                                      "latest_classes": sorted(per_class, key=per_class.get)[-5:],
+                                      "mean_steps_per_class": per_class}
+        rules[rule] = res
+    oracle = exit_steps({**tr, "right": right}, "oracle", None)
+    mean = lambda key: [float(v) for v in tr[key].nanmean(0)]
+    return {"num_images": n, "budget": budget, "trained_depth": trained, "blocks_per_step": bps,
+            "full_top1": full, "fixed": [{"depth": d + 1, "applications": a, "top1": v}
+                                         for d, (a, v) in enumerate(zip(apps, fixed))],
+            "rules": rules, "heldout": heldout_gain(tr, right, fixed_right, THRESHOLDS, bps),
+            "oracle": {"applications": float((oracle + 1).float().mean()) * bps,
+                       "top1": float(100 * right.gather(1, oracle[:, None]).float().mean())},
+            "per_step": {"top1": [float(100 * v) for v in right.float().mean(0)], "update": mean("update"),
+                         "residual": mean("residual"), "return2": mean("return2"),
+                         "update_per_image": [[round(float(v), 5) for v in row] for row in tr["update"][:PER_IMAGE]]},
+            "behaviour": behaviour(mean("residual"), mean("return2"), trained)}
