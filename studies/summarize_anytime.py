@@ -13,7 +13,7 @@ claims, written before the runs and judged by summarize_mini.verdict's noise rul
     block applications (the best rule's operating point; 100 % when no threshold keeps it);
 (b) for every recurrent arm, the best exit rule beats fixed-depth truncation at equal mean compute: the
     (rule, threshold) with the largest top-1 gain over the fixed-depth curve (interpolated) is chosen on
-    half the test images and its gain scored on the other half (training/anytime.heldout_gain), so that
+    half the test images and its gain scored on the other half (analysis/anytime.heldout_gain), so that
     choosing the best of ~90 pairs does not make a gain by itself. Two readouts of one checkpoint on the
     same images: the noise is the seed spread of that gain and at least twice its standard error over
     the scored images, not the 1.65-point CPU-model floor, which compares training runs.
