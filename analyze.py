@@ -78,7 +78,7 @@ from tqdm import tqdm
 import data
 from training import flags, registry
 from training.checkpoints import read_weights
-from training.monitor import Fail, printable_output
+from training.exits import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):

@@ -31,7 +31,7 @@ from presets import PROBES
 from training import flags, probes, registry
 from training.checkpoints import read_weights
 from analyze import save
-from training.monitor import Fail, printable_output
+from training.exits import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):

@@ -8,8 +8,9 @@
 Read main(), then train(): main() sets the run up in the order of events, train() is the loop, and the
 step's parts and the set-up phases follow them. What they lean on is in training/, one question per
 file (training/__init__.py lists them): the flags (flags.py), --model's classes (registry.py),
-checkpoints and resume (checkpoints.py), evaluation (evaluation.py), the progress bar, the estimate and
-the stop signals (monitor.py). A paper's protocol is one flag (--preset, presets.py).
+checkpoints and resume (checkpoints.py), evaluation (evaluation.py), the progress bar and the estimate
+(monitor.py), the stop signals and the exit statuses (exits.py). A paper's protocol is one flag (--preset,
+presets.py).
 
 The loop: AdamW (fused) or LAMB, linear warmup + cosine, bf16 autocast (fp16 with a GradScaler), gradient
 accumulation, clipping, MixUp/CutMix and label smoothing, EMA, distillation from a frozen teacher
@@ -31,8 +32,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 import kernels
 from training import checkpoints, evaluation, flags, optim, perceptual, registry
-from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, PeerFailed, Preempted, Stop, announce,
-                              epoch_line, model_log, printable_output, say, stopping, write)
+from training.exits import INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping, write
+from training.monitor import EpochSums, Monitor, announce, epoch_line, model_log
 
 
 def main(argv=None, stop=None):

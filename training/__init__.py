@@ -1,5 +1,6 @@
 """What train.py leans on, one question per file, in the order a run meets them:
 
+    exits.py        how a run ends (cli installs its Stop first): the stop signals, one-line failures (Fail) and exit statuses
     flags.py        which flags are there, and what do they resolve to? (parser, --preset, checks, which
                     value a flag takes from a checkpoint; `resolved(argv)` for tools)
     registry.py     which model does --model name? (one record each: its builder, flags, trained depth,
@@ -9,7 +10,7 @@
     adversarial.py  LoopVAE's Stage 2: the discriminator and the adversarial term (--stage2)
     optim.py        the optimizers, the schedule, the step (optimizer_step) and EMA
     checkpoints.py  what is saved, how a run resumes or starts from weights, the run folder
-    monitor.py      around the steps (bar, estimate, device reads, stop signals) and how a run ends
+    monitor.py      around the steps (bar, estimate, device reads, stop requests) and the run's lines
     evaluation.py   top-1 / top-5, a tokenizer's metrics, the depth sweep and its report
     probes.py       after training: heads on a frozen backbone's features (probe.py's math)
     anytime.py      after training: each image stops when an exit rule says it is done

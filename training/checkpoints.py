@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from training.monitor import Fail, cannot_write, write
+from training.exits import Fail, cannot_write, write
 
 
 def rng_state():
@@ -304,7 +304,7 @@ class Saver:
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
     "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". After a save `stop` (a
-    monitor.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
+    exits.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
     (a full disk): the previous checkpoint is kept."""
 
     def __init__(self, path, objects, args, classes, stop, ddp, world, master):

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data
-from training.monitor import Fail, Preempted, cannot_write, stopping, write
+from training.exits import Fail, Preempted, cannot_write, stopping, write
 from training.registry import trained_depth
 
 

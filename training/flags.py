@@ -18,7 +18,7 @@ import kernels
 from presets import PAPER, PRESETS, TIMES
 from training import adversarial
 from training.checkpoints import checkpoint_file, read_weights
-from training.monitor import Fail
+from training.exits import Fail
 from training.perceptual import VGG16_FILE
 from training.registry import MODELS, arch_flags, build_model, model_flags
 

@@ -41,7 +41,7 @@ import data
 from training import adversarial
 from training.checkpoints import read_weights
 from training.distill import Distiller
-from training.monitor import Fail
+from training.exits import Fail
 from training.perceptual import lpips_loss
 
 
