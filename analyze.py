@@ -77,7 +77,7 @@ from tqdm import tqdm
 
 import data
 from training import flags, registry
-from training.checkpoints import read_weights
+from training.weights import read_weights
 from training.exits import Fail, printable_output
 
 
@@ -650,8 +650,8 @@ def main_alignment(args, model, val_set, run):
                    f"{args.resume} is --model {run.model}")
     if args.depth is not None:
         raise Fail("--teacher: leave out --depth (the alignment analyses read the trained depth)")
-    from training.distill import Distiller
-    teacher_model, renorm, line = registry.teacher(args.teacher, flags.get_parser(), model, run)
+    from training.distill import Distiller, teacher
+    teacher_model, renorm, line = teacher(args.teacher, flags.get_parser(), model, run)
     teacher_model = teacher_model.to(args.device)
     to_teacher = Distiller(model, teacher_model, "feature", renormalize=renorm).to(args.device).teacher_input
     print(line)

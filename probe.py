@@ -29,7 +29,7 @@ from tqdm import tqdm
 import data
 from presets import PROBES
 from training import flags, probes, registry
-from training.checkpoints import read_weights
+from training.weights import read_weights
 from analyze import save
 from training.exits import Fail, printable_output
 

@@ -31,8 +31,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 import kernels
-from training import checkpoints, evaluation, flags, optim, perceptual, registry
-from training.exits import INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping, write
+from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
+from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping,
+                            write)
 from training.monitor import EpochSums, Monitor, announce, epoch_line, model_log
 
 
@@ -73,7 +74,8 @@ def main(argv=None, stop=None):
     raw_model = model  # (compile and DDP wrap `model`; the checkpoint and evaluation use this one)
 
     # 4. what trains beside it: a frozen teacher (--teacher), a discriminator (--stage2); --rfid's network
-    distiller, adversary = registry.trainers_beside_the_model(args, p, model, img_size, device)
+    distiller = distill.from_flags(args, p, model, device)  # (None unless --teacher: not for --eval-only)
+    adversary = adversarial.from_flags(args, model, device)  # (None unless --stage2: not for --eval-only)
     rfid = perceptual.rfid_metric(device) if args.rfid else None
     scope, why = compile_scope(args, raw_model, ddp, distiller, adversary, device)  # (checked before a file is written)
 

@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from training.checkpoints import read_weights
+from training.weights import read_weights
 from training.exits import Fail
 
 # LPIPS's backbone (lpips_loss): torchvision's ImageNet VGG16, file name = torchvision's cache name, whose
