@@ -4,6 +4,8 @@
                     failures (Fail) and the exit statuses
     flags.py        which flags are there, and what do they resolve to? (parser, --preset, checks, which
                     value a flag takes from a checkpoint; `resolved(argv)` for tools)
+    run.py          what is this run? (one record of its facts, built once in main(): processes, device,
+                    precision, stop, paths, length, start)
     registry.py     which model does --model name? (one record each: its builder, flags, trained depth,
                     CPU preset, tokenizer or classifier) and what does train.py ask of a model? (the interface)
     weights.py      what does a weights file hold, and how does it fit this model? (read_weights, never

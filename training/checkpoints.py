@@ -187,13 +187,15 @@ class Saver:
     needs (rank 0 writes it; every rank's RNG state is gathered), and the class names (image folders),
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
-    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". After a save `stop` (a
-    exits.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
+    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". `run`: the run's Run
+    (training/run.py), whose ckpt_path it writes and whose processes take part; after a save its `stop`
+    (an exits.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
     (a full disk): the previous checkpoint is kept."""
 
-    def __init__(self, path, objects, args, classes, stop, ddp, world, master):
-        self.path, self.objects, self.args, self.classes, self.stop = path, objects, args, classes, stop
-        self.ddp, self.world, self.master = ddp, world, master
+    def __init__(self, run, objects, args, classes):
+        self.path, self.objects, self.args, self.classes = run.ckpt_path, objects, args, classes
+        self.stop = run.stop
+        self.ddp, self.world, self.master = run.ddp, run.world, run.master
 
     def __call__(self, epoch, batch, progress, step, record=None):
         """`record`: the epoch's log.jsonl record (at an epoch's end), kept so that a resume writes it
@@ -216,16 +218,16 @@ class Saver:
         self.stop.checkpoint, self.stop.step = self.path, step
 
 
-def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary,
-                    classes=None):
+def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
     was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
-    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt, or an
-    OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
+    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
+    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
     (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
     resumed with these flags or class folders, or (DDP) when the processes do not see the same files
     (same_files)."""
+    world, rank, ckpt_path = run.world, run.rank, run.ckpt_path
     same_files(args, ckpt_path)
     log = os.path.join(args.out_dir, "log.jsonl")
     if not args.resume:

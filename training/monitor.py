@@ -73,9 +73,9 @@ class EpochSums:
 
 
 class Monitor:
-    """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
-    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, `val_images` the
-    validation images of every process), and everything the loop does between optimizer steps that is
+    """The run as the loop sees it (`run`, its training/run.py Run: its processes `ddp`, `world`, `master`,
+    its `stop`, the paths of its checkpoint and log, its length in steps, `val_images` the validation
+    images of every process; `save`, its checkpoints.Saver), and everything the loop does between optimizer steps that is
     not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
     instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
     consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
@@ -84,15 +84,14 @@ class Monitor:
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
     stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
 
-    def __init__(self, args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                 ckpt_path, log_path, val_images):
-        self.args, self.device, self.ddp, self.world, self.master = args, device, ddp, world, master
-        self.val_images = val_images
-        self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
-        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+    def __init__(self, args, run, save, scheduler):
+        self.args, self.run, self.save, self.scheduler = args, run, save, scheduler
+        self.device, self.ddp, self.world, self.master, self.stop = run.device, run.ddp, run.world, run.master, run.stop
+        self.ckpt_path, self.log_path, self.val_images = run.ckpt_path, run.log_path, run.val_images
+        self.total_steps, self.steps_per_epoch, step = run.total_steps, run.steps_per_epoch, run.start_step
         self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
-        self.check_every = CHECK_EVERY if device.type == "cuda" else 1
-        self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
+        self.check_every = CHECK_EVERY if self.device.type == "cuda" else 1
+        self.bad_run = torch.zeros((), device=self.device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
         self.pace = []  # (step, time) of the two checks the estimate is measured between (pace_point)
         self.origin = self.probe  # where this process's steps start: the first ones warm up (pace_point)
@@ -274,12 +273,15 @@ def estimate_line(args, device, pace, total_steps):
 
 
 # ----------------------------------------------------------------------------- the run's lines
-def announce(args, model, world, device, compiled, total_steps, steps_per_epoch, warmup, distilling, step,
-             start_epoch, start_batch, stop):
+def announce(args, run, model, compiled, distilling):
     """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
-    compilation and schedule, where a resumed run continues, a Stage-2 run too short for its adversarial
-    term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the training run's
-    files alone; `stop`, the run's Stop, says what is kept if that write fails)."""
+    compilation (`compiled`, its words) and schedule, where a resumed run continues, a Stage-2 run too short
+    for its adversarial term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the
+    training run's files alone; `run.stop` says what is kept if that write fails). `run`: the run's Run
+    (training/run.py); `distilling`: whether a teacher trains it."""
+    world, device, stop, step = run.world, run.device, run.stop, run.start_step
+    total_steps, steps_per_epoch, warmup = run.total_steps, run.steps_per_epoch, run.warmup
+    start_epoch, start_batch = run.start_epoch, run.start_batch
     if args.preset:
         print(f"preset {args.preset}: {PRESETS[args.preset][0]}; paper: {PAPER[args.preset]}")
     flops = model.flops_per_image()
