@@ -149,3 +149,19 @@ def test_no_import_cycle_among_the_project_modules():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"] and cycle({"a": {"b"}}) is None
     found = cycle(graph)
     assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_run_facts_travel_as_one_record():
+    """main() builds one Run (training/run.py: processes, device, precision, stop, paths, length, start)
+    and passes it, instead of 7-tuples and 13-15 parameter lists: runtime returns a Run, and no function of
+    train.py or training/ takes more than the 13 of train(), the loop (its model, optimizer and loaders)."""
+    import train
+    from training import exits, flags, run
+    p = flags.get_parser()
+    r = train.runtime(p.parse_args(["--device", "cpu"]), p, exits.Stop())
+    assert isinstance(r, run.Run) and (r.ddp, r.rank, r.world, r.master, r.micro) == (False, 0, 1, True, 128)
+    for path in ["train.py", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))]:
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.FunctionDef):
+                n = len(node.args.args) + len(node.args.kwonlyargs)
+                assert n <= 13, f"{path}: {node.name}() takes {n} parameters"
