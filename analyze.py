@@ -33,8 +33,8 @@ import torch
 import data
 from analysis import alignment, anytime, loops, steps
 from training import flags, registry
-from training.checkpoints import read_weights
-from training.monitor import Fail, printable_output
+from training.weights import read_weights
+from training.exits import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):
@@ -254,8 +254,8 @@ def main_alignment(args, model, val_set, run):
                    f"{args.resume} is --model {run.model}")
     if args.depth is not None:
         raise Fail("--teacher: leave out --depth (the alignment analyses read the trained depth)")
-    from training.distill import Distiller
-    teacher_model, renorm, line = registry.teacher(args.teacher, flags.get_parser(), model, run)
+    from training.distill import Distiller, teacher
+    teacher_model, renorm, line = teacher(args.teacher, flags.get_parser(), model, run)
     teacher_model = teacher_model.to(args.device)
     to_teacher = Distiller(model, teacher_model, "feature", renormalize=renorm).to(args.device).teacher_input
     print(line)

@@ -643,7 +643,10 @@ def lazy_r1_loss(discriminator, real, d_step, gamma=10.0, every=16):
     return 0.5 * gamma * every * r1_penalty(discriminator, real)
 
 
-def diff_augment(x, policy=("color", "translation", "cutout"), translation=0.125, cutout=0.2):
+DIFFAUG = ("color", "translation", "cutout")  # DiffAugment's policy (Zhao et al. 2020); App. A.1 names the cutout
+
+
+def diff_augment(x, policy=DIFFAUG, translation=0.125, cutout=0.2):
     """Differentiable augmentation in the spirit of DiffAugment (Zhao et al. 2020), fresh draws per image,
     applied to real and fake images alike before D: x (B, C, H, W) in [-1, 1] -> same shape.
     color: brightness + U(-0.5, 0.5), saturation x U(0, 2), contrast x U(0.5, 1.5); translation: an

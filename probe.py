@@ -30,9 +30,9 @@ import data
 from presets import PROBES
 from analysis import probes
 from training import flags, registry
-from training.checkpoints import read_weights
+from training.weights import read_weights, timm_vit
 from analyze import save
-from training.monitor import Fail, printable_output
+from training.exits import Fail, printable_output
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,7 +76,7 @@ def backbone(path, img_size, device):
                        + (f"{below} or " if below else "") + f"{below + patch}")
         model = registry.model_from_checkpoint(path, "--weights", flags.get_parser(), img_size or own, ck)
         return model, img_size or own, data.normalization(run.get("data")), f"--model {run['model']}"
-    model = registry.timm_vit(path, "--weights", img_size=img_size or 224)
+    model = timm_vit(path, "--weights", img_size=img_size or 224)
     return model, model.img_size, (data.IMAGENET_MEAN, data.IMAGENET_STD), "timm-layout ViT"
 
 

@@ -8,8 +8,9 @@
 Read main(), then train(): main() sets the run up in the order of events, train() is the loop, and the
 step's parts and the set-up phases follow them. What they lean on is in training/, one question per
 file (training/__init__.py lists them): the flags (flags.py), --model's classes (registry.py),
-checkpoints and resume (checkpoints.py), evaluation (evaluation.py), the progress bar, the estimate and
-the stop signals (monitor.py). A paper's protocol is one flag (--preset, presets.py).
+checkpoints and resume (checkpoints.py), evaluation (evaluation.py), the progress bar and the estimate
+(monitor.py), the stop signals and the exit statuses (exits.py). A paper's protocol is one flag (--preset,
+presets.py).
 
 The loop: AdamW (fused) or LAMB, linear warmup + cosine, bf16 autocast (fp16 with a GradScaler), gradient
 accumulation, clipping, MixUp/CutMix and label smoothing, EMA, distillation from a frozen teacher
@@ -30,9 +31,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 import kernels
-from training import checkpoints, evaluation, flags, optim, perceptual, registry
-from training.monitor import (INTERRUPTED, PREEMPTED, EpochSums, Fail, Monitor, PeerFailed, Preempted, Stop, announce,
-                              epoch_line, model_log, printable_output, say, stopping, write)
+from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
+from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping,
+                            write)
+from training.monitor import EpochSums, Monitor, announce, epoch_line, model_log
+from training.run import Run
 
 
 def main(argv=None, stop=None):
@@ -45,15 +48,16 @@ def main(argv=None, stop=None):
         return
     stop.eval_only, stop.running = args.eval_only, True
 
-    # 1. processes, device, precision
-    ddp, rank, world, local_rank, device, micro, amp_ctx = runtime(args, p)
-    master = stop.master = rank == 0  # (rank 0 answers a stop request with a line)
+    # 1. processes, device, precision: the Run, the record of the run's facts (training/run.py), filled in below
+    run = runtime(args, p, stop)
+    stop.master = run.master  # (rank 0 answers a stop request with a line)
     # 2. data (read before the process group, so that a bad path fails fast on every rank)
     args, train_set, val_set, num_classes, img_size = load_data(args, p)
-    start_processes(args, ddp, device, master)
-    train_loader, val_loader = data.build_loaders(args, train_set, val_set, micro, rank, world, device)
+    start_processes(args, run)
+    train_loader, val_loader = data.build_loaders(args, train_set, val_set, run.micro, run.rank, run.world, run.device)
     if train_loader is not None and len(train_loader) < args.grad_accum:
         raise Fail(f"--batch-size {args.batch_size} is larger than the training set ({len(train_set)})")
+    run.val_images = len(val_set)
 
     # 3. the model (--model names its class: training/registry.py), and the weights it starts from
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts them)
@@ -64,80 +68,77 @@ def main(argv=None, stop=None):
     model = registry.build_model(args, model_img if dynamic else img_size, num_classes, dynamic_img_size=dynamic)
     if (args.finetune or args.stage2) and not args.resume:  # read on the CPU, before .to(device)
         report = checkpoints.start_weights(args, model)
-        if master:
+        if run.master:
             print(report)
-    model = model.to(device)
+    model = model.to(run.device)
     if args.grad_checkpoint:
         model.set_grad_checkpointing(True)
     raw_model = model  # (compile and DDP wrap `model`; the checkpoint and evaluation use this one)
 
     # 4. what trains beside it: a frozen teacher (--teacher), a discriminator (--stage2); --rfid's network
-    distiller, adversary = registry.trainers_beside_the_model(args, p, model, img_size, device)
-    rfid = perceptual.rfid_metric(device) if args.rfid else None
-    scope, why = compile_scope(args, raw_model, ddp, distiller, adversary, device)  # (checked before a file is written)
+    distiller = distill.from_flags(args, p, model, run.device)  # (None unless --teacher: not for --eval-only)
+    adversary = adversarial.from_flags(args, model, run.device)  # (None unless --stage2: not for --eval-only)
+    rfid = perceptual.rfid_metric(run.device) if args.rfid else None
+    scope, why = compile_scope(args, run, raw_model, distiller, adversary)  # (checked before a file is written)
 
-    # 5. optimizer, schedule, loss scaler (fp16), EMA
-    optimizer, scheduler, steps_per_epoch, total_steps, warmup = optimizer_and_schedule(args, model, distiller,
-                                                                                        train_loader)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.amp == "fp16")
+    # 5. optimizer, schedule (the run's length), loss scaler (fp16), EMA
+    optimizer, scheduler, run.steps_per_epoch, run.total_steps, run.warmup = optimizer_and_schedule(
+        args, model, distiller, train_loader)
+    scaler = torch.amp.GradScaler(run.device.type, enabled=args.amp == "fp16")
     ema = optim.EMA(model, args.ema) if args.ema else None
 
     # 6. resume or start fresh, and what a stopped run keeps
-    ckpt_path, log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
+    run.ckpt_path, run.log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
     checkpoints.check_out_dir(args.out_dir)
-    lock = checkpoints.lock_out_dir(args.out_dir) if master and not args.eval_only else None
-    start = checkpoints.resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema,
-                                        distiller, adversary, getattr(train_set, "classes", None))
-    # (start: the epoch, the step in it, the step, the epoch's sums)
+    lock = checkpoints.lock_out_dir(args.out_dir) if run.master and not args.eval_only else None
+    classes = getattr(train_set, "classes", None)
+    run.start_epoch, run.start_batch, run.start_step, run.progress = checkpoints.resume_or_start(
+        args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes)
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
-        stop.checkpoint, stop.step = args.resume, start[2]
-    stop.hint = checkpoints.continue_hint(p, argv, ddp, ckpt_path)
-    save = checkpoints.Saver(ckpt_path, {"model": raw_model, "optimizer": optimizer, "scheduler": scheduler,
-                                         "scaler": scaler, "ema": ema, "distill": distiller, "adversary": adversary},
-                             args, getattr(train_set, "classes", None), stop, ddp, world, master)
+        stop.checkpoint, stop.step = args.resume, run.start_step
+    stop.hint = checkpoints.continue_hint(p, argv, run.ddp, run.ckpt_path)
+    save = checkpoints.Saver(run, {"model": raw_model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler,
+                                   "ema": ema, "distill": distiller, "adversary": adversary}, args, classes)
 
     # 7. compile (before DDP), DDP
-    model, distiller, compiled = compile_and_wrap(args, model, distiller, scope, why, ddp, device, local_rank)
-    if master:
-        announce(args, raw_model, world, device, compiled, total_steps, steps_per_epoch, warmup,
-                 distiller is not None, start[2], start[0], start[1], stop)
+    model, distiller, compiled = compile_and_wrap(args, run, model, distiller, scope, why)
+    if run.master:
+        announce(args, run, raw_model, compiled, distiller is not None)
 
     # 8. the loop
-    step = start[2]
+    step = run.start_step
     if not args.eval_only:
-        monitor = Monitor(args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                          ckpt_path, log_path, len(val_set))
+        monitor = Monitor(args, run, save, scheduler)
         usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
         step = train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema,
-                     amp_ctx, data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable), start, rfid)
+                     data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable), rfid)
 
     # 9. a classifier at other depths ("beyond the training horizon"); a tokenizer's metrics (--eval-only)
     if not hasattr(raw_model, "metrics"):
-        evaluation.evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop,
-                                   len(val_set))
+        evaluation.evaluate_depths(args, run, raw_model, ema, val_loader, step)
     elif args.eval_only:
-        evaluation.reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid)
-    if master:
+        evaluation.reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid)
+    if run.master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
-    if ddp:
+    if run.ddp:
         dist.destroy_process_group()
     if lock is not None:
         lock.close()
 
 
-def train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema, amp_ctx, mix,
-          loaders, start, rfid):
-    """The training loop (docs/training.md): epochs of optimizer steps from step start[2] on (start:
-    checkpoints.resume_or_start's), each epoch evaluated, logged and checkpointed. `model` is what
+def train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema, mix, loaders, rfid):
+    """The training loop (docs/training.md): epochs of optimizer steps from the run's start_step on
+    (checkpoints.resume_or_start's), each epoch evaluated, logged and checkpointed. `model` is what
     runs the forward (compiled, DDP), `raw_model` the module itself; `monitor` (training/monitor.py)
-    holds the run (processes, stop, save, paths, length) and does what happens between steps: the
-    bar, the estimate, the device reads, the stop requests (a checkpoint after the step in flight,
-    then Preempted) and --save-every. `loaders`: (train, val, data.UsableImages or None). Returns
-    the optimizer step reached."""
-    device, ddp, world, stop, save = monitor.device, monitor.ddp, monitor.world, monitor.stop, monitor.save
-    (train_loader, val_loader, usable), (epoch, start_batch, step, progress) = loaders, start
-    start_epoch, steps_per_epoch, total_steps = epoch, monitor.steps_per_epoch, monitor.total_steps
+    holds the run (`monitor.run`, a training/run.py Run: processes, device, stop, paths, length, start)
+    and the save, and does what happens between steps: the bar, the estimate, the device reads, the
+    stop requests (a checkpoint after the step in flight, then Preempted) and --save-every. `loaders`:
+    (train, val, data.UsableImages or None). Returns the optimizer step reached."""
+    run, save, (train_loader, val_loader, usable) = monitor.run, monitor.save, loaders
+    device, ddp, world, stop, amp_ctx = run.device, run.ddp, run.world, run.stop, run.amp_ctx
+    epoch, start_batch, step, progress = run.start_epoch, run.start_batch, run.start_step, run.progress
+    start_epoch, steps_per_epoch, total_steps = epoch, run.steps_per_epoch, run.total_steps
     if stopping(stop, ddp, device):  # a stop request during the set-up
         raise Preempted(stop.line(f"before the first step (at step {step})"))
     while step < total_steps and epoch < args.epochs:
@@ -200,13 +201,13 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
                                                                                rfid=rfid).items()})
         except evaluation.EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
-            raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {monitor.ckpt_path} (--resume it)")
+            raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {run.ckpt_path} (--resume it)")
         rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
         save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
-        if monitor.master:
-            write(monitor.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
+        if run.master:
+            write(run.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
             print(epoch_line(epoch, rec, step, total_steps), flush=True)
         if inside:
@@ -243,10 +244,11 @@ def no_sync(module, accumulating):
 
 
 # ----------------------------------------------------------------------------- the set-up phases
-def runtime(args, p):
+def runtime(args, p, stop):
     """The processes (torchrun's RANK / WORLD_SIZE / LOCAL_RANK), the device and the precision of a run,
     checking the flags that depend on them (p.error, one line). Resolves --device, --amp and --workers
-    in `args`. Returns (ddp, rank, world, local_rank, device, micro-batch per process, autocast context)."""
+    in `args`. Returns the run's Run (training/run.py) of these facts and its Stop `stop`: ddp, rank,
+    world, local_rank, device, micro (the micro-batch per process), amp_ctx (the autocast context)."""
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, world, local_rank = 0, 1, 0
     if ddp:
@@ -280,7 +282,7 @@ def runtime(args, p):
         args.workers = 2 if device.type == "cpu" else max(2, min(16, (os.cpu_count() or 2) // per_node))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     amp_ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
-    return ddp, rank, world, local_rank, device, micro, amp_ctx
+    return Run(ddp, rank, world, local_rank, device, micro, amp_ctx, stop)
 
 
 def load_data(args, p):
@@ -304,11 +306,12 @@ def load_data(args, p):
     return args, train_set, val_set, num_classes, img_size
 
 
-def start_processes(args, ddp, device, master):
+def start_processes(args, run):
     """Join the DDP process group (NCCL on CUDA, gloo on the CPU; a dead or hung peer fails the others
     after --dist-timeout instead of a hang), and name the run folder when --out-dir is not given:
-    rank 0 picks runs/MODEL-time and broadcasts it, so every process writes to the same one."""
-    if ddp:
+    rank 0 picks runs/MODEL-time and broadcasts it, so every process writes to the same one (`run`: the Run)."""
+    device = run.device
+    if run.ddp:
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
         if missing:  # (left in the shell by an earlier job, with plain python)
             raise Fail(f"RANK={os.environ['RANK']} and WORLD_SIZE={os.environ['WORLD_SIZE']} are set in the "
@@ -327,22 +330,22 @@ def start_processes(args, ddp, device, master):
                              f"{(str(e).strip().splitlines() or [''])[0][:160]}); start every process (torchrun does), "
                              "or raise --dist-timeout")
     if not args.out_dir:
-        name = [checkpoints.new_run_dir(args.model, "eval" if args.eval_only else None) if master else None]
-        if ddp:
+        name = [checkpoints.new_run_dir(args.model, "eval" if args.eval_only else None) if run.master else None]
+        if run.ddp:
             dist.broadcast_object_list(name, src=0)
         args.out_dir = name[0]
 
 
-def compile_scope(args, model, ddp, distiller, adversary, device):
-    """--compile's scope for this run, checked before anything is written (kernels.choose_scope):
-    ("blocks" or "model", why not the whole model). Raises Fail for a --compile-scope the run cannot
-    take, and for a machine without the compiler torch.compile needs on `device` (kernels.compiler_missing)."""
+def compile_scope(args, run, model, distiller, adversary):
+    """--compile's scope for the run `run` (its Run), checked before anything is written (kernels.choose_scope):
+    ("blocks" or "model", why not the whole model). Raises Fail for a --compile-scope the run cannot take,
+    and for a machine without the compiler torch.compile needs on its device (kernels.compiler_missing)."""
     if not args.compile:
         return "blocks", None
-    missing = kernels.compiler_missing(device)
+    missing = kernels.compiler_missing(run.device)
     if missing:
         raise Fail(f"--compile: {missing}")
-    blockers = [why for why, on in (("DDP", ddp), ("--teacher", distiller is not None),
+    blockers = [why for why, on in (("DDP", run.ddp), ("--teacher", distiller is not None),
                                     ("--stage2", adversary is not None), ("--eval-only", args.eval_only)) if on]
     try:
         return kernels.choose_scope(model, args.compile_scope or "auto", blockers)
@@ -373,18 +376,18 @@ def optimizer_and_schedule(args, model, distiller, train_loader):
     return optimizer, scheduler, steps_per_epoch, total_steps, warmup
 
 
-def compile_and_wrap(args, model, distiller, scope, why, ddp, device, local_rank):
+def compile_and_wrap(args, run, model, distiller, scope, why):
     """--compile (kernels.py; before DDP): each block (regional compilation), and the training forward
     whole where `scope` is "model"; then under DDP the model, and a distiller with parameters (its
-    projection), wrapped. Returns (model, distiller, the words of the announcement)."""
-    compiled = ""
+    projection), wrapped (`run`: the Run). Returns (model, distiller, the words of the announcement)."""
+    device, compiled = run.device, ""
     if args.compile:
         model = kernels.compile_for_training(model, scope, device)
         compiled = ", compiled: " + (f"each block (not the whole forward: {why})" if scope == "blocks" else
                                      "the whole training forward" + (" (CUDA graphs)" if device.type == "cuda"
                                                                      else "") + " and each block")
-    if ddp:
-        ids = [local_rank] if device.type == "cuda" else None
+    if run.ddp:
+        ids = [run.local_rank] if device.type == "cuda" else None
         model = DDP(model, device_ids=ids)
         if distiller is not None and list(distiller.parameters()):
             distiller = DDP(distiller, device_ids=ids)

@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 import data
 from training import registry
-from training.monitor import Fail
+from training.exits import Fail
 
 
 # ----------------------------------------------------------------------------- the measures

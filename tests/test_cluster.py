@@ -20,7 +20,7 @@ import torch
 import data
 import train
 from training.flags import get_parser, parse_args
-from training import checkpoints, evaluation, monitor, optim, registry
+from training import checkpoints, evaluation, exits, optim, registry
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
 SYNTH = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
@@ -46,7 +46,7 @@ def test_sigterm_mid_epoch_then_resume_auto_equals_an_uninterrupted_run(tmp_path
             break
     p.stdout.read()
     err = p.stderr.read()
-    assert p.wait() == monitor.PREEMPTED, err
+    assert p.wait() == exits.PREEMPTED, err
     said = [ln for ln in err.splitlines() if "train.py:" in ln]  # (not the progress bar)
     assert len(said) == 1 and "SIGTERM" in said[0] and "--resume auto" in said[0], err
     ck = load(os.path.join(out, "ckpt.pt"))
@@ -264,7 +264,7 @@ def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_reque
     said = [ln for ln in err.splitlines() if ln.startswith("train.py:")]
     assert said and all(f"stopped by {sig.name}" in ln for ln in said), err[-3000:]
     assert "Traceback" not in err or launcher, err[-3000:]  # (torchrun's own report of a signal is a traceback)
-    assert rc == (monitor.PREEMPTED if not launcher else 1), err[-3000:]
+    assert rc == (exits.PREEMPTED if not launcher else 1), err[-3000:]
     ck = load(os.path.join(out, "ckpt.pt"))
     assert 3 <= ck["step"] < 12
     again = subprocess.run(command(job + ["--out-dir", out], launcher), capture_output=True, text=True, cwd=ROOT,
@@ -417,7 +417,7 @@ def test_ctrl_c_to_the_training_process_or_to_its_group_stops_at_a_checkpoint_an
         forks.until(lambda ln: ln == f"saved checkpoint at step {at}", 120)
         workers = children(pid)
         kill(pid, signal.SIGINT)
-        assert forks.wait(pid, 60) == monitor.PREEMPTED, open(tmp_path / f"err{n}").read()[-2000:]
+        assert forks.wait(pid, 60) == exits.PREEMPTED, open(tmp_path / f"err{n}").read()[-2000:]
         said = ours(tmp_path / f"err{n}")
         assert len(said) == 1 and "stopped by SIGINT (Ctrl-C) after step" in said[0], said
         assert len(workers) == 2 and not alive(workers)
@@ -449,10 +449,10 @@ def test_a_second_ctrl_c_stops_at_once_and_torchruns_relayed_copy_of_the_first_d
         return step(*a)
     monkeypatch.setattr(optim, "optimizer_step", ctrl_c_twice)
     job = SYNTH + ["--batch-size", "8", "--max-steps", "8", "--save-every", "2"]
-    assert status(job + ["--out-dir", str(tmp_path / "relayed")]) == monitor.PREEMPTED
+    assert status(job + ["--out-dir", str(tmp_path / "relayed")]) == exits.PREEMPTED
     assert "stopped by SIGINT (Ctrl-C) after step 4 of 8" in capsys.readouterr().err
     calls.clear()
-    monkeypatch.setattr(monitor.Stop, "AGAIN_S", 0.0)  # every second SIGINT counts as a second Ctrl-C
+    monkeypatch.setattr(exits.Stop, "AGAIN_S", 0.0)  # every second SIGINT counts as a second Ctrl-C
     assert status(job + ["--out-dir", str(tmp_path / "twice")]) == 130
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py:")]
     assert len(err) == 1 and "stopped at once by a second Ctrl-C" in err[0], err
@@ -513,7 +513,7 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
     for module, name, sig, when, says, step in phases:
         with monkeypatch.context() as mp:
             signal_when(mp, module, name, sig, when)
-            assert status(job) == monitor.PREEMPTED
+            assert status(job) == exits.PREEMPTED
         assert says in capsys.readouterr().err
         assert load(out / "ckpt.pt")["step"] == step if step else not (out / "ckpt.pt").exists()
     log = [json.loads(ln) for ln in open(out / "log.jsonl")]
@@ -521,7 +521,7 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
     ev = ["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1,2", "--out-dir", str(tmp_path / "ev")]
     with monkeypatch.context() as mp:
         signal_when(mp, evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
-        assert status(ev) == monitor.PREEMPTED
+        assert status(ev) == exits.PREEMPTED
     assert "stopped by SIGINT (Ctrl-C) in the evaluation at depth 2 (1 of 2 depths done); nothing was written" \
         in capsys.readouterr().err
     assert not (tmp_path / "ev" / "depth_eval.json").exists()

@@ -7,7 +7,7 @@ import torch
 
 import bvit
 import data
-from training import distill
+from training import distill, weights
 import revit
 import train
 from test_train import TINY, fake_cifar, load
@@ -111,7 +111,7 @@ def test_a_timm_layout_teacher_gives_timms_own_tokens_on_the_students_grid(tmp_p
     ref = timm.models.vision_transformer.VisionTransformer(img_size=56, patch_size=14, embed_dim=64, depth=2,
                                                            num_heads=1, init_values=1e-5, num_classes=0).eval()
     ref.load_state_dict(torch.load(path, weights_only=True))
-    own = registry.timm_vit(path, "--teacher", grid=4)
+    own = weights.timm_vit(path, "--teacher", grid=4)
     assert (own.img_size, own.patch_size, own.has_head, len(own.blocks)) == (56, 14, False, 2)
     x = torch.randn(2, 3, 56, 56)
     tokens = distill.FinalTokens(own)
@@ -120,7 +120,7 @@ def test_a_timm_layout_teacher_gives_timms_own_tokens_on_the_students_grid(tmp_p
         want = ref.forward_features(x)
     assert torch.allclose(tokens.tokens, want, atol=1e-5), (tokens.tokens - want).abs().max()
     student = bvit.BViT(img_size=32, patch_size=4, num_classes=10, embed_dim=32, depth=2, num_heads=2, num_blocks=1)
-    teacher = registry.timm_vit(path, "--teacher", grid=8)
+    teacher = weights.timm_vit(path, "--teacher", grid=8)
     norms = ((data.CIFAR_MEAN, data.CIFAR_STD), (data.IMAGENET_MEAN, data.IMAGENET_STD))
     d = distill.Distiller(student, teacher, "feature", renormalize=norms)
     assert d.proj.weight.shape == (64, 32) and d.matched == "; matching all tokens"

@@ -13,7 +13,7 @@ import torch
 import analyze
 import probe
 import train
-from training import evaluation, monitor
+from training import evaluation, exits
 from test_folders import images
 from test_train import ROOT, TINY, fake_cifar, load, run
 
@@ -98,10 +98,10 @@ def test_ctrl_c_in_an_epochs_evaluation_says_what_it_does_and_a_second_one_keeps
                 os.kill(os.getpid(), signal.SIGINT)
         return real(*a, depth=depth, **kw)
     monkeypatch.setattr(evaluation, "evaluate", ctrl_c_in_the_epochs_evaluation)
-    monkeypatch.setattr(monitor.Stop, "AGAIN_S", 0.0)  # a second SIGINT is a second Ctrl-C
+    monkeypatch.setattr(exits.Stop, "AGAIN_S", 0.0)  # a second SIGINT is a second Ctrl-C
     job = TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--epochs", "2"]  # 8 steps each
     presses[:] = [1]
-    assert train.cli(job + ["--out-dir", str(tmp_path / "once")]) == monitor.PREEMPTED
+    assert train.cli(job + ["--out-dir", str(tmp_path / "once")]) == exits.PREEMPTED
     err = capsys.readouterr().err
     assert "stop requested by SIGINT (Ctrl-C): the run stops after the evaluation of epoch 0 (32 images), with the " \
            "epoch's checkpoint; Ctrl-C again, a second or more from now, stops at once, saving the epoch's training " \
@@ -109,7 +109,7 @@ def test_ctrl_c_in_an_epochs_evaluation_says_what_it_does_and_a_second_one_keeps
     assert "stopped by SIGINT (Ctrl-C) after step 8 of 16, the end of epoch 0" in err
     out = tmp_path / "twice"
     presses[:] = [1, 2]
-    assert train.cli(job + ["--out-dir", str(out)]) == monitor.INTERRUPTED
+    assert train.cli(job + ["--out-dir", str(out)]) == exits.INTERRUPTED
     err = lines(capsys)
     assert len(err) == 1 and "stopped at once by a second Ctrl-C in the evaluation of epoch 0, whose training was " \
         f"saved first (its evaluation is not in log.jsonl); checkpoint {out / 'ckpt.pt'} (step 8)" in err[0], err

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import bvit
-from training import checkpoints
+from training import weights
 from training.flags import LINKED
 from training.registry import arch_flags
 import train
@@ -40,7 +40,7 @@ def test_timm_weights_load_exactly_with_a_fresh_head_and_a_resized_pos_embed(tmp
     torch.manual_seed(0)
     m = bvit.BViT(img_size=64, patch_size=8, num_classes=20, num_blocks=2, **VIT)
     head = m.head.weight.clone()
-    report = checkpoints.finetune_weights(path, m)
+    report = weights.finetune_weights(path, m)
     assert "head re-initialized (1000 -> 20 classes)" in report and "4x4 -> 8x8" in report, report
     own = m.state_dict()
     assert torch.equal(own["head.weight"], head)
@@ -61,12 +61,12 @@ def test_a_deit3_state_dict_without_a_class_token_position_row_is_the_same_funct
                                                              init_values=0.1, num_classes=10, **VIT).eval()
     assert all(torch.equal(v, ref[k]) for k, v in deit3.state_dict().items()) and ref["pos_embed"].shape[1] == 16
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=10, num_blocks=2, layer_scale=0.1, **VIT).eval()
-    report = checkpoints.finetune_weights(path, m)
+    report = weights.finetune_weights(path, m)
     assert "zero class-token row" in report and "resized" not in report, report
     x = torch.randn(2, 3, 32, 32)
     assert torch.allclose(m(x)[0], deit3(x), atol=1e-5)
     big = bvit.BViT(img_size=64, patch_size=8, num_classes=10, num_blocks=2, layer_scale=0.1, **VIT)
-    assert "4x4 -> 8x8" in checkpoints.finetune_weights(path, big)
+    assert "4x4 -> 8x8" in weights.finetune_weights(path, big)
     assert not big.pos_embed[0, 0].any()
 
 
@@ -76,7 +76,7 @@ def test_an_mae_pretraining_checkpoint_loads_its_encoder(tmp_path):
            "decoder_pred.weight": torch.zeros(48, 16)}
     torch.save({"model": mae}, tmp_path / "mae.pth")
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
-    report = checkpoints.finetune_weights(str(tmp_path / "mae.pth"), m)
+    report = weights.finetune_weights(str(tmp_path / "mae.pth"), m)
     assert "MAE decoder and mask token dropped (3 tensors)" in report
     assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
 
@@ -84,7 +84,7 @@ def test_an_mae_pretraining_checkpoint_loads_its_encoder(tmp_path):
 def test_same_grid_and_classes_is_an_exact_copy(tmp_path):
     path, ref = timm_file(tmp_path)
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
-    assert checkpoints.finetune_weights(path, m).endswith("nothing adapted")
+    assert weights.finetune_weights(path, m).endswith("nothing adapted")
     assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
 
 
@@ -219,11 +219,11 @@ def test_a_deit_checkpoint_with_its_argparse_namespace_loads_and_other_globals_a
     deit = tmp_path / "deit.pth"  # DeiT's / MAE's main.py: {"model", "optimizer", "epoch", "args": Namespace}
     torch.save({"model": ref, "epoch": 299, "args": argparse.Namespace(model="deit_tiny", lr=5e-4)}, deit)
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
-    assert "nothing adapted" in checkpoints.finetune_weights(str(deit), m)
+    assert "nothing adapted" in weights.finetune_weights(str(deit), m)
     other = tmp_path / "other.pth"
     torch.save({"model": ref, "args": datetime.date(2020, 1, 1)}, other)  # any other class: refused by name
-    with pytest.raises(checkpoints.Fail, match="refused, it references datetime.date"):
-        checkpoints.finetune_weights(str(other), m)
+    with pytest.raises(weights.Fail, match="refused, it references datetime.date"):
+        weights.finetune_weights(str(other), m)
 
 
 @pytest.mark.parametrize("prefix", ["_orig_mod.", "module._orig_mod.", "_orig_mod.module."])
@@ -231,7 +231,7 @@ def test_a_state_dict_of_a_compiled_or_ddp_model_loads(tmp_path, prefix):
     path, ref = timm_file(tmp_path)
     torch.save({prefix + k: v for k, v in ref.items()}, tmp_path / "compiled.pth")
     m = bvit.BViT(img_size=32, patch_size=8, num_classes=1000, num_blocks=2, **VIT)
-    assert "nothing adapted" in checkpoints.finetune_weights(str(tmp_path / "compiled.pth"), m)
+    assert "nothing adapted" in weights.finetune_weights(str(tmp_path / "compiled.pth"), m)
     assert all(torch.equal(v, ref[k]) for k, v in m.state_dict().items())
 
 

@@ -112,3 +112,81 @@ def test_model_files_import_only_torch():
                      [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             for name in names:
                 assert name.split(".")[0] not in own, f"{path} imports {name}"
+
+
+def project_imports():
+    """{module: the project modules it imports, at the top of the file or inside a function}, for every .py
+    file git would track here: top-level files and packages by their dotted path (training.flags), the
+    scripts by their name (each puts scripts/ on sys.path)."""
+    paths = [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True)]
+    paths = [p for p in paths if not p.startswith(("results", "runs", ".")) and "site-packages" not in p]
+    name = {p: (os.path.splitext(os.path.basename(p))[0] if p.startswith(("scripts", "tests")) else
+                os.path.splitext(p)[0].replace(os.sep, ".").removesuffix(".__init__")) for p in paths}
+    known = set(name.values())
+    graph = {}
+    for path, module in name.items():
+        out = graph.setdefault(module, set())
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            else:
+                continue
+            for t in targets:  # the longest known prefix: training.flags, not training
+                parts = t.split(".")
+                hit = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in known), None)
+                if hit and hit != module and not (hit == "training" and t != "training"):
+                    out.add(hit)
+    return graph
+
+
+def cycle(graph):
+    """One import cycle of `graph` as a list of modules (its first one again at the end), or None."""
+    state = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                return path[path.index(n):] + [n]
+            if n not in state:
+                found = visit(n, path + [n])
+                if found:
+                    return found
+        state[m] = "done"
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m, [m])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_among_the_project_modules():
+    """Each module reads with what it imports read before it: no chain of imports, top-level or inside a
+    function, leads from a project module back to itself (e.g. registry.py -> adversarial.py -> registry.py)."""
+    graph = project_imports()
+    assert {"train", "training.flags", "training.registry", "bvit"} <= set(graph)
+    assert "training.checkpoints" in graph["training.flags"] or "training.weights" in graph["training.flags"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"] and cycle({"a": {"b"}}) is None
+    found = cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_run_facts_travel_as_one_record():
+    """main() builds one Run (training/run.py: processes, device, precision, stop, paths, length, start)
+    and passes it, instead of 7-tuples and 13-15 parameter lists: runtime returns a Run, and no function of
+    train.py or training/ takes more than the 13 of train(), the loop (its model, optimizer and loaders)."""
+    import train
+    from training import exits, flags, run
+    p = flags.get_parser()
+    r = train.runtime(p.parse_args(["--device", "cpu"]), p, exits.Stop())
+    assert isinstance(r, run.Run) and (r.ddp, r.rank, r.world, r.master, r.micro) == (False, 0, 1, True, 128)
+    for path in ["train.py", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))]:
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.FunctionDef):
+                n = len(node.args.args) + len(node.args.kwonlyargs)
+                assert n <= 13, f"{path}: {node.name}() takes {n} parameters"

@@ -18,7 +18,7 @@ import torch
 from training import adversarial
 import loopvae
 import train
-from training import monitor, optim
+from training import exits, optim
 from test_loopvae_train import TINY, records
 from test_train import fake_cifar
 
@@ -83,7 +83,7 @@ def test_sigterm_then_resume_continues_generator_and_discriminator_bit_for_bit(f
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*a, **k)
     monkeypatch.setattr(optim, "optimizer_step", step_then_sigterm)
-    assert train.cli(job(stage1, out)) == monitor.PREEMPTED
+    assert train.cli(job(stage1, out)) == exits.PREEMPTED
     half = torch.load(out / "ckpt.pt", weights_only=True)
     monkeypatch.setattr(optim, "optimizer_step", real)
     assert train.cli(job(stage1, out, "--resume", str(out / "ckpt.pt"))) == 0

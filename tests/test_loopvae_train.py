@@ -21,7 +21,7 @@ import torch
 import loopvae
 import train
 from training.flags import get_parser, parse_args
-from training import monitor, optim, perceptual
+from training import exits, monitor, optim, perceptual
 import data
 from test_train import fake_cifar
 
@@ -92,7 +92,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run_bit_for_bit(trained, c
             os.kill(os.getpid(), signal.SIGTERM)  # train()'s handler notes it; the step finishes
         return real(*a, **k)
     monkeypatch.setattr(optim, "optimizer_step", step_then_sigterm)
-    assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out)]) == monitor.PREEMPTED
+    assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out)]) == exits.PREEMPTED
     assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == 5
     monkeypatch.setattr(optim, "optimizer_step", real)
     assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
@@ -182,7 +182,7 @@ def test_a_missing_dependency_of_lpips_is_named_not_lpips_itself(tmp_path, monke
     (tmp_path / "lpips" / "__init__.py").write_text("raise ImportError(\"No module named 'scipy'\", name='scipy')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "lpips", raising=False)
-    with pytest.raises(monitor.Fail, match="the lpips package needs scipy, which is not installed: pip install scipy"):
+    with pytest.raises(exits.Fail, match="the lpips package needs scipy, which is not installed: pip install scipy"):
         perceptual.lpips_loss()
 
 
@@ -196,7 +196,7 @@ def test_num_groups_reaches_every_groupnorm_and_is_refused_where_it_does_nothing
     default = [m for m in registry.build_model(flags.resolved(TINY, 16), 16, 100).modules()
                if isinstance(m, torch.nn.GroupNorm)]
     assert {m.num_groups for m in default} == {32}  # as before the flag: one channel per group at width 32
-    with pytest.raises(monitor.Fail, match="not divisible by num_groups 5"):
+    with pytest.raises(exits.Fail, match="not divisible by num_groups 5"):
         registry.build_model(flags.resolved(TINY + ["--num-groups", "5"], 16), 16, 100)
     with pytest.raises(SystemExit):
         flags.resolved(["--model", "bvit", "--num-groups", "8"])

@@ -15,7 +15,7 @@ import data
 import presets
 from training.flags import get_parser
 import train
-from training import flags, monitor, optim
+from training import exits, flags, optim
 from test_train import ROOT, TINY, free_port, load, run
 
 SYNTH = TINY + ["--data", "synthetic", "--max-steps", "4", "--epochs", "1"]
@@ -26,14 +26,14 @@ def lines(capsys):
 
 
 def full_disk_at(monkeypatch, name):
-    """Every write of the run's file `name` (monitor.write) fails as on a full disk."""
+    """Every write of the run's file `name` (exits.write) fails as on a full disk."""
     real = open
 
     def fake(path, *a, **kw):
         if os.path.basename(str(path)) == name:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(path, *a, **kw)
-    monkeypatch.setattr(monitor, "open", fake, raising=False)
+    monkeypatch.setattr(exits, "open", fake, raising=False)
 
 
 # ----------------------------------------------------------------------------- writes that fail

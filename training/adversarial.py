@@ -6,13 +6,13 @@ Paper: arXiv 2609.11516, sec. 3.5 (eq. 11) and App. A.1; the tensor math is loop
                w = the decoder's output conv weight, m = 0.5                                   (App. A.1)
     L_D = 0.5 (mean relu(1 - D(aug(x))) + mean relu(1 + D(aug(x_hat)))) + lazy R1 (10, every 16)
 
-aug: DiffAugment-style augmentation of real and fake images alike, probability 1, cutout 0.2 (App.
-A.1). Each training step makes one discriminator update on the detached reconstruction, then the
-generator's term through the updated discriminator, whose weights get no gradient from it (our order;
-VQGAN computes both terms from one forward). Before `start` the discriminator warms up and the
-generator's loss is L_rec alone. The discriminator's optimizer is its own: AdamW at a constant
-learning rate, betas (0.5, 0.9) and no weight decay (VQGAN's Adam settings; our choice, the paper
-gives only the Stage-2 learning rate, 5e-5).
+aug: DiffAugment-style augmentation (loopvae.diff_augment, policy loopvae.DIFFAUG) of real and fake
+images alike, probability 1, cutout 0.2 (App. A.1). Each training step makes one discriminator update on
+the detached reconstruction, then the generator's term through the updated discriminator, whose weights
+get no gradient from it (our order; VQGAN computes both terms from one forward). Before `start` the
+discriminator warms up and the generator's loss is L_rec alone. The discriminator's optimizer is its
+own: AdamW at a constant learning rate, betas (0.5, 0.9) and no weight decay (VQGAN's Adam settings; our
+choice, the paper gives only the Stage-2 learning rate, 5e-5).
 
 Discriminators: conv, loopvae.PatchDiscriminator (our default, a small PatchGAN); dinov2, the paper's
 main run: frozen DINOv2-small features (timm's ViT-S/14 layout, loaded into bvit.BViT) and a trained
@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import loopvae
+from training.weights import timm_vit
 
-DIFFAUG = ("color", "translation", "cutout")  # DiffAugment's policy (Zhao et al. 2020); App. A.1 names the cutout
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # DINOv2's input normalization
 
 
@@ -62,8 +62,7 @@ class DINOv2Discriminator(nn.Module):
 def dinov2_backbone(path, img_size=224):
     """bvit.BViT holding the DINOv2 weights of `path` (--disc-weights): a state dict in timm's ViT layout
     (vit_small_patch14_dinov2: patch 14, width 384, 12 blocks, LayerScale, a class token, no head), read by
-    training/registry.py's timm_vit (weights_only; pos_embed resized to the img_size / 14 grid). Raises Fail."""
-    from training.registry import timm_vit  # (registry imports this file)
+    training/weights.py's timm_vit (weights_only; pos_embed resized to the img_size / 14 grid). Raises Fail."""
     return timm_vit(path, "--disc-weights", img_size=img_size)
 
 
@@ -76,8 +75,8 @@ class Adversary:
     discriminator's gradients are averaged over the ranks by hand: its R1 term is a double backward,
     which DDP's hooks do not follow."""
 
-    def __init__(self, model, disc, *, lr, weight=0.5, start=5000, r1_gamma=10.0, r1_every=16, policy=DIFFAUG,
-                 max_weight=1e4):
+    def __init__(self, model, disc, *, lr, weight=0.5, start=5000, r1_gamma=10.0, r1_every=16,
+                 policy=loopvae.DIFFAUG, max_weight=1e4):
         self.model, self.disc, self.policy = model, disc, tuple(policy)
         self.weight, self.start, self.max_weight, self.r1_gamma, self.r1_every = weight, start, max_weight, r1_gamma, r1_every
         self.trainable = [p for p in disc.parameters() if p.requires_grad]
@@ -151,3 +150,13 @@ def build(model, kind, weights, device, **kw):
     kw: Adversary's. Raises Fail for a bad weights file."""
     disc = loopvae.PatchDiscriminator() if kind == "conv" else DINOv2Discriminator(dinov2_backbone(weights))
     return Adversary(model, disc.to(device), **kw)
+
+
+def from_flags(args, model, device):
+    """The Adversary of --stage2 for LoopVAE `model` on `device`, from the run's flags (--disc, --disc-weights,
+    --disc-lr, else --lr, --gan-weight, --gan-start, --r1-gamma, --r1-every, --diffaug); None without --stage2
+    and for --eval-only (an evaluation trains no discriminator). Raises Fail for a bad --disc-weights file."""
+    if args.eval_only or not args.stage2:
+        return None
+    return build(model, args.disc, args.disc_weights, device, lr=args.disc_lr or args.lr, weight=args.gan_weight,
+                 start=args.gan_start, r1_gamma=args.r1_gamma, r1_every=args.r1_every, policy=args.diffaug)

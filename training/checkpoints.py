@@ -1,16 +1,15 @@
-"""Training state on disk for train.py: checkpoints (atomic save, weights-only load, RNG states,
-restoring a run's objects; Saver, the run's save, and resume_or_start), the --resume policy and how
-to continue a stopped run (continue_hint), --finetune / --stage2 weights (head and position embedding
-adapted; start_weights), and the run folder (new_run_dir; writable; locked to one run). Which flags a
-checkpoint gives a run (--eval-only, --finetune, --stage2, --resume) is training/flags.py's.
+"""Training state on disk for train.py: checkpoints (atomic save, RNG states, restoring a run's objects;
+Saver, the run's save, and resume_or_start), the --resume policy and how to continue a stopped run
+(continue_hint), the weights a --finetune / --stage2 run starts from (start_weights), and the run folder
+(new_run_dir; writable; locked to one run). Which flags a checkpoint gives a run (--eval-only, --finetune,
+--stage2, --resume) is training/flags.py's; how any weights file is read and fitted to a model (head and
+position embedding adapted) is training/weights.py's.
 
-Everything is read with torch.load(weights_only=True): tensors and plain values, never code.
+Everything is read with torch.load(weights_only=True) (weights.read_weights): tensors and plain values,
+never code.
 """
-import argparse
 import json
-import math
 import os
-import pickle
 import random
 import shlex
 import sys
@@ -22,7 +21,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from training.monitor import Fail, cannot_write, write
+from training.exits import Fail, cannot_write, write
+from training.flags import effective
+from training.registry import arch_flags
+from training.weights import checkpoint_file, finetune_weights, read_weights
 
 
 def rng_state():
@@ -58,66 +60,6 @@ def save_atomic(obj, path):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-
-
-# Globals a checkpoint written by other training code may hold besides tensors and plain values:
-# DeiT's and MAE's main.py save their argparse.Namespace of flags under "args" (as timm allows it).
-# Nothing else: any other class or function is refused by name.
-SAFE_GLOBALS = [argparse.Namespace]
-CLEAN_PREFIXES = ("module.", "_orig_mod.")  # DDP's wrapper and torch.compile's, as timm strips them
-
-
-def checkpoint_file(path, flag):
-    """`path`, or for a run folder its ckpt.pt (what train.py writes there). Raises Fail for a folder
-    without one, naming `flag`."""
-    if path and os.path.isdir(path):
-        if not os.path.isfile(os.path.join(path, "ckpt.pt")):
-            raise Fail(f"{flag} {path}: a folder without ckpt.pt; give a checkpoint file, or the --out-dir "
-                       "of an rvits run (which holds its ckpt.pt)")
-        return os.path.join(path, "ckpt.pt")
-    return path
-
-
-def clean_state_dict(sd):
-    """Keys without the wrapper prefixes of a model saved under DDP (module.) or torch.compile
-    (_orig_mod.), in any order and number, as timm's clean_state_dict does."""
-    def clean(k):
-        while k.startswith(CLEAN_PREFIXES):
-            k = k.split(".", 1)[1]
-        return k
-    return {clean(k): v for k, v in sd.items()}
-
-
-def read_weights(path, flag):
-    """torch.load(weights_only=True): tensors and plain values only (and SAFE_GLOBALS), never code.
-    A run folder means its ckpt.pt. One clear Fail per way the file can be wrong, naming `flag`
-    (--resume, --finetune, --teacher)."""
-    path = checkpoint_file(path, flag)
-    try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise Fail(f"{flag} {path}: no such file")
-    except Exception as e:
-        raise Fail(f"{flag} {path}: {_why_unreadable(path, e)}")
-
-
-def _why_unreadable(path, e):
-    """Why torch.load(weights_only=True) refused the file at `path` with exception `e`, in words."""
-    if isinstance(e, pickle.UnpicklingError) and "GLOBAL " in str(e):  # a class or function: code could run
-        glob = str(e).split("GLOBAL ")[-1].split(" ")[0]
-        return (f"refused, it references {glob} and rvits loads only tensors and plain values "
-                "(weights_only=True), so nothing ran; do not load files you do not trust")
-    with open(path, "rb") as f:
-        head = f.read(2)
-    if head != b"PK" and head[:1] != b"\x80":  # torch.save: a zip archive, or (legacy) a pickle
-        return "not a checkpoint (torch.save writes a zip archive; this file is neither that nor a pickle)"
-    if isinstance(e, pickle.UnpicklingError):
-        detail = [ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(
-            ("Weights only load failed", "Check the documentation", "Please file an issue"))] or [str(e)]
-        return f"unreadable, truncated or corrupt ({detail[0][:200]})"  # torch's own advice is not ours
-    first = (str(e).splitlines() or [""])[0].split(". ")[0][:200]  # the first sentence: torch appends advice
-    return f"unreadable, truncated or corrupt ({type(e).__name__}: {first})"
 
 
 def load_checkpoint(path, args):
@@ -199,8 +141,6 @@ def resume_changes(ck, args, world, path):
     """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
     from the checkpoint's run, each compared as the value it stands for (flags.effective); raises Fail
     for a difference the policy above refuses (a flag that shapes the model: registry.arch_flags)."""
-    from training.flags import effective  # (flags.py and registry.py import this module)
-    from training.registry import arch_flags
     saved, lines, arch = ck["args"], [], arch_flags()
     changes = [(k, saved[k], v) for k, v in vars(args).items()
                if k in saved and k not in NOT_COMPARED and effective(k, saved[k], saved) != effective(k, v, vars(args))]
@@ -217,62 +157,6 @@ def resume_changes(ck, args, world, path):
                        "steps see; give the original value, or resume from an end-of-epoch checkpoint")
         lines.append(f"resume: {flag} {old} -> {new}" + (f": {CHANGE_NOTES[k]}" if k in CHANGE_NOTES else ""))
     return lines
-
-
-def _shape(t):
-    return "x".join(map(str, t.shape))
-
-
-def finetune_weights(path, model, flag="--finetune", ck=None):
-    """--finetune: the model weights of an rvits checkpoint (its `model` entry), a DeiT/MAE file
-    (`model` or `state_dict` entry) or a plain state dict (timm's `VisionTransformer`), adapted to
-    `model` as DeiT/MAE fine-tuning does: the head is left at its fresh init when the number of
-    classes differs, and `pos_embed` (1, prefix + n*n, D) is resized bicubically to this model's
-    patch grid (prefix rows as they are; bvit.resample_pos_embed); a `pos_embed` without the class
-    token's row (timm's no_embed_class, DeiT III) gets a zero row, which adds nothing to the class
-    token, as no_embed_class does. Anything else that does not fit
-    raises Fail naming the first mismatching key and both shapes, and `flag` (--stage2 and --disc-weights
-    load their weights here too). `ck`: the file's contents when the caller has read them already
-    (else read from `path`). Returns a one-line report."""
-    from bvit import resample_pos_embed
-    ck = read_weights(path, flag) if ck is None else ck
-    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
-    if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
-        raise Fail(f"{flag} {path}: not a state dict of tensors nor a checkpoint holding one "
-                   "(under 'model' or 'state_dict')")
-    sd = clean_state_dict(sd)  # saved from a DDP-wrapped or compiled model
-    own, done = model.state_dict(), []
-    pretrain = [k for k in sd if k not in own and (k == "mask_token" or k.startswith("decoder"))]
-    if pretrain:  # an MAE pretraining checkpoint: fine-tuning keeps the encoder (MAE's own recipe)
-        done.append(f"MAE decoder and mask token dropped ({len(pretrain)} tensors)")
-        sd = {k: v for k, v in sd.items() if k not in pretrain}
-    classes = sd["head.weight"].shape[0] if "head.weight" in sd else 0  # 0: saved without a head
-    if "head.weight" in own and classes != own["head.weight"].shape[0]:  # (a tokenizer has no class head)
-        done.append(f"head re-initialized ({classes} -> {own['head.weight'].shape[0]} classes)")
-        sd.update({k: own[k] for k in ("head.weight", "head.bias")})
-    prefix = int(getattr(model, "cls_token", None) is not None)
-    rows = sd["pos_embed"].shape[1] if "pos_embed" in sd and sd["pos_embed"].ndim == 3 else 0
-    if prefix and "cls_token" in sd and rows > 1 and math.isqrt(rows) ** 2 == rows:
-        # timm's no_embed_class=True (DeiT III, deit3_*): the class token gets no position embedding
-        src = sd["pos_embed"]
-        sd["pos_embed"] = torch.cat([src.new_zeros(1, 1, src.shape[2]), src], dim=1)  # the same function
-        done.append("pos_embed given a zero class-token row (timm no_embed_class, DeiT III)")
-    if "pos_embed" in sd and "pos_embed" in own and sd["pos_embed"].shape != own["pos_embed"].shape:
-        src, dst = sd["pos_embed"], own["pos_embed"]
-        n, grid = math.isqrt(src.shape[1] - prefix), model.img_size // model.patch_size
-        if src.ndim != 3 or src.shape[2] != dst.shape[2] or n * n != src.shape[1] - prefix:
-            raise Fail(f"{flag} {path}: pos_embed is {_shape(src)} in the file, {_shape(dst)} in this "
-                       f"model: not the same width and token layout{' (class token?)' if prefix else ''}")
-        sd["pos_embed"] = resample_pos_embed(src.float(), (grid, grid), prefix).to(src.dtype)
-        done.append(f"pos_embed resized {n}x{n} -> {grid}x{grid} patches (bicubic)")
-    for k in list(own) + [k for k in sd if k not in own]:
-        if k not in sd or k not in own or sd[k].shape != own[k].shape:
-            got = "absent" if k not in sd else _shape(sd[k])
-            want = "absent" if k not in own else _shape(own[k])
-            raise Fail(f"{flag} {path}: {k} is {got} in the file and {want} in this model; "
-                       "give the model flags of the run that saved it (--model, --embed-dim, --depth, ...)")
-    model.load_state_dict(sd, strict=True)
-    return f"{flag.lstrip('-')} {path}: {len(sd)} tensors loaded; " + ("; ".join(done) or "nothing adapted")
 
 
 def lock_out_dir(out_dir):
@@ -303,13 +187,15 @@ class Saver:
     needs (rank 0 writes it; every rank's RNG state is gathered), and the class names (image folders),
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
-    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". After a save `stop` (a
-    monitor.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
+    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". `run`: the run's Run
+    (training/run.py), whose ckpt_path it writes and whose processes take part; after a save its `stop`
+    (an exits.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
     (a full disk): the previous checkpoint is kept."""
 
-    def __init__(self, path, objects, args, classes, stop, ddp, world, master):
-        self.path, self.objects, self.args, self.classes, self.stop = path, objects, args, classes, stop
-        self.ddp, self.world, self.master = ddp, world, master
+    def __init__(self, run, objects, args, classes):
+        self.path, self.objects, self.args, self.classes = run.ckpt_path, objects, args, classes
+        self.stop = run.stop
+        self.ddp, self.world, self.master = run.ddp, run.world, run.master
 
     def __call__(self, epoch, batch, progress, step, record=None):
         """`record`: the epoch's log.jsonl record (at an epoch's end), kept so that a resume writes it
@@ -332,16 +218,16 @@ class Saver:
         self.stop.checkpoint, self.stop.step = self.path, step
 
 
-def resume_or_start(args, world, rank, ckpt_path, model, optimizer, scheduler, scaler, ema, distiller, adversary,
-                    classes=None):
+def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
     was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
-    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt, or an
-    OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
+    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
+    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
     (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
     Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
     resumed with these flags or class folders, or (DDP) when the processes do not see the same files
     (same_files)."""
+    world, rank, ckpt_path = run.world, run.rank, run.ckpt_path
     same_files(args, ckpt_path)
     log = os.path.join(args.out_dir, "log.jsonl")
     if not args.resume:

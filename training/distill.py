@@ -1,4 +1,5 @@
-"""Distillation from a frozen teacher for train.py (--teacher CKPT, --distill feature|logits).
+"""Distillation from a frozen teacher for train.py (--teacher CKPT, --distill feature|logits): the term
+(Distiller), the teacher (teacher: an rvits checkpoint or timm weights) and the run's distiller (from_flags).
 
 feature: the student's final post-LayerNorm tokens are matched to the teacher's (mean squared
     error over tokens and channels; our choice, the reViT paper, section 3.2 and appendix A.3,
@@ -8,16 +9,22 @@ feature: the student's final post-LayerNorm tokens are matched to the teacher's 
 logits: soft knowledge distillation (Hinton et al. 2015): KL(softmax(t / T) || softmax(s / T)) * T^2.
 
 The teacher sees the same images as the student, after augmentation, in eval mode without
-gradients, resized (bicubic) to its own image size when that differs (training/registry.py's teacher
-builds it so that its patch grid is the student's: a DINOv2 ViT-S/14 sees a 32-px student's images at
-8 x 14 = 112 px) and renormalized to its mean and std when they differ. When only one of the two has a
+gradients, resized (bicubic) to its own image size when that differs (`teacher` below builds it so that
+its patch grid is the student's: a DINOv2 ViT-S/14 sees a 32-px student's images at 8 x 14 = 112 px) and
+renormalized to its mean and std when they differ. When only one of the two has a
 class token, the patch tokens alone are matched. The tokens are read with a forward hook on each
 model's final `norm`: the class-token models of rvits normalize every token there; GAP models
 (norm = Identity, timm's fc_norm after pooling) get a LayerNorm without affine parameters instead.
 """
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+import data
+from training.exits import Fail
+from training.registry import MODELS, classifier_checkpoint, model_from_checkpoint
+from training.weights import read_weights, timm_vit
 
 
 class FinalTokens:
@@ -90,3 +97,45 @@ class Distiller(nn.Module):
                             reduction="batchmean", log_target=True) * t * t
         s, t = self.student_tokens.tokens[:, self.skip[0]:], self.teacher_tokens.tokens[:, self.skip[1]:]
         return F.mse_loss(self.proj(s).float(), t.float())
+
+
+# ----------------------------------------------------------------------------- the teacher of --teacher
+def teacher(path, p, student, args):
+    """(the frozen teacher of --teacher, its images' normalization, one line saying how it meets the
+    student): an rvits checkpoint or a timm-layout ViT file (timm_vit), run on the student's images
+    resized so that its patch grid is the student's (reViT A.3: the student matches the teacher's
+    token grid). A timm file's images are normalized with ImageNet's mean and std (DINOv2's and
+    DeiT's; timm's AugReg ViTs use 0.5, which this does not cover), an rvits teacher's with its run's
+    dataset's. Raises Fail."""
+    ck = read_weights(path, "--teacher")
+    grid = student.img_size // student.patch_size
+    if classifier_checkpoint(ck, path, "--teacher"):
+        patch = ck["args"].get("patch_size") or 16
+        model, what = model_from_checkpoint(path, "--teacher", p, grid * patch, ck), f"--model {ck['args']['model']}"
+        model.has_head, model.input_size, norm = True, grid * patch, data.normalization(ck["args"].get("data"))
+    else:
+        model = timm_vit(path, "--teacher", grid, ck=ck)
+        patch, what = model.patch_size, f"timm-layout ViT ({len(model.blocks)} blocks, width {model.embed_dim})"
+        norm = (data.IMAGENET_MEAN, data.IMAGENET_STD)
+    size = f"at {grid * patch} px" if grid * patch != student.img_size else "at the student's size"
+    own = MODELS[args.model].normalization or data.normalization(args.data)
+    renorm = None if tuple(map(tuple, own)) == tuple(map(tuple, norm)) else (own, norm)
+    return model, renorm, (f"teacher: {what}, patch {patch}, {size}: its {grid}x{grid} patch grid is the student's"
+                           + ("; images renormalized to its mean and std" if renorm else ""))
+
+
+def from_flags(args, p, student, device):
+    """The Distiller of --teacher for `student` (on `device`; `p` the parser, for an rvits teacher's saved
+    flags), its line printed on rank 0; None without --teacher and for --eval-only (an evaluation needs
+    no teacher). Raises Fail for a bad teacher file or a teacher the student cannot be compared with."""
+    if args.eval_only or not args.teacher:
+        return None
+    frozen, renorm, line = teacher(args.teacher, p, student, args)
+    try:
+        distiller = Distiller(student, frozen.to(device), args.distill, args.distill_temperature,
+                              renormalize=renorm).to(device)
+    except ValueError as e:
+        raise Fail(str(e))
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(line + distiller.matched)
+    return distiller

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data
-from training.monitor import Fail, Preempted, cannot_write, stopping, write
+from training.exits import Fail, Preempted, cannot_write, stopping, write
 from training.registry import trained_depth
 
 
@@ -113,13 +113,16 @@ class EmptyEvaluation(Fail):
 
 
 # ----------------------------------------------------------------------------- after training
-def evaluate_depths(args, raw_model, ema, val_loader, device, amp_ctx, master, log_path, step, stop, images):
+def evaluate_depths(args, run, raw_model, ema, val_loader, step):
     """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
-    model's unit), "beyond the training horizon" (Training Crossroads): one log.jsonl line each
-    (training runs), then depth_report's table, depth_eval.json and figure. `images`: the validation
+    model's unit), "beyond the training horizon" (Training Crossroads), of the weights trained to `step`:
+    one log.jsonl line each (training runs), then depth_report's table, depth_eval.json and figure. `run`:
+    the run's Run (training/run.py): its device, precision, log and stop, and val_images, the validation
     images of every process (`val_loader` holds this process's share), for its lines. Raises Fail for a depth
-    the model cannot run, Preempted for a stop request (`stop`): after the batch in flight (one
+    the model cannot run, Preempted for a stop request (`run.stop`): after the batch in flight (one
     process), or before the next depth (DDP: the processes agree there)."""
+    device, amp_ctx, master, stop = run.device, run.amp_ctx, run.master, run.stop
+    log_path, images = run.log_path, run.val_images
     depths, rows = args.eval_depths or [], []
     weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
@@ -174,10 +177,12 @@ def epoch_evaluation(log_path, step, prefix=""):
     return {k: last[prefix + k] for k in keys}
 
 
-def reconstruction_report(args, raw_model, ema, val_loader, device, amp_ctx, master, step, stop, rfid=None):
+def reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid=None):
     """--eval-only of a tokenizer: its validation metrics (evaluate_reconstruction; the EMA weights with
-    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json. Raises Preempted for
-    a stop request (one process: after the batch in flight)."""
+    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json (`run`: the run's Run, its
+    device, precision and stop; `step`: the checkpoint's). Raises Preempted for a stop request (one process:
+    after the batch in flight)."""
+    device, amp_ctx, master, stop = run.device, run.amp_ctx, run.master, run.stop
     weights, model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     r = evaluate_reconstruction(model, val_loader, device, amp_ctx, None if dist.is_initialized() else stop, rfid)
     if r is None:

@@ -15,10 +15,10 @@ import torch
 
 import data
 import kernels
+import loopvae
 from presets import PAPER, PRESETS, TIMES
-from training import adversarial
-from training.checkpoints import checkpoint_file, read_weights
-from training.monitor import Fail
+from training.weights import checkpoint_file, read_weights
+from training.exits import Fail
 from training.perceptual import VGG16_FILE
 from training.registry import MODELS, arch_flags, build_model, model_flags
 
@@ -126,8 +126,8 @@ def int_list(s):
 
 def diffaug_policy(s):
     v = [] if s == "none" else [t.strip() for t in s.split(",") if t.strip()]
-    if not set(v) <= set(adversarial.DIFFAUG):
-        raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(adversarial.DIFFAUG)}, got {s!r}")
+    if not set(v) <= set(loopvae.DIFFAUG):
+        raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(loopvae.DIFFAUG)}, got {s!r}")
     return v
 
 
@@ -255,7 +255,7 @@ def get_parser():
       "paper's 16)")
     a("--disc-lr", type=positive(float), help="--stage2: the discriminator's constant learning rate (default: "
       "--lr; the paper gives one Stage-2 rate, 5e-5)")
-    a("--diffaug", type=diffaug_policy, default=",".join(adversarial.DIFFAUG), help="--stage2: DiffAugment-style "
+    a("--diffaug", type=diffaug_policy, default=",".join(loopvae.DIFFAUG), help="--stage2: DiffAugment-style "
       "augmentation of what the discriminator sees, comma-separated of color, translation, cutout, or none "
       "(the paper: probability 1, cutout 0.2; the policy is our choice, DiffAugment's)")
     a = p.add_argument_group('data').add_argument
@@ -477,7 +477,6 @@ def resolve_loopvae(args, p, img_size):
     if on:
         p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
                 "no classes, patches or depths to vary), leave them out")
-    import loopvae
     if img_size < loopvae.SSIM_WINDOW:  # each evaluation's SSIM: checked now, not after the first epoch
         p.error(f"--img-size {img_size}: loopvae's validation SSIM needs images of at least {loopvae.SSIM_WINDOW}x"
                 f"{loopvae.SSIM_WINDOW} (its window); use --img-size {loopvae.SSIM_WINDOW} or more")

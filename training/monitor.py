@@ -1,20 +1,14 @@
-"""How a run goes and how it ends: what the loop does around its steps, and the run's lines.
+"""What the loop does around its steps, and the run's lines (how a run ends: training/exits.py).
 
 - Monitor: the progress bar, the estimated time (pace_point, estimate_line), the reads of the device
   (loss, non-finite steps), the stop requests and the --save-every checkpoints;
   EpochSums: an epoch's running sums (kept in a mid-epoch checkpoint).
-- Stop: the handler of SIGINT / SIGTERM / SIGUSR1; `stopping` agrees on a stop across the processes.
-- The exit statuses of train.py's cli(): Fail (a problem the user can fix, one line, 2), Preempted
-  (stopped at a safe point, PREEMPTED = 75), a second Ctrl-C (INTERRUPTED = 130).
 - The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
-  values in log.jsonl), say (a line on stderr below a bar); printable_output (every line printable,
-  whatever the encoding of stdout).
+  values in log.jsonl).
 """
 import contextlib
-import errno
 import json
 import os
-import signal
 import sys
 import time
 
@@ -23,139 +17,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from presets import PAPER, PRESETS, TIMES
-
-# ----------------------------------------------------------------------------- how a run ends
-class Fail(Exception):
-    """A problem the user can fix: printed as one line, exit status 2."""
-
-
-class PeerFailed(Exception):
-    """The DDP processes could not start together (a peer that never came within --dist-timeout): one
-    line, exit status 1, as for a peer that fails later."""
-
-
-class Preempted(Exception):
-    """A stop request (Stop) was honoured: the step in flight finished and a checkpoint was written,
-    or an evaluation was cut short; printed as one line, exit status PREEMPTED."""
-
-
-PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, run the same command again
-INTERRUPTED = 130  # 128 + SIGINT, the shell's status of a process ended by Ctrl-C
-
-
-class Stop:
-    """The run's stop requests and what a stopped run keeps (docs/cluster.md "Resuming and failures").
-
-    As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
-    --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
-    the run honours it at its next safe point: after the optimizer step in flight (with a
-    checkpoint), after a checkpoint being written, after the evaluation batch in flight (one
-    process; under DDP the processes agree between depths). A second Ctrl-C stops at once
-    (KeyboardInterrupt), when it comes AGAIN_S or more after the first: torchrun relays the
-    terminal's Ctrl-C to processes that the terminal has signalled already. `checkpoint`, `step`
-    and `hint` (how to continue) name the last checkpoint written, for the line that ends the run.
-    The first request is answered at once with a line (`master`: this process prints it; DDP: rank 0)
-    saying what the run does in its phase (`phase`, set by the Monitor: (what a stop request does, what
-    a second Ctrl-C does))."""
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-    AGAIN_S = 1.0
-    ANYWHERE = ("stops at its next safe point (after the step, checkpoint or evaluation batch in flight)",
-                "stops at once")  # the phase outside the training steps and the epochs' evaluations
-
-    def __init__(self):
-        self.got, self.first_int = [], None
-        self.checkpoint, self.step, self.hint, self.eval_only = None, None, "run the command again", False
-        self.running = False  # set once the flags are read: a run (not --list-presets or --print-config)
-        self.master, self.phase = True, self.ANYWHERE
-
-    def __call__(self, signum, frame):
-        now = time.monotonic()
-        if signum == signal.SIGINT:
-            if self.first_int is not None and now - self.first_int >= self.AGAIN_S:
-                raise KeyboardInterrupt
-            self.first_int = self.first_int or now
-        if not self.got and self.running and self.master:
-            self.answer(signum)
-        self.got.append(signum)
-
-    def __bool__(self):
-        return bool(self.got)
-
-    @staticmethod
-    def name(signum):
-        return signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
-
-    def answer(self, signum):
-        """The line that answers a first stop request: what the run does now and, for Ctrl-C, what a
-        second Ctrl-C would do. Written from the signal handler: when the signal came in the middle of a
-        write to stderr (a reentrant write raises RuntimeError), the line goes to its file descriptor."""
-        doing, again = self.phase
-        line = f"stop requested by {self.name(signum)}: the run {doing}" + (
-            f"; Ctrl-C again, a second or more from now, {again}" if signum == signal.SIGINT else "")
-        try:
-            say(line)
-        except RuntimeError:
-            os.write(2, (line + "\n").encode("ascii", "backslashreplace"))
-
-    def line(self, when):
-        """The one line of a run stopped `when` (e.g. "after step 40"): the signal, what is kept."""
-        name = self.name(self.got[0]) if self.got else "a stop signal to another process"
-        return f"stopped by {name} {when}; {self.kept()}"
-
-    def kept(self):
-        """The last checkpoint and how to continue from it, in words."""
-        if self.eval_only:
-            return "nothing was written; run the same command again"
-        if self.checkpoint is None:
-            return "no checkpoint was written; run the command again"
-        return f"checkpoint {self.checkpoint} (step {self.step}); {self.hint}"
-
-
-def stopping(stop, ddp, device):
-    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1). The flag
-    is all-reduced, so every rank stops after the same step and takes part in the checkpoint; the
-    training loop asks every CHECK_EVERY steps on a GPU."""
-    if not ddp:
-        return bool(stop)
-    flag = torch.tensor(float(bool(stop)), device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return flag.item() > 0
-
-
-def write(path, text, kept, append=False):
-    """Write (append: add) `text` to the run's file `path`. A write that fails (a full disk, a folder
-    that became read-only) raises Fail: one line naming the file, what the run keeps (`kept`, e.g.
-    Stop.kept()) and how to continue, never a traceback."""
-    try:
-        with open(path, "a" if append else "w") as f:
-            f.write(text)
-    except OSError as e:
-        raise cannot_write(path, e, kept)
-
-
-def cannot_write(path, e, kept):
-    """The Fail of a write of `path` that raised OSError `e`: the file, the cause, the fix (free space
-    for a full disk or quota), what the run keeps (`kept`)."""
-    full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-    fix = f"free space in {os.path.dirname(path) or '.'}" if full else f"make {path} a file the run can write"
-    return Fail(f"writing {path} failed ({e.strerror or e}); {fix}; {kept}")
-
-
-def say(line):
-    """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
-    tqdm.write(line, file=sys.stderr)
-
-
-def printable_output():
-    """Let this process's stdout and stderr print any text: a character their encoding cannot hold (a
-    user's path or class name on a stdout set to ASCII by PYTHONIOENCODING=ascii or a C locale, a file
-    name that is not UTF-8) is written as a backslash escape (backslashreplace, Python's own handler for
-    stderr) instead of raising UnicodeEncodeError. The entries that print paths call it first (train.py,
-    probe.py and analyze.py's cli): their lines, print's and say's, all go through these two streams."""
-    for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
-
+from training.exits import Fail, Preempted, Stop, stopping, write
 
 # ----------------------------------------------------------------------------- around the steps
 CHECK_EVERY = 20  # optimizer steps between the loop's reads of a GPU (loss, non-finite count, DDP stop flag)
@@ -211,9 +73,9 @@ class EpochSums:
 
 
 class Monitor:
-    """The run as the loop sees it (its processes `ddp`, `world`, `master`, its `stop`, its `save` (a
-    checkpoints.Saver), the paths of its checkpoint and log, its length in steps, `val_images` the
-    validation images of every process), and everything the loop does between optimizer steps that is
+    """The run as the loop sees it (`run`, its training/run.py Run: its processes `ddp`, `world`, `master`,
+    its `stop`, the paths of its checkpoint and log, its length in steps, `val_images` the validation
+    images of every process; `save`, its checkpoints.Saver), and everything the loop does between optimizer steps that is
     not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
     instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
     consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
@@ -222,15 +84,14 @@ class Monitor:
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
     stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
 
-    def __init__(self, args, device, ddp, world, master, stop, save, scheduler, step, total_steps, steps_per_epoch,
-                 ckpt_path, log_path, val_images):
-        self.args, self.device, self.ddp, self.world, self.master = args, device, ddp, world, master
-        self.val_images = val_images
-        self.stop, self.save, self.scheduler, self.ckpt_path, self.log_path = stop, save, scheduler, ckpt_path, log_path
-        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+    def __init__(self, args, run, save, scheduler):
+        self.args, self.run, self.save, self.scheduler = args, run, save, scheduler
+        self.device, self.ddp, self.world, self.master, self.stop = run.device, run.ddp, run.world, run.master, run.stop
+        self.ckpt_path, self.log_path, self.val_images = run.ckpt_path, run.log_path, run.val_images
+        self.total_steps, self.steps_per_epoch, step = run.total_steps, run.steps_per_epoch, run.start_step
         self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
-        self.check_every = CHECK_EVERY if device.type == "cuda" else 1
-        self.bad_run = torch.zeros((), device=device)  # consecutive non-finite steps, counted on the device
+        self.check_every = CHECK_EVERY if self.device.type == "cuda" else 1
+        self.bad_run = torch.zeros((), device=self.device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
         self.pace = []  # (step, time) of the two checks the estimate is measured between (pace_point)
         self.origin = self.probe  # where this process's steps start: the first ones warm up (pace_point)
@@ -412,12 +273,15 @@ def estimate_line(args, device, pace, total_steps):
 
 
 # ----------------------------------------------------------------------------- the run's lines
-def announce(args, model, world, device, compiled, total_steps, steps_per_epoch, warmup, distilling, step,
-             start_epoch, start_batch, stop):
+def announce(args, run, model, compiled, distilling):
     """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
-    compilation and schedule, where a resumed run continues, a Stage-2 run too short for its adversarial
-    term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the training run's
-    files alone; `stop`, the run's Stop, says what is kept if that write fails)."""
+    compilation (`compiled`, its words) and schedule, where a resumed run continues, a Stage-2 run too short
+    for its adversarial term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the
+    training run's files alone; `run.stop` says what is kept if that write fails). `run`: the run's Run
+    (training/run.py); `distilling`: whether a teacher trains it."""
+    world, device, stop, step = run.world, run.device, run.stop, run.start_step
+    total_steps, steps_per_epoch, warmup = run.total_steps, run.steps_per_epoch, run.warmup
+    start_epoch, start_batch = run.start_epoch, run.start_batch
     if args.preset:
         print(f"preset {args.preset}: {PRESETS[args.preset][0]}; paper: {PAPER[args.preset]}")
     flops = model.flops_per_image()

@@ -9,8 +9,8 @@ import warnings
 
 import torch
 
-from training.checkpoints import read_weights
-from training.monitor import Fail
+from training.weights import read_weights
+from training.exits import Fail
 
 # LPIPS's backbone (lpips_loss): torchvision's ImageNet VGG16, file name = torchvision's cache name, whose
 # 8 hex digits start its SHA-256 (torchvision checks them on download; lpips_loss on a given file).

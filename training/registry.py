@@ -35,14 +35,9 @@ The interface (a model file implements it; nothing is inherited):
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-import torch.distributed as dist
-
-import data
-from training import adversarial
-from training.checkpoints import read_weights
-from training.distill import Distiller
-from training.monitor import Fail
+from training.exits import Fail
 from training.perceptual import lpips_loss
+from training.weights import read_weights
 
 
 @dataclass(frozen=True)
@@ -228,85 +223,3 @@ def model_from_checkpoint(path, flag, p, img_size, ck=None):
         raise Fail(f"{flag} {path}: its weights do not fit the model its flags describe "
                    f"({str(e).strip().splitlines()[-1].strip()})")
     return model.eval()
-
-
-def timm_vit(path, flag, grid=None, img_size=None, ck=None):
-    """bvit.BViT holding a ViT state dict in timm's layout (`VisionTransformer`: DINOv2's
-    vit_*_patch14_dinov2, DeiT, AugReg ...), in eval mode, built at img_size = grid x its patch size
-    so that its patch grid is grid x grid (or grid = img_size // its patch size; its `pos_embed`
-    resized bicubically by checkpoints.finetune_weights). Width, depth, MLP ratio, patch size, class token and LayerScale
-    are read from the file; heads of width 64 (every timm ViT size's). A file without a head gets a
-    1-class one (unused: --distill feature reads the tokens). Raises Fail naming `flag` for a file
-    of another layout (register tokens, SwiGLU MLPs, ...: the first key that does not fit). `ck`: the
-    file's contents when the caller has read them (the file is read once)."""
-    from bvit import BViT
-    from training.checkpoints import finetune_weights
-    ck = read_weights(path, flag) if ck is None else ck
-    sd = next((ck[k] for k in ("model", "state_dict") if isinstance(ck, dict) and k in ck), ck)
-    proj = sd.get("patch_embed.proj.weight") if isinstance(sd, dict) else None
-    if proj is None or getattr(proj, "ndim", 0) != 4:
-        rvits = flag != "--disc-weights"  # (a discriminator takes timm weights only)
-        raise Fail(f"{flag} {path}: {'neither an rvits checkpoint nor ' if rvits else 'not '}a ViT state dict in "
-                   f"timm's layout (no patch_embed.proj.weight); give {'a train.py ckpt.pt or ' if rvits else ''}"
-                   "timm weights (e.g. vit_small_patch14_dinov2)")
-    if "reg_token" in sd:
-        raise Fail(f"{flag} {path}: a ViT with register tokens (reg_token), which bvit.BViT does not have; give "
-                   "weights without registers (vit_small_patch14_dinov2, not ..._reg4_dinov2)")
-    dim, patch = proj.shape[0], proj.shape[-1]
-    grid = grid or img_size // patch
-    depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-    fc1 = sd.get("blocks.0.mlp.fc1.weight")
-    vit = BViT(img_size=grid * patch, patch_size=patch, num_classes=sd["head.weight"].shape[0] if "head.weight" in sd
-               else 1, embed_dim=dim, depth=depth, num_heads=max(1, dim // 64), num_blocks=depth,
-               mlp_ratio=fc1.shape[0] / dim if fc1 is not None else 4.0, class_token="cls_token" in sd,
-               layer_scale=1e-5 if "blocks.0.ls1.gamma" in sd else None)  # (LayerScale's values: the file's)
-    finetune_weights(path, vit, flag, ck)
-    vit.has_head = "head.weight" in sd
-    return vit.eval()
-
-
-def teacher(path, p, student, args):
-    """(the frozen teacher of --teacher, its images' normalization, one line saying how it meets the
-    student): an rvits checkpoint or a timm-layout ViT file (timm_vit), run on the student's images
-    resized so that its patch grid is the student's (reViT A.3: the student matches the teacher's
-    token grid). A timm file's images are normalized with ImageNet's mean and std (DINOv2's and
-    DeiT's; timm's AugReg ViTs use 0.5, which this does not cover), an rvits teacher's with its run's
-    dataset's. Raises Fail."""
-    ck = read_weights(path, "--teacher")
-    grid = student.img_size // student.patch_size
-    if classifier_checkpoint(ck, path, "--teacher"):
-        patch = ck["args"].get("patch_size") or 16
-        model, what = model_from_checkpoint(path, "--teacher", p, grid * patch, ck), f"--model {ck['args']['model']}"
-        model.has_head, model.input_size, norm = True, grid * patch, data.normalization(ck["args"].get("data"))
-    else:
-        model = timm_vit(path, "--teacher", grid, ck=ck)
-        patch, what = model.patch_size, f"timm-layout ViT ({len(model.blocks)} blocks, width {model.embed_dim})"
-        norm = (data.IMAGENET_MEAN, data.IMAGENET_STD)
-    size = f"at {grid * patch} px" if grid * patch != student.img_size else "at the student's size"
-    own = MODELS[args.model].normalization or data.normalization(args.data)
-    renorm = None if tuple(map(tuple, own)) == tuple(map(tuple, norm)) else (own, norm)
-    return model, renorm, (f"teacher: {what}, patch {patch}, {size}: its {grid}x{grid} patch grid is the student's"
-                           + ("; images renormalized to its mean and std" if renorm else ""))
-
-
-def trainers_beside_the_model(args, p, model, img_size, device):
-    """(distiller, adversary), each None unless the run asks for it: --teacher's distill.Distiller
-    (the teacher from its checkpoint) and --stage2's adversarial.Adversary (the discriminator, its
-    optimizer and the adversarial terms). An evaluation needs neither. Raises Fail."""
-    if args.eval_only:
-        return None, None
-    distiller = adversary = None
-    if args.teacher:
-        frozen, renorm, line = teacher(args.teacher, p, model, args)
-        try:
-            distiller = Distiller(model, frozen.to(device), args.distill, args.distill_temperature,
-                                  renormalize=renorm).to(device)
-        except ValueError as e:
-            raise Fail(str(e))
-        if not dist.is_initialized() or dist.get_rank() == 0:
-            print(line + distiller.matched)
-    if args.stage2:
-        adversary = adversarial.build(model, args.disc, args.disc_weights, device, lr=args.disc_lr or args.lr,
-                                      weight=args.gan_weight, start=args.gan_start, r1_gamma=args.r1_gamma,
-                                      r1_every=args.r1_every, policy=args.diffaug)
-    return distiller, adversary
