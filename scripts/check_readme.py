@@ -31,8 +31,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "studies"))
-from gpu_study import commit, cpu_model  # noqa: E402  (what results are stamped with; studies/gpu_study.py)
+from provenance import commit, cpu_model  # noqa: E402  (what results are stamped with; scripts/provenance.py)
 
 
 README = "README.md"  # the first run; the other files relative to README's folder:

@@ -40,7 +40,6 @@ Exit status 0 when every started run finished, 1 otherwise, 2 for bad input.
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -51,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import child  # noqa: E402
+from provenance import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
 # The arms in the order of the claims (studies/summarize_gpu.py CLAIMS): groups run for every seed
 # before the next group. ARM+structured: the preset with --init structured (the init claim's arm);
@@ -231,32 +231,6 @@ def environment(python):
     code = "import torch; print(torch.__version__); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.split("\n")
     return out[0], out[1]
-
-
-def commit():
-    """The commit results are stamped with: $COMMIT (the GPU machine gets no .git), else git's short
-    HEAD, with "+changes" when tracked files differ from it; "unknown" without git."""
-    if os.environ.get("COMMIT"):
-        return os.environ["COMMIT"]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=ROOT).stdout.strip()
-    except OSError:
-        return "unknown"
-    return head.stdout.strip() + ("+changes" if dirty else "") if head.returncode == 0 else "unknown"
-
-
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def result_line(arm, seed, run_dir, wall_s, meta):

@@ -28,8 +28,8 @@ JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
 # done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
-# as studies/gpu_study.py stamps its results
-where() { python -c "import sys; sys.path.insert(0, 'studies'); import gpu_study; print(gpu_study.$1())" | tr -d '"\\'; }
+# as studies/gpu_study.py stamps its results (scripts/provenance.py)
+where() { python -c "import sys; sys.path.insert(0, 'scripts'); import provenance; print(provenance.$1())" | tr -d '"\\'; }
 CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
 FIRST="vit bvit bvit-wide vit-narrow bvit-ds"
 # The structured-init claims (issue 50): PyTorch's default init, mimetic and structured on it, 8 x 8 patches.

@@ -58,7 +58,8 @@ def test_tests_live_in_tests_beside_the_models_own():
                                                                       for p in glob.glob(os.path.join(ROOT, d, "*.py")))])
 def test_tools_import_training_not_the_tutorial(path):
     """The tools reach the flags and the registry in training/, never by importing train.py (a
-    subprocess running train.py is fine)."""
+    subprocess running train.py is fine); a tool of scripts/ (what a user runs to check a machine or
+    README) never imports a study of studies/ (a study may use a tool: scripts/provenance.py)."""
     imported = set()
     for node in ast.walk(ast.parse(source(path))):
         if isinstance(node, ast.Import):
@@ -66,6 +67,9 @@ def test_tools_import_training_not_the_tutorial(path):
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
     assert "train" not in imported, path
+    studies = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "studies", "*.py"))}
+    if path.startswith("scripts"):
+        assert not imported & studies, f"{path} imports the studies {sorted(imported & studies)}"
 
 
 def test_training_package_is_a_docstring_naming_each_module_in_reading_order():

@@ -1,0 +1,34 @@
+"""Where a result was measured: the commit and the CPU model that studies/reproduce_mini.sh writes into each
+run's done.json, studies/gpu_study.py into its result lines and scripts/check_readme.py into README's
+provenance lines."""
+import os
+import platform
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def commit():
+    """The commit results are stamped with: $COMMIT (the GPU machine gets no .git), else git's short
+    HEAD, with "+changes" when tracked files differ from it; "unknown" without git."""
+    if os.environ.get("COMMIT"):
+        return os.environ["COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty else "") if head.returncode == 0 else "unknown"
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
