@@ -210,7 +210,10 @@ class ReViTMoE(revit.ReViT):
         if routing == "deepseek":
             self.register_buffer("expert_bias", torch.zeros(E))
         if routing == "remoe":
-            self.register_buffer("l1_lambda", torch.tensor(REMOE_LAMBDA0))
+            # float64: lambda moves by alpha^(+-1) per step and falls far below 1e-8 while the gates are
+            # sparser than the target; in float32 it would stop at the smallest subnormal (2.8e-45, where
+            # x 1.2 rounds back to itself) and the controller would never act again
+            self.register_buffer("l1_lambda", torch.tensor(REMOE_LAMBDA0, dtype=torch.float64))
         # appendix B's U, K = 1: token dispatch (K + K_sh) ehr / 4, output mixture E ehr / 4, Soft-MoE
         # (N_slots / T_p) ehr / 4 with N_slots = T_p = N here, weight merge ehr / 4 (ehr / 4 = hidden / H)
         self.U = hidden / H * {"deepseek": 1 + 1, "remoe": E}.get(routing, 1)
@@ -378,7 +381,7 @@ class ReViTMoE(revit.ReViT):
                 g = lg.relu().flatten(0, -2)  # (M, E): the step's tokens
                 f = g.detach().gt(0).float().mean(0) * self.experts  # E / K with K = 1
                 l1.append((g * f).sum(-1).mean())
-            return {"l1": (self.l1_lambda, torch.stack(l1).mean())}
+            return {"l1": (self.l1_lambda.float(), torch.stack(l1).mean())}  # (below 1e-45: 0)
         return {}
 
     def _count(self, gates):
@@ -418,7 +421,7 @@ class ReViTMoE(revit.ReViT):
             self.expert_bias += self.bias_speed * torch.sign(s.mean() - s)
         else:
             sparsity = s[0] / s.sum().clamp(min=1)
-            self.l1_lambda *= REMOE_ALPHA ** (torch.sign(1 - 1 / self.experts - sparsity) * (s.sum() > 0))
+            self.l1_lambda *= REMOE_ALPHA ** (torch.sign(1 - 1 / self.experts - sparsity) * (s.sum() > 0)).double()
 
     def compile_regions(self, **kwargs):
         """reViT's regional compilation for the default; otherwise the step function is compiled once

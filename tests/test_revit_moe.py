@@ -325,6 +325,20 @@ def test_remoe_gates_are_exactly_relu_and_its_controller_raises_lambda_below_the
     assert m.log_extras()["l1_lambda"] == pytest.approx(lam0 / 1.2)
 
 
+def test_remoe_controller_comes_back_from_a_long_sparse_phase():
+    """lambda = lambda_0 alpha^(steps too dense - steps too sparse) (ReMoE sec. 3.3): 600 steps too sparse
+    then 600 too dense bring it back to lambda_0 (a float32 lambda stops at 2.8e-45 after ~470 and stays there)."""
+    m = tiny("remoe").train()
+    for stats in ([1.0, 0.0],) * 600 + ([0.0, 1.0],) * 600:  # the zero and nonzero gates: sparsity 1, then 0
+        m._stats = torch.tensor(stats)
+        m.after_step()
+    assert m.l1_lambda.item() == pytest.approx(1e-8, rel=1e-4)
+    m._stats = torch.tensor([0.0, 1.0])
+    m.after_step()
+    assert m.aux_losses([torch.ones(1, 2, 4)])["l1"][0].dtype == torch.float32  # the loss stays float32
+    assert m.l1_lambda.item() == pytest.approx(1.2e-8, rel=1e-4)
+
+
 def test_softmoe_slots_are_the_patch_count_split_over_the_experts_and_the_router_is_l2_normalized():
     m = tiny("softmoe")
     assert m.router.weight.shape == (16, 32) and m.experts == 4  # 16 patch tokens: 4 slots per expert
