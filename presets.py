@@ -350,33 +350,25 @@ TIMES = {name: ("?", "?") for name in PRESETS}
 TIMES["cpu-first-bvit"] = ("4.2 min alone", "?")  # README's first run alone on the cores: 254 s wall on the AMD EPYC
 # (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README's first run)
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
-                 "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 45.5,
-                 "revit-e4": 28.6, "srvit-r1": 13.4, "srvit-r2": 23.6}
-MINI_TRAIN_MIN = {"revit-smear": 47.1, "revit-lory": 34.4, "revit-lora": 35.1}
+                 "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 43.5,
+                 "revit-e4": 43.4, "srvit-r1": 13.4, "srvit-r2": 23.6}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
-TIMES.update({f"c100-mini-{arm}": (f"{m} min train, pair", "?") for arm, m in MINI_TRAIN_MIN.items()})
 # The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
 # step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
 # (median 1.72 vs 0.40 s), so 2 of c100-mini-vit's 10 epochs (23.5 min, pair) x 4.3 = 20 min, pair.
 TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INIT_ARMS})
-# The reViT arms' figures above were measured under the old protocol (elastic depth from the start, which
-# runs 0.7 of the steps per image): estimates of the fixed-depth arms until their runs (issue 49) measure
-# them; a continuation (elastic_arms) costs about its 3 of the 10 epochs.
-for arm in ("revit-smear", "revit-lory", "revit-lora"):
-    TIMES[f"c100-mini-{arm}"] = (f"est. {TIMES[f'c100-mini-{arm}'][0].split()[0]} min, pair", "?")
-# Measured at fixed depth (issue 49, eb32335, 2026-12-03): the mean wall minutes of seeds 0 and 1 (48.2 / 38.8 and
-# 48.5 / 38.4), two runs side by side with other jobs on the cores ("loaded": a quiet pair is faster).
-MINI_WALL_MIN.update({"revit-e1": 43.5, "revit-e4": 43.5})
+# The reViT arms at their paper's protocol (issue 49, 2026-12-03, CPU-2 AMD EPYC; results/revit): the mean wall
+# minutes of seeds 0 and 1 (done.json's wall_s), two runs side by side with other jobs on the cores at times
+# ("loaded": a quiet pair is faster). E=1's continuations, which the study did not run, are estimated as 3 of the
+# 10 epochs.
+REVIT_WALL_MIN = {"lory": 68.4, "smear": 68.4, "deepseek": 27.9, "qwen3": 29.1, "moeut": 30.6, "remoe": 22.7,
+                  "softmoe": 206.1, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
+TIMES.update({f"c100-mini-revit-{r}": (f"{m} min, pair, loaded", "?") for r, m in REVIT_WALL_MIN.items()})
 TIMES.update({f"c100-mini-{arm}": (f"{MINI_WALL_MIN[arm]} min, pair, loaded", "?") for arm in ("revit-e1", "revit-e4")})
-# The baselines of appendix B that replaced the old token and mixture arms have not run: each is estimated
-# from an old arm that did the same work per token, the token-dispatch ones from the old revit-token (18.4
-# min train: one dispatched expert of hidden ratio 2 + a shared one), ReMoE and Soft-MoE from revit-e4 (28.6
-# min: one FFN's arithmetic on every token, dense).
-TIMES.update({f"c100-mini-revit-{r}": (f"est. {m} min, pair", "?") for r, m in (
-    ("deepseek", 18.4), ("qwen3", 18.4), ("moeut", 18.4), ("remoe", 28.6), ("softmoe", 28.6))})
 for e in (1, 4):
     for kind in ("elastic", "cont"):
-        TIMES[f"c100-mini-revit-e{e}-{kind}"] = (f"est. {0.3 * MINI_WALL_MIN[f'revit-e{e}']:.0f} min, pair", "?")
+        if f"e{e}-{kind}" not in REVIT_WALL_MIN:
+            TIMES[f"c100-mini-revit-e{e}-{kind}"] = (f"est. {0.3 * MINI_WALL_MIN[f'revit-e{e}']:.0f} min, pair", "?")
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():
