@@ -194,3 +194,37 @@ def test_the_run_facts_travel_as_one_record():
             if isinstance(node, ast.FunctionDef):
                 n = len(node.args.args) + len(node.args.kwonlyargs)
                 assert n <= 13, f"{path}: {node.name}() takes {n} parameters"
+
+
+# A file the docs name by its path: scripts/, studies/, training/, ... up to its extension, not inside a longer name.
+NAMED_PATH = re.compile(r"(?<![\w/.+-])((?:scripts|studies|training|analysis|tests|docs|results)/[\w.+-]+(?:/[\w.+-]+)*"
+                        r"\.(?:py|sh|md|png|jsonl?))(?![\w.])")
+
+
+def named_paths(text):
+    """The repository paths `text` names (scripts/NAME.py, docs/NAME.md, ...)."""
+    return NAMED_PATH.findall(text)
+
+
+def test_named_paths_finds_paths_and_leaves_other_names():
+    text = "run `bash studies/reproduce_mini.sh`, see docs/results.md and results/gpu/results.jsonl; x/scripts/a.py no"
+    assert named_paths(text) == ["studies/reproduce_mini.sh", "docs/results.md", "results/gpu/results.jsonl"]
+
+
+# Files the docs name that a study writes when it first runs, and the code that writes them.
+WRITTEN_LATER = {"results/gpu/concurrency.jsonl": "studies/summarize_gpu.py"}
+
+
+def test_every_path_the_docs_name_exists():
+    """README, docs/ and studies/README.md name files a reader runs or opens: each exists (a file moved by a
+    refactor leaves no stale command behind). results/*/README.md are dated records of their commit and are not read."""
+    stale = []
+    for doc in ["README.md", "studies/README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+        rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
+        for n, line in enumerate(source(rel).splitlines(), 1):
+            stale += [f"{rel}:{n}: {p}" for p in named_paths(line)
+                      if p not in WRITTEN_LATER and not os.path.exists(os.path.join(ROOT, p))
+                      and not os.path.exists(os.path.join(ROOT, os.path.dirname(rel), p))]
+    assert not stale, stale
+    for path, writer in WRITTEN_LATER.items():  # (perhaps not written yet: its writer names it)
+        assert os.path.basename(path) in source(writer), path
