@@ -362,7 +362,7 @@ TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INI
 # ("loaded": a quiet pair is faster). E=1's continuations, which the study did not run, are estimated as 3 of the
 # 10 epochs.
 REVIT_WALL_MIN = {"lory": 68.4, "smear": 68.4, "deepseek": 27.9, "qwen3": 29.1, "moeut": 30.6, "remoe": 22.7,
-                  "softmoe": 206.1, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
+                  "softmoe": 205.0, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
 TIMES.update({f"c100-mini-revit-{r}": (f"{m} min, pair, loaded", "?") for r, m in REVIT_WALL_MIN.items()})
 TIMES.update({f"c100-mini-{arm}": (f"{MINI_WALL_MIN[arm]} min, pair, loaded", "?") for arm in ("revit-e1", "revit-e4")})
 for e in (1, 4):
