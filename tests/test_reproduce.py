@@ -838,23 +838,24 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
 
 
 def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
-    """results/mini (studies/keep_results.py runs/mini results/mini): the second regime's and anytime
+    """results/revit-teacher and results/mini (studies/keep_results.py): the second regime's and anytime
     inference's summaries rebuilt from the kept files (every measurement cached) are docs/results.md's and
     docs/models.md's blocks as they stand."""
     import summarize_anytime
     import summarize_teacher
-    kept = tmp_path / "mini"
-    shutil.copytree(os.path.join(ROOT, "results", "mini"), kept)
+    teacher, mini = tmp_path / "revit-teacher", tmp_path / "mini"
+    shutil.copytree(os.path.join(ROOT, "results", "revit-teacher"), teacher)
+    shutil.copytree(os.path.join(ROOT, "results", "mini"), mini)
     monkeypatch.setattr(summarize_anytime, "figure", lambda runs, root: None)
-    summarize_teacher.main([str(kept), "--no-measure"])
-    summarize_anytime.main([str(kept), "--no-measure"])
-    made = (kept / "teacher.md").read_text() + (kept / "anytime.md").read_text()
+    summarize_teacher.main([str(teacher), "--no-measure"])
+    summarize_anytime.main([str(mini), "--no-measure"])
+    made = (teacher / "teacher.md").read_text() + (mini / "anytime.md").read_text()
     found = 0
     for doc, names in ((os.path.join("docs", "results.md"), ("teacher-claims", "anytime")), (os.path.join("docs", "models.md"), ("teacher-details",))):
         text = open(os.path.join(ROOT, doc)).read()
         for name in names:
             block = marked_block(text, name)
-            assert block in made, f"{doc}'s {name} block is not what results/mini gives"
+            assert block in made, f"{doc}'s {name} block is not what the kept runs give"
             found += 1
     assert found == 3
 
