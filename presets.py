@@ -350,8 +350,8 @@ TIMES = {name: ("?", "?") for name in PRESETS}
 TIMES["cpu-first-bvit"] = ("4.2 min alone", "?")  # README's first run alone on the cores: 254 s wall on the AMD EPYC
 # (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README's first run)
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
-                 "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5, "revit-e1": 43.5,
-                 "revit-e4": 43.4, "srvit-r1": 13.4, "srvit-r2": 23.6}
+                 "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5,
+                 "srvit-r1": 13.4, "srvit-r2": 23.6}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
 # The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
 # step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
@@ -361,14 +361,10 @@ TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INI
 # minutes of seeds 0 and 1 (done.json's wall_s), two runs side by side with other jobs on the cores at times
 # ("loaded": a quiet pair is faster). E=1's continuations, which the study did not run, are estimated as 3 of the
 # 10 epochs.
-REVIT_WALL_MIN = {"lory": 68.4, "smear": 68.4, "deepseek": 27.9, "qwen3": 29.1, "moeut": 30.6, "remoe": 22.7,
-                  "softmoe": 205.0, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
+REVIT_WALL_MIN = {"e1": 43.5, "e4": 43.4, "lory": 68.4, "smear": 68.4, "deepseek": 27.9, "qwen3": 29.1, "moeut": 30.6,
+                  "remoe": 22.7, "softmoe": 205.0, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
 TIMES.update({f"c100-mini-revit-{r}": (f"{m} min, pair, loaded", "?") for r, m in REVIT_WALL_MIN.items()})
-TIMES.update({f"c100-mini-{arm}": (f"{MINI_WALL_MIN[arm]} min, pair, loaded", "?") for arm in ("revit-e1", "revit-e4")})
-for e in (1, 4):
-    for kind in ("elastic", "cont"):
-        if f"e{e}-{kind}" not in REVIT_WALL_MIN:
-            TIMES[f"c100-mini-revit-e{e}-{kind}"] = (f"est. {0.3 * MINI_WALL_MIN[f'revit-e{e}']:.0f} min, pair", "?")
+TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:.0f} min, pair", "?") for kind in ("elastic", "cont")})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():
