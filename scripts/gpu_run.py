@@ -13,8 +13,10 @@ The steps (PLAN), in order:
    (CUDA-graph skips, recompiles, syncs per step, profiler summary), img/s of eager vs blocks vs
    whole model, then the speed ideas side by side.
 4. cifar: one full c100-gpu-bvit-ti run (50 epochs, --compile: the whole-model path), log back.
-5. smoke_224: each model's compiled (blocks) bf16 training step at 224 px (scripts/gpu_smoke.py).
+5. nested: the whole-model compile with each Block marked as a nested compile region, at depth 12
+   and 48, against eager (scripts/gpu_nested.py: hierarchical compilation on this torch).
 6. cuda_tests: the CUDA tests of the suite.
+7. smoke_224: each model's compiled (blocks) bf16 training step at 224 px (scripts/gpu_smoke.py).
 Every step runs under scripts/child.py: a step over its limit is stopped (TERM, ABRT with the stacks
 in the log, KILL: at most child.STOP_S seconds more) and the window goes on; a step's limit is cut
 to what is left of WINDOW_S, and a step with under 15 s left is skipped. For each step summary.md
@@ -24,7 +26,8 @@ exit right after it, kernels.release_compile_workers).
 What comes back (at most 8 files): OUT/summary.md, OUT/gpu_run.log (every step's output),
 OUT/gpu_check.json, OUT/cifar_log.jsonl. Checkpoints and run folders stay in WORK on the machine.
 Environment: OUT (gpu_run_out), WORK (/tmp/rvits_gpu_run), GPU_DATA (gpu_data), PRESET
-(c100-gpu-bvit-ti), WINDOW_S (545), PYTHON (this interpreter). Exit status 0 when every step
+(c100-gpu-bvit-ti), WINDOW_S (545), SKIP (step names, comma-separated: e.g. "cifar" when the window
+also runs studies/gpu_study.sh), CHECK_BUDGET_S (gpu_check's --budget-s, 150), PYTHON (this interpreter). Exit status 0 when every step
 passed, 1 otherwise.
 """
 import argparse
@@ -49,7 +52,7 @@ TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size",
         "--eval-batch-size", "32", "--workers", "0"]
 
 
-def plan(dry, py, out, work, data, preset):
+def plan(dry, py, out, work, data, preset, check_budget=150.0):
     """[(name, limit seconds, command)] of the window, in order. The real limits: measured times of the
     first H200 run (2026-11-30) with room: a cold regional compile of bViT took ~15 s there, 50 epochs
     of c100-gpu-bvit-ti 198 s on the old path (so the run may stop at its limit with a checkpoint)."""
@@ -64,11 +67,12 @@ def plan(dry, py, out, work, data, preset):
                                                     "--amp", "none"]),
                 ("smoke_224", 120, smoke + ["--dry-run"])]
     return [("env", 30, [py, "-c", ENV]),
-            ("gpu_check", 170, check + ["--budget-s", "150"]),
+            ("gpu_check", check_budget + 20, check + ["--budget-s", f"{check_budget:.0f}"]),
             ("cifar", 170, cifar + ["--compile", "--device", "cuda", "--amp", "bf16"]),
-            ("smoke_224", 80, smoke),
+            ("nested", 120, [py, "scripts/gpu_nested.py"]),
             ("cuda_tests", 40, [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_speed.py",
-                                "test_models.py", "tests/test_loop.py", "-k", "cuda or bf16"])]
+                                "test_models.py", "tests/test_loop.py", "-k", "cuda or bf16"]),
+            ("smoke_224", 80, smoke)]
 
 
 def check_lines(path):
@@ -110,8 +114,10 @@ def main(argv=None):
     py = env.get("PYTHON", sys.executable)
     try:
         window = float(env.get("WINDOW_S", WINDOW_S))
+        check_budget = float(env.get("CHECK_BUDGET_S", 150.0))
     except ValueError:
-        sys.exit(f"gpu_run.sh: error: WINDOW_S={env['WINDOW_S']!r} is not a number of seconds")
+        print("gpu_run.sh: error: WINDOW_S and CHECK_BUDGET_S are numbers of seconds", file=sys.stderr)
+        return 2
     os.makedirs(out, exist_ok=True)
     os.makedirs(work, exist_ok=True)
     start = time.monotonic()
@@ -125,7 +131,14 @@ def main(argv=None):
         with open(summary_path, "a") as f:
             f.write(line + "\n")
 
-    steps = plan(a.dry_run, py, out, work, data, preset)
+    steps = plan(a.dry_run, py, out, work, data, preset, check_budget)
+    skip = [name for name in env.get("SKIP", "").split(",") if name]
+    unknown = sorted(set(skip) - {name for name, _, _ in steps})
+    if unknown:
+        print(f"gpu_run.sh: error: SKIP names no step {', '.join(unknown)}; "
+              f"the steps: {', '.join(name for name, _, _ in steps)}", file=sys.stderr)
+        return 2
+    steps = [step for step in steps if step[0] not in skip]
     if not os.path.isfile(os.path.join(data, "cifar-100-python", "train")):
         packed = os.path.join(data, "cifar-100-device")
         if os.path.isdir(packed):
