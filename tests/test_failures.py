@@ -242,13 +242,15 @@ def test_a_64_bit_seed_is_one_line_and_the_largest_seeds_train_on_every_data_pat
     assert "argument --seed: must be between" in capsys.readouterr().err
 
 
-def test_compile_on_a_machine_without_a_cpp_compiler_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch):
+def test_compile_on_a_machine_without_a_cpp_compiler_is_one_line_before_anything_runs(tmp_path, capsys):
     """inductor's own compiler search finds none (its config names a compiler that is not there): --compile
-    was a traceback at the first step, now one line naming the flag before the run folder is written."""
+    was a traceback at the first step, now one line naming the flag before the run folder is written. The
+    config is changed through inductor's own patch(), which restores it exactly (setattr on its config
+    object and undoing it left no `cpp.cxx` entry on torch 2.14: every later compile in the process failed)."""
     import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, str(tmp_path / "no-such-g++")))
     out = tmp_path / "o"
-    assert train.cli(SYNTH + ["--compile", "--out-dir", str(out)]) == 2
+    with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-g++"))}):
+        assert train.cli(SYNTH + ["--compile", "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("train.py: error: --compile: torch.compile finds no C++ compiler"), err
     assert "or leave out --compile" in err[0] and not out.exists()

@@ -228,3 +228,24 @@ def test_every_path_the_docs_name_exists():
     assert not stale, stale
     for path, writer in WRITTEN_LATER.items():  # (perhaps not written yet: its writer names it)
         assert os.path.basename(path) in source(writer), path
+
+
+def test_test_order_option_reverses_shuffles_by_seed_and_refuses_anything_else():
+    """tests/conftest.py's --test-order: reverse is the files' order backwards, random:SEED the same
+    permutation for the same seed (every xdist worker must collect one order) and another for another
+    seed; any other value is refused."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("rvits_conftest", os.path.join(ROOT, "tests", "conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    items = list(range(50))
+    conftest.order_items(items, "files")
+    assert items == list(range(50))
+    conftest.order_items(items, "reverse")
+    assert items == list(range(49, -1, -1))
+    a, b, c = list(range(50)), list(range(50)), list(range(50))
+    conftest.order_items(a, "random:7"), conftest.order_items(b, "random:7"), conftest.order_items(c, "random:8")
+    assert a == b != c and sorted(a) == list(range(50)) and a != list(range(50))
+    for bad in ("random", "random:x", "backwards"):
+        with pytest.raises(ValueError, match="--test-order"):
+            conftest.order_items(list(range(3)), bad)
