@@ -774,7 +774,11 @@ class DeviceCIFARLoader:
                 idx = self.shard[j * self.batch_size:(j + 1) * self.batch_size]
                 yield (self.images[idx].float() - self.mean) / self.std, self.labels[idx]
             return
-        order, keys = (t.to(self.device) for t in self.sampler.slots())
+        # once per epoch: the epoch's order, copied from pinned memory without blocking the host (a
+        # pageable copy waits for the device: 1 sync per epoch, which scripts/gpu_check.py counts)
+        cuda = torch.device(self.device).type == "cuda"
+        order, keys = (t.pin_memory().to(self.device, non_blocking=True) if cuda else t.to(self.device)
+                       for t in self.sampler.slots())
         for j in range(len(self)):
             idx, key = (t[j * self.batch_size:(j + 1) * self.batch_size] for t in (order, keys))
             x = random_crop_flip(self.images[idx], crop_padding(self.images.shape[-1]),
