@@ -334,3 +334,45 @@ def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokeniz
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and f"--anytime {loopvae_run}: a --model loopvae run, a tokenizer" in err[-1], err
     assert "analyze.py" not in err[-1]
+
+
+# ----------------------------------------------------------------------------- a checkpoint with a flipped bit (issue 62)
+def flip_a_bit(src, dst, record="archive/data/0"):
+    """Copy the checkpoint `src` to `dst` with one bit of `record`'s bytes flipped (the first tensor of its
+    first entry, the model's); returns the record's name as the zip holds it."""
+    import zipfile
+    blob = bytearray(open(src, "rb").read())
+    with zipfile.ZipFile(src) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith(record))
+    name_len, extra_len = (int.from_bytes(blob[info.header_offset + k:info.header_offset + k + 2], "little")
+                           for k in (26, 28))  # the local header's name and extra-field lengths
+    blob[info.header_offset + 30 + name_len + extra_len + 3] ^= 0x40  # a float32's exponent bit
+    open(dst, "wb").write(bytes(blob))
+    return info.filename
+
+
+def test_a_checkpoint_with_one_flipped_bit_is_refused_by_every_reader_naming_the_record(tmp_path, capsys):
+    """torch.load skips the zip's CRC-32: --resume trained on from a weight changed by orders of magnitude and
+    said nothing. Every load goes through weights.read_weights, which checks the CRC-32 of every record first:
+    --resume, --eval-only, --finetune, --teacher, analyze.py and probe.py each refuse the file in one line naming
+    it and the record, exit status 2."""
+    good = tmp_path / "run"
+    assert train.cli(SYNTH + ["--max-steps", "1", "--out-dir", str(good)]) == 0
+    bad = tmp_path / "flipped" / "ckpt.pt"
+    os.makedirs(bad.parent)
+    record = flip_a_bit(good / "ckpt.pt", bad)
+    a, b = load(good / "ckpt.pt")["model"], load(bad)["model"]  # torch.load alone: no error, another weight
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [next(iter(a))]
+    capsys.readouterr()
+    said = f"{bad}: corrupt, its record {record} (a tensor's bytes) fails the zip's CRC-32 check"
+    out = ["--out-dir", str(tmp_path / "o")]
+    for tool, flag, argv in [(train, "--resume", SYNTH + ["--resume", str(bad)] + out),
+                             (train, "--resume", ["--eval-only", "--resume", str(bad), "--device", "cpu"] + out),
+                             (train, "--finetune", SYNTH + ["--finetune", str(bad)] + out),
+                             (train, "--teacher", SYNTH + ["--teacher", str(bad)] + out),
+                             (analyze, "--resume", ["--resume", str(bad)] + out),
+                             (probe, "--weights", ["--weights", str(bad)] + out)]:
+        assert tool.cli(argv) == 2, (tool, argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"{tool.__name__}.py: error: {flag} {said}"), (argv, err)
+    assert not os.path.exists(tmp_path / "o" / "ckpt.pt")
