@@ -1,10 +1,12 @@
 """Cases modelled on public bug reports of comparable projects, round 6 (issue 52): nothing a run trained
 or recorded is lost, whatever ends it; a refusal is one line naming the flag or file; a path prints on any
 stdout."""
+import errno
 import io
 import json
 import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -15,7 +17,7 @@ import probe
 import train
 from training import evaluation, exits
 from test_folders import images
-from test_train import ROOT, TINY, fake_cifar, load, run
+from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
 SYNTH = TINY + ["--data", "synthetic", "--max-steps", "4", "--epochs", "1"]
 
@@ -376,3 +378,48 @@ def test_a_checkpoint_with_one_flipped_bit_is_refused_by_every_reader_naming_the
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"{tool.__name__}.py: error: {flag} {said}"), (argv, err)
     assert not os.path.exists(tmp_path / "o" / "ckpt.pt")
+
+
+# ----------------------------------------------------------------------------- a stdout that fills (issue 62)
+class FullDisk(io.StringIO):
+    """A stream on a file system that fills: its `after`-th write and every one after it raise ENOSPC."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.after, self.writes = after, 0
+
+    def write(self, text):
+        self.writes += 1
+        if self.writes >= self.after:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(text)
+
+
+def test_a_stdout_on_a_full_disk_ends_nothing(tmp_path, capsys, monkeypatch):
+    """`python train.py ... > train.log` on a file system that fills: an OSError traceback from a print in the
+    loop ended the run. Now the run goes on and ends as it would have (its epoch logged, the last checkpoint,
+    status 0), and one line on stderr says so, once. (stderr that fails: tests/test_cluster.py, SIGHUP.)"""
+    full = FullDisk(after=4)
+    monkeypatch.setattr(sys, "stdout", full)
+    out = tmp_path / "run"
+    assert train.cli(SYNTH + ["--out-dir", str(out)]) == 0
+    assert full.writes == 4  # (it failed in the set-up's second line, was given up, and the run went on)
+    assert load(out / "ckpt.pt")["step"] == 4
+    assert [json.loads(ln)["step"] for ln in open(out / "log.jsonl")] == [4]  # the epoch, evaluated and logged
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "stdout" in ln]
+    assert said == ["train.py: writing to stdout failed (No space left on device); it goes on without printing "
+                    "there"], said
+
+
+def test_a_run_printing_to_dev_full_trains_to_the_end_and_exits_0(tmp_path):
+    """The same with a real full device (Linux's /dev/full: every write is ENOSPC) and a real process: the
+    interpreter's own flush of stdout at exit, which fails there, no longer turns the status into 120."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(cmd(SYNTH + ["--max-steps", "2", "--out-dir", str(tmp_path / "run")]), stdout=full,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                           timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and r.stderr.count("writing to stdout failed (No space left on device)") == 1
+    assert load(tmp_path / "run" / "ckpt.pt")["step"] == 2
