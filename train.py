@@ -398,7 +398,7 @@ def cli(argv=None):
     """Run main(argv) with the run's Stop as the handler of its stop signals, and turn user-fixable
     problems into one line on stderr: returns the exit status (0 ok, 2 bad input, non-finite
     training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
-    SIGTERM or SIGUSR1 at a safe point, 130 stopped at once by a second Ctrl-C). A line that
+    SIGTERM, SIGUSR1 or SIGHUP at a safe point, 130 stopped at once by a second Ctrl-C). A line that
     cannot be printed ends nothing (exits.Unfailing: a full disk under `> log`, a closed pipe or
     terminal). The loader workers end with the process (data.worker_signals, data.end_workers)."""
     printable_output("train.py")  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)

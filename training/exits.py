@@ -2,8 +2,8 @@
 
 - Fail (a problem the user can fix: one line, exit status 2), PeerFailed (the DDP processes did not
   meet: 1), Preempted (stopped at a safe point: PREEMPTED = 75); a second Ctrl-C: INTERRUPTED = 130.
-- Stop: the handler of SIGINT / SIGTERM / SIGUSR1 and what a stopped run keeps; `stopping` agrees on
-  a stop across the processes.
+- Stop: the handler of SIGINT / SIGTERM / SIGUSR1 / SIGHUP and what a stopped run keeps; `stopping` agrees
+  on a stop across the processes.
 - write and cannot_write: a run's file written, or one Fail line naming it (a full disk); say (a line on
   stderr below a progress bar) and printable_output (every line printable, whatever the encoding of
   stdout; a line that cannot be written, Unfailing, ends nothing), with which the entries (train.py,
@@ -43,7 +43,8 @@ class Stop:
     """The run's stop requests and what a stopped run keeps (docs/cluster.md "Resuming and failures").
 
     As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
-    --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
+    --signal), SIGINT (Ctrl-C) and SIGHUP (the terminal closed or the ssh session dropped; torchrun
+    passes it on to its processes), from the start of the run to its end, it records a request;
     the run honours it at its next safe point: after the optimizer step in flight (with a
     checkpoint), after a checkpoint being written, after the evaluation batch in flight (one
     process; under DDP the processes agree between depths). A second Ctrl-C stops at once
@@ -53,7 +54,7 @@ class Stop:
     The first request is answered at once with a line (`master`: this process prints it; DDP: rank 0)
     saying what the run does in its phase (`phase`, set by the Monitor: (what a stop request does, what
     a second Ctrl-C does))."""
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
     AGAIN_S = 1.0
     ANYWHERE = ("stops at its next safe point (after the step, checkpoint or evaluation batch in flight)",
                 "stops at once")  # the phase outside the training steps and the epochs' evaluations
@@ -79,7 +80,8 @@ class Stop:
 
     @staticmethod
     def name(signum):
-        return signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+        return signal.Signals(signum).name + {signal.SIGINT: " (Ctrl-C)", signal.SIGHUP: " (the terminal closed)"}.get(
+            signum, "")
 
     def answer(self, signum):
         """The line that answers a first stop request: what the run does now and, for Ctrl-C, what a
@@ -108,7 +110,7 @@ class Stop:
 
 
 def stopping(stop, ddp, device):
-    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1). The flag
+    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1, SIGHUP). The flag
     is all-reduced, so every rank stops after the same step and takes part in the checkpoint; the
     training loop asks every CHECK_EVERY steps on a GPU."""
     if not ddp:
