@@ -362,7 +362,7 @@ def plot_alignment(res, path):
 
 def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
-    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
+    printable_output("analyze.py")  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)
     try:
         main(argv)
     except Fail as e:

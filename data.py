@@ -790,13 +790,13 @@ def worker_signals(parent, worker_id=None):
     """DataLoader worker_init_fn (`parent`: the training process's pid): a worker leaves stopping to
     the training process and never outlives it. The signals a terminal or a cluster sends to the
     whole process group (SIGINT on Ctrl-C, SIGTERM from scancel or a preemption, SIGUSR1 from
-    SLURM; torchrun relays them) are ignored here: the training process gets them too, finishes its
+    SLURM, SIGHUP when the terminal closes; torchrun relays them) are ignored here: the training process gets them too, finishes its
     step and writes the stop checkpoint, which a worker that died of them would prevent. On Linux
     the kernel SIGKILLs a worker that the training process started (fork or spawn; not a
     forkserver's) when that process ends, however it ends (prctl PR_SET_PDEATHSIG; one already
     gone: the worker exits now); at its exit the training process ends its workers itself
     (end_workers)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     if sys.platform.startswith("linux") and os.getppid() == parent:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -74,7 +74,7 @@ def backbone(path, img_size, device):
             below = img_size // patch * patch
             raise Fail(f"--img-size {img_size}: not a multiple of the backbone's patch size {patch}; use "
                        + (f"{below} or " if below else "") + f"{below + patch}")
-        model = registry.model_from_checkpoint(path, "--weights", flags.get_parser(), img_size or own, ck)
+        model = registry.model_from_checkpoint(ck, path, "--weights", flags.get_parser(), img_size or own)
         return model, img_size or own, data.normalization(run.get("data")), f"--model {run['model']}"
     model = timm_vit(path, "--weights", img_size=img_size or 224)
     return model, model.img_size, (data.IMAGENET_MEAN, data.IMAGENET_STD), "timm-layout ViT"
@@ -153,7 +153,7 @@ def main(argv=None):
 
 def cli(argv=None):
     """main(argv) with every user-fixable problem as one line on stderr and exit status 2."""
-    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
+    printable_output("probe.py")  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)
     try:
         main(argv)
     except Fail as e:

@@ -398,9 +398,10 @@ def cli(argv=None):
     """Run main(argv) with the run's Stop as the handler of its stop signals, and turn user-fixable
     problems into one line on stderr: returns the exit status (0 ok, 2 bad input, non-finite
     training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
-    SIGTERM or SIGUSR1 at a safe point, 130 stopped at once by a second Ctrl-C). The loader workers
-    end with the process (data.worker_signals, data.end_workers)."""
-    printable_output()  # (a path or class name on a stdout that cannot encode it: escaped, not an error)
+    SIGTERM, SIGUSR1 or SIGHUP at a safe point, 130 stopped at once by a second Ctrl-C). A line that
+    cannot be printed ends nothing (exits.Unfailing: a full disk under `> log`, a closed pipe or
+    terminal). The loader workers end with the process (data.worker_signals, data.end_workers)."""
+    printable_output("train.py")  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)
     stop = Stop()
     handlers = {s: signal.signal(s, stop) for s in Stop.SIGNALS}
     try:
@@ -416,15 +417,6 @@ def cli(argv=None):
     except PeerFailed as e:
         say(f"train.py: error: {e}")
         return 1
-    except BrokenPipeError:  # the reader of its output went away (`| head`): a normal way to read it
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
-        except (OSError, ValueError):  # a stdout without a file descriptor (in-process)
-            pass
-        if not stop.running:  # --list-presets, --print-config, --help: done
-            return 0
-        say(f"train.py: error: its output was closed (the reader of a pipe ended); {stop.kept()}")
-        return 2
     except KeyboardInterrupt as e:  # (its words: where it stopped, when that is not a step)
         say(f"train.py: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED

@@ -4,6 +4,7 @@ and how runs end (issue 30): Ctrl-C, a stop in every phase, errors while loader 
 
 CPU only; tiny models on a fake CIFAR folder or synthetic data.
 """
+import io
 import json
 import os
 import select
@@ -432,6 +433,52 @@ def test_ctrl_c_to_the_training_process_or_to_its_group_stops_at_a_checkpoint_an
                      + ["--out-dir", str(tmp_path / "full")]) == 0  # (workers do not change the data)
     a, b = load(tmp_path / "full" / "ckpt.pt"), load(os.path.join(out, "ckpt.pt"))
     assert a["step"] == b["step"] == 12 and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+class TerminalGone(io.StringIO):
+    """sys.stdout or sys.stderr on a terminal that has closed: every write and flush raises EIO."""
+
+    def write(self, text):
+        raise OSError(5, "Input/output error")  # errno.EIO
+
+    def flush(self):
+        raise OSError(5, "Input/output error")
+
+
+def test_sighup_stops_like_sigterm_also_with_the_terminal_gone(tmp_path, capsys, monkeypatch):
+    """The terminal closes or the ssh session drops: SIGHUP ended `python train.py` at once (status 129, no
+    checkpoint, no line). Now it is a stop request like SIGTERM: the step in flight finishes, a checkpoint, one
+    line with the command that continues, status 75; and so when the terminal is gone and every line written
+    to it fails (EIO), the stop's own lines included. (A guard stands in for SIGHUP's default action here, so
+    that without the handler the test fails instead of ending pytest.)"""
+    step, calls = optim.optimizer_step, []
+
+    def hangup(*a):  # in the 2nd step: the terminal closes
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGHUP)
+        return step(*a)
+
+    def unhandled(*a):
+        raise AssertionError("SIGHUP reached the process's own handler: train.py does not handle it")
+    monkeypatch.setattr(optim, "optimizer_step", hangup)
+    before = signal.signal(signal.SIGHUP, unhandled)
+    try:
+        job = SYNTH + ["--batch-size", "8", "--max-steps", "8", "--save-every", "4"]
+        out = tmp_path / "run"
+        assert status(job + ["--out-dir", str(out)]) == exits.PREEMPTED
+        said = [ln for ln in capsys.readouterr().err.splitlines() if "SIGHUP" in ln]
+        assert len(said) == 2 and said[0].startswith("stop requested by SIGHUP (the terminal closed): the run "), said
+        assert said[1].startswith(f"train.py: stopped by SIGHUP (the terminal closed) after step 2 of 8; checkpoint "
+                                  f"{out / 'ckpt.pt'} (step 2); continue with: python train.py "), said
+        assert load(out / "ckpt.pt")["step"] == 2
+        calls.clear()
+        monkeypatch.setattr(sys, "stdout", TerminalGone())
+        monkeypatch.setattr(sys, "stderr", TerminalGone())
+        assert status(job + ["--out-dir", str(tmp_path / "gone")]) == exits.PREEMPTED
+        assert load(tmp_path / "gone" / "ckpt.pt")["step"] == 2
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_a_second_ctrl_c_stops_at_once_and_torchruns_relayed_copy_of_the_first_does_not(tmp_path, capsys,

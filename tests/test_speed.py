@@ -540,16 +540,32 @@ def test_bf16_residual_stream_stores_block_outputs_in_bf16_and_keeps_the_fp32_re
         assert (a - b).norm() / b.norm() < 3e-2
 
 
-def test_exit_delay_of_a_child_that_never_exits_costs_its_timeout_and_no_more():
+NEVER_EXITS = [sys.executable, "-c", "print('last', flush=True); import time; time.sleep(60)"]
+
+
+def test_exit_delay_of_a_child_that_never_exits_costs_its_timeout_and_is_no_figure(tmp_path, monkeypatch, capsys):
     """bench.py's exit-delay measurement waited 120 s inside gpu_run.sh's 110 s step limit: now it
-    waits `timeout` (30 s by default) and then kills; here a stand-in child that never exits."""
+    waits `timeout` (30 s by default) and then kills; here a stand-in child that never exits. It
+    reported its own limit as the delay (compiled_exit_delay_s 30.000 (goal <= 5)): now the key is
+    absent and the line and the JSON's errors say "did not finish in 2 s"; bench.py's status is 1."""
+    import json
     import time
     import bench
     t0 = time.monotonic()
-    delay = bench.compiled_exit_delay(torch.device("cpu"), timeout=2.0,
-                                      cmd=[sys.executable, "-c", "print('last', flush=True); import time; time.sleep(60)"])
-    assert delay == 2.0 and time.monotonic() - t0 < 4.0
+    with pytest.raises(TimeoutError, match=r"^did not finish in 2 s \("):
+        bench.compiled_exit_delay(torch.device("cpu"), timeout=2.0, cmd=NEVER_EXITS)
+    assert time.monotonic() - t0 < 4.0
     assert bench.compiled_exit_delay.__defaults__[0] <= 30
+    real = bench.compiled_exit_delay
+    monkeypatch.setattr(bench, "compiled_exit_delay", lambda device: real(device, timeout=1.0, cmd=NEVER_EXITS))
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--device", "cpu", "--only", "exit_delay", "--json", str(out)])
+    errors = bench.main()  # (__main__: exit status 1)
+    assert list(errors) == ["exit_delay"] and errors["exit_delay"].startswith("TimeoutError: did not finish in 1 s")
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("exit_delay")]
+    assert len(printed) == 1 and "did not finish in 1 s" in printed[0] and "1.000" not in printed[0], printed
+    res = json.loads(out.read_text())
+    assert "compiled_exit_delay_s" not in res and res["errors"] == errors
 
 
 # ----------------------------------------------------------------------------- bench.py

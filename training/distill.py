@@ -111,7 +111,7 @@ def teacher(path, p, student, args):
     grid = student.img_size // student.patch_size
     if classifier_checkpoint(ck, path, "--teacher"):
         patch = ck["args"].get("patch_size") or 16
-        model, what = model_from_checkpoint(path, "--teacher", p, grid * patch, ck), f"--model {ck['args']['model']}"
+        model, what = model_from_checkpoint(ck, path, "--teacher", p, grid * patch), f"--model {ck['args']['model']}"
         model.has_head, model.input_size, norm = True, grid * patch, data.normalization(ck["args"].get("data"))
     else:
         model = timm_vit(path, "--teacher", grid, ck=ck)

@@ -2,11 +2,12 @@
 
 - Fail (a problem the user can fix: one line, exit status 2), PeerFailed (the DDP processes did not
   meet: 1), Preempted (stopped at a safe point: PREEMPTED = 75); a second Ctrl-C: INTERRUPTED = 130.
-- Stop: the handler of SIGINT / SIGTERM / SIGUSR1 and what a stopped run keeps; `stopping` agrees on
-  a stop across the processes.
+- Stop: the handler of SIGINT / SIGTERM / SIGUSR1 / SIGHUP and what a stopped run keeps; `stopping` agrees
+  on a stop across the processes.
 - write and cannot_write: a run's file written, or one Fail line naming it (a full disk); say (a line on
   stderr below a progress bar) and printable_output (every line printable, whatever the encoding of
-  stdout), with which the entries (train.py, analyze.py, probe.py) print these lines.
+  stdout; a line that cannot be written, Unfailing, ends nothing), with which the entries (train.py,
+  analyze.py, probe.py) print these lines.
 What happens around the steps (the bar, the estimate, the run's other lines) is training/monitor.py's.
 """
 import errno
@@ -42,7 +43,8 @@ class Stop:
     """The run's stop requests and what a stopped run keeps (docs/cluster.md "Resuming and failures").
 
     As the signal handler of SIGTERM (what schedulers send before a kill), SIGUSR1 (SLURM's
-    --signal) and SIGINT (Ctrl-C), from the start of the run to its end, it records a request;
+    --signal), SIGINT (Ctrl-C) and SIGHUP (the terminal closed or the ssh session dropped; torchrun
+    passes it on to its processes), from the start of the run to its end, it records a request;
     the run honours it at its next safe point: after the optimizer step in flight (with a
     checkpoint), after a checkpoint being written, after the evaluation batch in flight (one
     process; under DDP the processes agree between depths). A second Ctrl-C stops at once
@@ -52,7 +54,7 @@ class Stop:
     The first request is answered at once with a line (`master`: this process prints it; DDP: rank 0)
     saying what the run does in its phase (`phase`, set by the Monitor: (what a stop request does, what
     a second Ctrl-C does))."""
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
     AGAIN_S = 1.0
     ANYWHERE = ("stops at its next safe point (after the step, checkpoint or evaluation batch in flight)",
                 "stops at once")  # the phase outside the training steps and the epochs' evaluations
@@ -78,7 +80,8 @@ class Stop:
 
     @staticmethod
     def name(signum):
-        return signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+        return signal.Signals(signum).name + {signal.SIGINT: " (Ctrl-C)", signal.SIGHUP: " (the terminal closed)"}.get(
+            signum, "")
 
     def answer(self, signum):
         """The line that answers a first stop request: what the run does now and, for Ctrl-C, what a
@@ -107,7 +110,7 @@ class Stop:
 
 
 def stopping(stop, ddp, device):
-    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1). The flag
+    """True once any process holds a stop request (`stop`, a Stop: SIGINT, SIGTERM, SIGUSR1, SIGHUP). The flag
     is all-reduced, so every rank stops after the same step and takes part in the checkpoint; the
     training loop asks every CHECK_EVERY steps on a GPU."""
     if not ddp:
@@ -141,12 +144,59 @@ def say(line):
     tqdm.write(line, file=sys.stderr)
 
 
-def printable_output():
-    """Let this process's stdout and stderr print any text: a character their encoding cannot hold (a
-    user's path or class name on a stdout set to ASCII by PYTHONIOENCODING=ascii or a C locale, a file
-    name that is not UTF-8) is written as a backslash escape (backslashreplace, Python's own handler for
-    stderr) instead of raising UnicodeEncodeError. The entries that print paths call it first (train.py,
-    probe.py and analyze.py's cli): their lines, print's and say's, all go through these two streams."""
-    for stream in (sys.stdout, sys.stderr):
+def printable_output(prog):
+    """Let this process's stdout and stderr print any text, and let a line that cannot be written end
+    nothing. A character their encoding cannot hold (a user's path or class name on a stdout set to ASCII
+    by PYTHONIOENCODING=ascii or a C locale, a file name that is not UTF-8) is written as a backslash
+    escape (backslashreplace, Python's own handler for stderr) instead of raising UnicodeEncodeError; a
+    write that fails (OSError: a full disk under `> train.log`, a terminal gone after SIGHUP, a closed
+    pipe) is dropped (Unfailing; `prog` names the tool in the one line that says so). The entries that
+    print call it first (train.py, probe.py and analyze.py's cli): their lines, print's and say's, all go
+    through these two streams."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+        if not isinstance(stream, Unfailing):
+            setattr(sys, name, Unfailing(stream, name, prog))
+
+
+class Unfailing:
+    """A text stream (sys.stdout or sys.stderr, named `name`) whose write and flush never raise OSError:
+    failing to print never ends a run. At the first failure the stream is given up: its file
+    descriptor, if it has one, is pointed at os.devnull (so the interpreter's own flush at exit cannot
+    fail either, which would turn any exit status into 120), what follows is dropped, and one line on
+    stderr (when that still works, and not for a closed pipe, the way `| head` reads) says so, naming
+    `prog`. Everything else (fileno, encoding, isatty, reconfigure, ...) is the stream's."""
+
+    def __init__(self, stream, name, prog):
+        self.stream, self.name, self.prog, self.lost = stream, name, prog, False
+
+    def write(self, text):
+        if not self.lost:
+            try:
+                return self.stream.write(text)
+            except OSError as e:
+                self.give_up(e)
+        return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError as e:
+            if not self.lost:
+                self.give_up(e)
+
+    def give_up(self, e):
+        self.lost = True
+        try:
+            fd, null = self.stream.fileno(), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (in-process, tests)
+            pass
+        if self.name == "stdout" and e.errno != errno.EPIPE:
+            say(f"{self.prog}: writing to stdout failed ({e.strerror or e}); it goes on without printing there")
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)

@@ -37,7 +37,6 @@ from typing import Callable, Optional
 
 from training.exits import Fail
 from training.perceptual import lpips_loss
-from training.weights import read_weights
 
 
 @dataclass(frozen=True)
@@ -205,12 +204,11 @@ def classifier_checkpoint(ck, path, flag):
     return False
 
 
-def model_from_checkpoint(path, flag, p, img_size, ck=None):
-    """The model of an rvits checkpoint (`ck`: the file, when already read), rebuilt from its saved
-    flags, with its weights, in eval mode; at another image size than it was trained at, built with
-    dynamic_img_size=True (its position embedding interpolated on the fly). Raises Fail naming
-    `flag` for a bad file."""
-    ck = read_weights(path, flag) if ck is None else ck
+def model_from_checkpoint(ck, path, flag, p, img_size):
+    """The model of the rvits checkpoint `ck` (read_weights' result, from `path`: named in messages, never
+    read here), rebuilt from its saved flags (`p`: train.py's parser, for their defaults), with its weights,
+    in eval mode; at another image size than it was trained at, built with dynamic_img_size=True (its
+    position embedding interpolated on the fly). Raises Fail naming `flag` for a bad file."""
     if not is_rvits_checkpoint(ck):
         raise Fail(f"{flag} {path}: not an rvits checkpoint (model weights and the flags of its run)")
     saved = p.parse_args([])

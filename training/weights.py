@@ -1,8 +1,12 @@
 """Weights from a file, into a model: what a file holds and how it fits (checkpoints.py is a run's own
 training state; this is any weights file a flag names).
 
-- read_weights: torch.load(weights_only=True), tensors and plain values, never code; one Fail per way a
-  file can be wrong, naming the flag (checkpoint_file: a run folder means its ckpt.pt).
+- read_weights: the one reader of every weights file rvits loads (--resume, --eval-only, --finetune,
+  --stage2, --teacher, --disc-weights, --lpips-weights, analyze.py, probe.py): the zip's CRC-32 of every
+  record checked (bad_record), then torch.load(weights_only=True), tensors and plain values, never code;
+  one Fail per way a file can be wrong, naming the flag (checkpoint_file: a run folder means its ckpt.pt).
+  What it returns is interpreted elsewhere (flags.checkpoint_args, registry.model_from_checkpoint, ...),
+  which read no file themselves.
 - finetune_weights: an rvits checkpoint's, DeiT/MAE's or timm's ViT weights loaded into a model, the
   head and the position embedding adapted (--finetune, --stage2, --disc-weights, a teacher).
 - timm_vit: a ViT file in timm's layout (DINOv2, DeiT, AugReg) as a bvit.BViT (--teacher, --disc-weights,
@@ -12,6 +16,7 @@ import argparse
 import math
 import os
 import pickle
+import zipfile
 
 import torch
 
@@ -46,17 +51,38 @@ def clean_state_dict(sd):
 
 
 def read_weights(path, flag):
-    """torch.load(weights_only=True): tensors and plain values only (and SAFE_GLOBALS), never code.
-    A run folder means its ckpt.pt. One clear Fail per way the file can be wrong, naming `flag`
-    (--resume, --finetune, --teacher)."""
+    """The contents of the weights file at `path` (a run folder: its ckpt.pt), on the CPU: every record
+    of torch.save's zip archive checked against its CRC-32 first (bad_record; torch.load itself skips
+    the check, so a flipped bit in a weight would load as a changed weight), then
+    torch.load(weights_only=True): tensors and plain values only (and SAFE_GLOBALS), never code.
+    Raises Fail, one line naming `flag` (--resume, --finetune, --teacher, ...) and the file: a missing
+    file, a record that fails its CRC-32 (named), a class or function in the pickle, anything else
+    unreadable."""
     path = checkpoint_file(path, flag)
     try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            return torch.load(path, map_location="cpu", weights_only=True)
+        bad = bad_record(path)
+        if bad is None:
+            with torch.serialization.safe_globals(SAFE_GLOBALS):
+                return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise Fail(f"{flag} {path}: no such file")
     except Exception as e:
         raise Fail(f"{flag} {path}: {_why_unreadable(path, e)}")
+    what = "its pickled structure" if bad.endswith("data.pkl") else "a tensor's bytes" if "/data/" in bad else "a record"
+    raise Fail(f"{flag} {path}: corrupt, its record {bad} ({what}) fails the zip's CRC-32 check (changed on the disk "
+               "or in a copy), so nothing was loaded; use an intact copy of the file")
+
+
+def bad_record(path):
+    """The name of the first record of the zip archive at `path` (torch.save's format) whose bytes do not
+    match the CRC-32 its entry stores (zipfile.ZipFile.testzip), None when all do, and None for a file
+    that is not a zip archive (a legacy pickle carries no checksum; torch.load judges it). Reads the whole
+    file once. Raises OSError (FileNotFoundError) when it cannot be read."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip()
+    except zipfile.BadZipFile:  # not a zip, or its directory unreadable: torch.load's error says what it is
+        return None
 
 
 def _why_unreadable(path, e):
