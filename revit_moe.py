@@ -362,6 +362,24 @@ class ReViTMoE(revit.ReViT):
             self.aux[f"{name}_loss"] = term.detach()
         return out, loss
 
+    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
+        """revit.ReViT.forward_intermediates with the routed step (each image's own FFN; no depth dropout):
+        (final normalized tokens (B, T, D), [states (B, T, D) after the chosen steps]); it records the
+        gates (`_last_gates`) as forward does."""
+        if self.default:
+            return super().forward_intermediates(x, depth, indices, norm)
+        depth = self.depth if depth is None else depth
+        take, z, states, logits = revit.take_indices(depth, indices), self.begin(x), [], []
+        adapters = self.adapter_index(self.grid(depth).expand(z.shape[0], depth)) if self.lora_rank else None
+        for k in range(depth):
+            z, lg = self._step(self._step_fn, z, None if adapters is None else adapters[:, k])
+            logits.append(lg)
+            if k in take:
+                states.append(self.norm(z) if norm else z)
+        with torch.no_grad():  # for log_extras and analyze.py, as forward
+            self._last_gates = [None if lg is None else self._gate_values(lg.detach()) for lg in logits]
+        return self.norm(z), states
+
     def aux_losses(self, logits):
         """The auxiliary losses (module docstring) from the router logits of the steps that ran:
         name -> (weight, term), scalars.
