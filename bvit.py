@@ -172,6 +172,10 @@ class BViT(nn.Module):
     phase, so the mean rate over the steps is the untied ViT's (rate / 2 for depth > 1) and
     num_blocks=depth is DeiT/timm's schedule exactly; fixed at construction, for the trained depth.
     Init: `init` (INITS) the attention init, `init_base` (INIT_BASES) every other layer's.
+    `block_fn` (timm's name; default Block): the recurrent block, called once per distinct block as
+    block_fn(dim=, num_heads=, mlp_ratio=, layer_scale=, drop_path=, stochastic=) (Block's arguments: the
+    block's own drop-path rate and LayerScale init) -> a module (B, T, D) -> (B, T, D); the model's init then
+    sets its nn.Linear and nn.LayerNorm layers (and, for init != "default", its attn: Attention's layout).
 
     Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
     divisible by num_heads, depth not divisible by stages, non-positive depth, ...) and for an
@@ -181,7 +185,7 @@ class BViT(nn.Module):
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1, init="default", init_base="timm",
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -210,8 +214,13 @@ class BViT(nn.Module):
         owner = self.phase_map()  # the block of each step
         rates = [shared_drop_rate(drop_path_rate, [k for k in range(depth) if owner[k] == b], depth)
                  for b in range(num_blocks)]
-        self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
+        block_fn = block_fn or Block  # timm's block_fn: the recurrent block, built with Block's arguments
+        self.blocks = nn.ModuleList(block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                                             layer_scale=layer_scale, drop_path=r, stochastic=drop_path_rate > 0)
+                                    for r in rates)
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)

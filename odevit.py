@@ -234,14 +234,15 @@ class ODEViT(nn.Module):
     linspace(0, drop_path_rate, evaluations)'s mean, rate / 2 (0 for a single evaluation;
     `shared_drop_rate`, the rule of every model file): Euler at h = 1 stays bViT's, masks included.
     Fixed at construction, for the trained steps. Init: `init` (INITS) the attention's, `init_base`
-    (INIT_BASES) every other layer's. Bad sizes or names raise ValueError.
+    (INIT_BASES) every other layer's. `block_fn` (timm's name; default Block): the block F, as
+    bvit.BViT's block_fn. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
                  layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm", solver="euler",
                  steps=None, horizon=None, field="subtracted", extend="time", stages=1,
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -283,8 +284,13 @@ class ODEViT(nn.Module):
         # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is drawn anew
         # at every field evaluation (our choice; off by default), at the untied schedule's mean over them.
         nfe = steps * NFE_PER_STEP[solver]  # block evaluations per forward
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale,
-                                           shared_drop_rate(drop_path_rate, range(nfe), nfe), drop_path_rate > 0)])
+        block_fn = block_fn or Block  # timm's block_fn: the block F, built with Block's arguments
+        self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                                              layer_scale=layer_scale, stochastic=drop_path_rate > 0,
+                                              drop_path=shared_drop_rate(drop_path_rate, range(nfe), nfe))])
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)

@@ -246,14 +246,17 @@ class ReViT(nn.Module):
     it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
     `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
     Init: `init` (INITS) the shared attention's, `init_base` (INIT_BASES) every other layer's, the experts'
-    included (A.1: each expert as a dense FFN). Bad sizes or names raise ValueError.
+    included (A.1: each expert as a dense FFN). `block_fn` (timm's name; default Block): the shared block,
+    called as block_fn(dim=, num_heads=, mlp_ratio=, experts=, layer_scale=, drop_path=) -> a module
+    `block(z, w1, b1, w2, b2)` whose `mlp` is an ExpertMlp (the experts the router merges) and, for
+    grid-free elastic depth, `grouped` (Block's). Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -275,7 +278,7 @@ class ReViT(nn.Module):
                            experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
                            lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
                            drop_path_rate=drop_path_rate, init=init, init_base=init_base, loss=loss,
-                           dynamic_img_size=dynamic_img_size)
+                           dynamic_img_size=dynamic_img_size, block_fn=block_fn)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -287,8 +290,13 @@ class ReViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
         # Stochastic depth: the one block serves steps 0..depth-1, so the untied schedule's mean (shared_drop_rate).
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
-                                           shared_drop_rate(drop_path_rate, range(depth), depth))])
+        block_fn = block_fn or Block  # timm's block_fn: the shared block, built with Block's arguments
+        self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, experts=experts,
+                                              layer_scale=layer_scale,
+                                              drop_path=shared_drop_rate(drop_path_rate, range(depth), depth))])
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1

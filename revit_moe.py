@@ -181,6 +181,10 @@ class ReViTMoE(revit.ReViT):
         if lora_rank < 0 or (lora_rank and (routing != "depth" or experts != 1)):
             raise ValueError(f"lora_rank={lora_rank} needs lora_rank >= 0, and for lora_rank > 0 experts=1 "
                              f"and routing='depth' (got experts={experts}, routing={routing!r})")
+        if kw.get("block_fn") is not None and (routing != "depth" or lora_rank):
+            raise ValueError(f"block_fn: routing={routing!r} with lora_rank={lora_rank} runs its own step on the "
+                             "block's parts (norm1, attn, ls1, norm2, mlp, ls2), not the block's forward; give "
+                             "block_fn with routing='depth' and lora_rank=0 only")
         if routing in TOKEN_LEVEL and experts < 2:
             raise ValueError(f"routing={routing!r} routes tokens among experts: it needs experts >= 2, got "
                              f"experts={experts}")

@@ -218,13 +218,14 @@ class SRViT(nn.Module):
     linspace(0, drop_path_rate, depth x R) (`shared_drop_rate`, the rule of every model file): R = 1 is
     DeiT/timm's schedule; the mean over the applications is rate / 2 at any R. Fixed at construction.
     Init: `init` (INITS) the attention's, `init_base` (INIT_BASES) every other layer's; the router's
-    vector starts at zero on either base.
+    vector starts at zero on either base. `block_fn` (timm's name; default Block): each layer of the body,
+    as bvit.BViT's block_fn.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, recursions=4,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -250,8 +251,13 @@ class SRViT(nn.Module):
         # gets the untied schedule's mean over them (shared_drop_rate).
         n = depth * recursions
         rates = [shared_drop_rate(drop_path_rate, range(i, n, depth), n) for i in range(depth)]
-        self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, layer_scale, r, drop_path_rate > 0) for r in rates)
+        block_fn = block_fn or Block  # timm's block_fn: each layer of the body, built with Block's arguments
+        self.blocks = nn.ModuleList(block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                                             layer_scale=layer_scale, drop_path=r, stochastic=drop_path_rate > 0)
+                                    for r in rates)
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()

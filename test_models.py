@@ -478,3 +478,71 @@ def test_the_features_api_is_timms_on_timms_weights():
         assert torch.allclose(ours, torch.cat([prefix, patches], dim=1), atol=1e-5)
     assert torch.allclose(m.forward_head(final, pre_logits=True), ref.forward_head(ref_final, pre_logits=True),
                           atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- your own block (issue 65, item 2)
+class ParallelBlock(bvit.Block):
+    """A parallel block (GPT-J, PaLM, ViT-22B: attention and MLP read the same input), Block's parts kept."""
+
+    def forward(self, x):
+        dp = self.training and self.stochastic
+        attn = bvit.drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + attn + bvit.drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
+
+
+class RMSNormBlock(revit.Block):
+    """reViT's block with RMSNorm (Zhang & Sennrich 2019) in place of its two LayerNorms: another norm."""
+
+    def __init__(self, dim, **kw):
+        super().__init__(dim=dim, **kw)
+        self.norm1, self.norm2 = torch.nn.RMSNorm(dim, eps=1e-6), torch.nn.RMSNorm(dim, eps=1e-6)
+
+
+BLOCK_FN = {"bvit-phases": (bvit, dict(depth=4, num_blocks=2), ParallelBlock),
+            "srvit": (srvit, dict(depth=2, recursions=2), ParallelBlock),
+            "odevit": (odevit, dict(depth=2, solver="heun"), ParallelBlock),
+            "revit": (revit, dict(depth=3, experts=2), RMSNormBlock)}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_FN))
+def test_your_own_block_keeps_layer_scale_drop_path_init_and_compiles(name):
+    """block_fn (timm's name) swaps the recurrent block without touching self.blocks: built with the model's
+    LayerScale init and each block's drop-path rate, initialized by the model's init (the same weights,
+    tensor for tensor, as the default block's at the same seed; mimetic attention included), and the
+    block's regional compile (fullgraph) gives the eager outputs."""
+    mod, kw, block_fn = BLOCK_FN[name]
+    kw = {**TINY, **kw, "layer_scale": 0.1, "drop_path_rate": 0.2, "init": "mimetic"}
+    torch.manual_seed(0)
+    ref = CLASSES[mod](**kw).eval()
+    torch.manual_seed(0)
+    m = CLASSES[mod](**kw, block_fn=block_fn).eval()
+    assert all(type(b) is block_fn for b in m.blocks) and len(m.blocks) == len(ref.blocks)
+    assert drop_rates(m) == drop_rates(ref) and all(b.stochastic for b in m.blocks)
+    want = ref.state_dict()
+    for k, v in m.state_dict().items():  # LayerScale at 0.1 and the model's init, parameter for parameter
+        assert torch.equal(v, want[k]) if ".norm" not in k else v.shape == want[k].shape, k  # (RMSNorm: no bias)
+    assert all(torch.equal(b.ls1.gamma, torch.full((32,), 0.1)) for b in m.blocks)
+    x = images()
+    eager = m(x)[0]
+    assert not torch.allclose(eager, ref(x)[0])  # another block runs
+    m.compile_regions(backend="eager")  # fullgraph: a graph break would raise
+    with torch.no_grad():
+        assert torch.allclose(m(x)[0], eager, atol=1e-6)
+    m.train()(x, torch.arange(3))[1].backward()  # drop path on: it trains
+    assert all(p.grad is not None for n, p in m.named_parameters() if n.startswith("blocks."))
+
+
+def test_a_block_without_attention_refuses_an_attention_init():
+    class MlpOnly(torch.nn.Module):  # no attn: nothing for init="mimetic" to set
+        def __init__(self, dim, **kw):
+            super().__init__()
+            self.mlp = bvit.Mlp(dim, dim)
+
+        def forward(self, x):
+            return x + self.mlp(x)
+    assert bvit.BViT(**TINY, depth=2, block_fn=MlpOnly)(images())[0].shape == (3, 10)
+    with pytest.raises(ValueError, match="init='mimetic' sets each block's attn.qkv.*block_fn=MlpOnly"):
+        bvit.BViT(**TINY, depth=2, block_fn=MlpOnly, init="mimetic")
+    import revit_moe
+    with pytest.raises(ValueError, match="block_fn: routing='smear'"):
+        revit_moe.ReViTMoE(**TINY, depth=2, experts=2, routing="smear", block_fn=RMSNormBlock)
