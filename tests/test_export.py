@@ -1,15 +1,15 @@
-"""torch.export of the classifiers (issue 65, item 3; training/export.py): at a fixed depth with a dynamic
+"""torch.export of the classifiers (issue 65, item 3; export.py): at a fixed depth with a dynamic
 batch, and with the loop count a runtime input (torch.while_loop), each program against the eager model;
 and the reason, pinned, where a model cannot."""
 import pytest
 import torch
 
 import bvit
+import export
 import odevit
 import revit
 import revit_moe
 import srvit
-from training import export
 
 TINY = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=4)
 MODELS = {"bvit": lambda: bvit.BViT(**TINY, depth=6),

@@ -17,6 +17,4 @@
     checkpoints.py  what is saved, how a run resumes or starts from weights, the run folder
     monitor.py      around the steps (bar, estimate, device reads, stop requests) and the run's lines
     evaluation.py   top-1 / top-5, a tokenizer's metrics, the depth sweep and its report
-    export.py       how does a classifier leave Python? torch.export at a fixed depth, and with the
-                    loop count a runtime input (torch.while_loop); not train.py's, a user's
 """

@@ -11,7 +11,7 @@
   (its step size T / n is a Python float of the solver), and the token-dispatch routings (as above).
 
 Both are for inference: the model in eval mode (no drop path, no depth dropout), float32 or the
-model's dtype. docs/models.md ("Export") lists what each model exports; tests/test_export.py checks
+model's dtype. docs/models.md ("From Python") lists what each model exports; tests/test_export.py checks
 the programs against eager at depths 6, 12 and 24.
 """
 import warnings
