@@ -303,7 +303,6 @@ class BViT(nn.Module):
         """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
         return self.classify(z)
 
-
     # ----------------------------------------------------- timm's features API, on the anytime members
     # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
     # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,

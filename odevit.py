@@ -397,7 +397,6 @@ class ODEViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-
     # ----------------------------------------------------- timm's features API, on the anytime members
     # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
     # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,

@@ -188,7 +188,7 @@ class StepProbe:
 def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device="cpu"):
     """Run the probe and the L pruned passes over the first `num_images` of val_set. Returns the
     dict of numbers that cka.json and steps.json are written from."""
-    steps, cps, solver_state = step_structure(model, name, depth)
+    steps, cps, _ = step_structure(model, name, depth)
     zero_field = getattr(model, "field", None) == "blackbox"  # odevit's dz/dt = F(z): a skipped step returns 0
     probe = StepProbe(model, cps, zero_field)
     subset = Subset(val_set, range(min(num_images, len(val_set))))
