@@ -180,6 +180,25 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
+def take_indices(depth, indices):
+    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
+    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
+    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -215,14 +234,15 @@ class ODEViT(nn.Module):
     linspace(0, drop_path_rate, evaluations)'s mean, rate / 2 (0 for a single evaluation;
     `shared_drop_rate`, the rule of every model file): Euler at h = 1 stays bViT's, masks included.
     Fixed at construction, for the trained steps. Init: `init` (INITS) the attention's, `init_base`
-    (INIT_BASES) every other layer's. Bad sizes or names raise ValueError.
+    (INIT_BASES) every other layer's. `block_fn` (timm's name; default Block): the block F, as
+    bvit.BViT's block_fn. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=None, num_heads=12, mlp_ratio=4.0, class_token=True,
                  layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm", solver="euler",
                  steps=None, horizon=None, field="subtracted", extend="time", stages=1,
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -264,8 +284,13 @@ class ODEViT(nn.Module):
         # One block, a ModuleList so the names match BViT's `blocks.0.*`. Stochastic depth is drawn anew
         # at every field evaluation (our choice; off by default), at the untied schedule's mean over them.
         nfe = steps * NFE_PER_STEP[solver]  # block evaluations per forward
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, layer_scale,
-                                           shared_drop_rate(drop_path_rate, range(nfe), nfe), drop_path_rate > 0)])
+        block_fn = block_fn or Block  # timm's block_fn: the block F, built with Block's arguments
+        self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                                              layer_scale=layer_scale, stochastic=drop_path_rate > 0,
+                                              drop_path=shared_drop_rate(drop_path_rate, range(nfe), nfe))])
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
@@ -371,6 +396,49 @@ class ODEViT(nn.Module):
         num_classes=0 (no head, as timm): the pooled features (B, D)."""
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
+
+    # ----------------------------------------------------- timm's features API, on the anytime members
+    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
+    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
+    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
+    def forward_features(self, x, depth=None):
+        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
+        (+1 class token): what forward_head reads (timm's forward_features)."""
+        return self.forward_intermediates(x, depth, indices=[])[0]
+
+    def forward_head(self, x, pre_logits=False):
+        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
+        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
+        return x if pre_logits else self.head(x)
+
+    def no_weight_decay(self):
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
+        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        return {"pos_embed", "cls_token"}
+
+    def forward_intermediates(self, x, depth=None, indices=None, norm=False, extend=None):
+        """timm's forward_intermediates on the solver: x (B, C, H, W) -> (the final normalized tokens
+        (B, T, D), [the state z(t_k + h) (B, T, D) after each chosen solver step, in step order]), T = N
+        patches (+1 class token), for a `depth`-step run (default: as trained; more under `extend`, as
+        forward). indices (take_indices): None every step, an int n the last n, a list the steps it
+        names; norm=True: each state through the final norm. Runs begin and step, as forward's grid.
+        ValueError for a step outside the run."""
+        depth = self.steps if depth is None else depth
+        take, z, states = take_indices(depth, indices), self.begin(x), []
+        for k in range(depth):
+            z = self.step(z, k, depth, extend)
+            if k in take:
+                states.append(self.norm(z) if norm else z)
+        return self.norm(z), states
+
+    def reset_classifier(self, num_classes):
+        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
+        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+        self.num_classes = num_classes
+        p = self.pos_embed
+        self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
+            else nn.Identity()
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
     def _init_weights(self, init, base):

@@ -172,6 +172,25 @@ def router_losses(logits, mlp):
             "div": (cos2.sum() - cos2.diagonal().sum()) / (E * (E - 1))}  # eq. 9: the pairs e < e', twice
 
 
+def take_indices(depth, indices):
+    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
+    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
+    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -227,14 +246,17 @@ class ReViT(nn.Module):
     it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
     `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
     Init: `init` (INITS) the shared attention's, `init_base` (INIT_BASES) every other layer's, the experts'
-    included (A.1: each expert as a dense FFN). Bad sizes or names raise ValueError.
+    included (A.1: each expert as a dense FFN). `block_fn` (timm's name; default Block): the shared block,
+    called as block_fn(dim=, num_heads=, mlp_ratio=, experts=, layer_scale=, drop_path=) -> a module
+    `block(z, w1, b1, w2, b2)` whose `mlp` is an ExpertMlp (the experts the router merges) and, for
+    grid-free elastic depth, `grouped` (Block's). Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
                  class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
-                 loss="ce", dynamic_img_size=False):
+                 loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
@@ -256,7 +278,7 @@ class ReViT(nn.Module):
                            experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
                            lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
                            drop_path_rate=drop_path_rate, init=init, init_base=init_base, loss=loss,
-                           dynamic_img_size=dynamic_img_size)
+                           dynamic_img_size=dynamic_img_size, block_fn=block_fn)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -268,8 +290,13 @@ class ReViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + int(class_token), embed_dim))
         # Stochastic depth: the one block serves steps 0..depth-1, so the untied schedule's mean (shared_drop_rate).
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, experts, layer_scale,
-                                           shared_drop_rate(drop_path_rate, range(depth), depth))])
+        block_fn = block_fn or Block  # timm's block_fn: the shared block, built with Block's arguments
+        self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, experts=experts,
+                                              layer_scale=layer_scale,
+                                              drop_path=shared_drop_rate(drop_path_rate, range(depth), depth))])
+        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
+            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
+                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1
@@ -409,6 +436,55 @@ class ReViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
+    # ----------------------------------------------------- timm's features API, on the anytime members
+    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
+    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
+    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
+    def forward_features(self, x, depth=None):
+        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
+        (+1 class token): what forward_head reads (timm's forward_features)."""
+        return self.forward_intermediates(x, depth, indices=[])[0]
+
+    def forward_head(self, x, pre_logits=False):
+        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
+        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
+        return x if pre_logits else self.head(x)
+
+    def no_weight_decay(self):
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
+        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        return {"pos_embed", "cls_token"}
+
+    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
+        """timm's forward_intermediates on the recurrence: x (B, C, H, W) -> (the final normalized tokens
+        (B, T, D), [the state (B, T, D) after each chosen step, in step order]), T = N patches (+1 class
+        token), for a `depth`-step run on its grid (default: as trained; any depth; no depth dropout).
+        indices (take_indices): None every step, an int n the last n, a list the steps it names;
+        norm=True: each state through the final norm. Runs begin and step with the grid's merged FFNs
+        (grid_weights), as forward does. ValueError for a step outside the run."""
+        depth = self.depth if depth is None else depth
+        take, z, states = take_indices(depth, indices), self.begin(x), []
+        weights = self.grid_weights(depth)
+        for k in range(depth):
+            z = self.step(z, k, depth, weights)
+            if k in take:
+                states.append(self.norm(z) if norm else z)
+        return self.norm(z), states
+
+    def grid_weights(self, depth):
+        """The merged FFNs of the grid of `depth` steps, which step(z, k, depth, weights) takes: w1 (L, H, D),
+        b1 (L, H), w2 (L, D, H), b2 (L, D) (ffn_weights(grid(depth)), as forward merges them once)."""
+        return self.ffn_weights(self.grid(depth))
+
+    def reset_classifier(self, num_classes):
+        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
+        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+        self.num_classes = self.config["num_classes"] = num_classes  # (materialize builds from config)
+        p = self.pos_embed
+        self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
+            else nn.Identity()
+
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
     def _init_weights(self, init, base):
         # The base (INIT_BASES), then the attention init on top of it, as the official code does.
@@ -530,6 +606,12 @@ class DenseReViT(ReViT):
             raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
         w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
         return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
+
+    def grid_weights(self, depth):
+        """Its L stored FFNs (the slots step k reads), for its own depth only."""
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        return self.blocks[0].mlp.tensors()
 
 
 # Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).

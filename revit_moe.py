@@ -181,6 +181,10 @@ class ReViTMoE(revit.ReViT):
         if lora_rank < 0 or (lora_rank and (routing != "depth" or experts != 1)):
             raise ValueError(f"lora_rank={lora_rank} needs lora_rank >= 0, and for lora_rank > 0 experts=1 "
                              f"and routing='depth' (got experts={experts}, routing={routing!r})")
+        if kw.get("block_fn") is not None and (routing != "depth" or lora_rank):
+            raise ValueError(f"block_fn: routing={routing!r} with lora_rank={lora_rank} runs its own step on the "
+                             "block's parts (norm1, attn, ls1, norm2, mlp, ls2), not the block's forward; give "
+                             "block_fn with routing='depth' and lora_rank=0 only")
         if routing in TOKEN_LEVEL and experts < 2:
             raise ValueError(f"routing={routing!r} routes tokens among experts: it needs experts >= 2, got "
                              f"experts={experts}")
@@ -361,6 +365,24 @@ class ReViTMoE(revit.ReViT):
             loss = loss + lam * term
             self.aux[f"{name}_loss"] = term.detach()
         return out, loss
+
+    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
+        """revit.ReViT.forward_intermediates with the routed step (each image's own FFN; no depth dropout):
+        (final normalized tokens (B, T, D), [states (B, T, D) after the chosen steps]); it records the
+        gates (`_last_gates`) as forward does."""
+        if self.default:
+            return super().forward_intermediates(x, depth, indices, norm)
+        depth = self.depth if depth is None else depth
+        take, z, states, logits = revit.take_indices(depth, indices), self.begin(x), [], []
+        adapters = self.adapter_index(self.grid(depth).expand(z.shape[0], depth)) if self.lora_rank else None
+        for k in range(depth):
+            z, lg = self._step(self._step_fn, z, None if adapters is None else adapters[:, k])
+            logits.append(lg)
+            if k in take:
+                states.append(self.norm(z) if norm else z)
+        with torch.no_grad():  # for log_extras and analyze.py, as forward
+            self._last_gates = [None if lg is None else self._gate_values(lg.detach()) for lg in logits]
+        return self.norm(z), states
 
     def aux_losses(self, logits):
         """The auxiliary losses (module docstring) from the router logits of the steps that ran:

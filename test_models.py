@@ -269,7 +269,8 @@ MODEL_FILES = {"bvit.py": "BViT", "revit.py": "ReViT", "srvit.py": "SRViT", "ode
                "revit_moe.py": "ReViTMoE"}
 DIFFER_BY_DESIGN = {("revit.py", "Block"): "its FFN weights are arguments (the merged experts)",
                     **{(f, "_sized"): "each file's own named sizes" for f in ("bvit.py", "srvit.py", "odevit.py")}}
-SHARED_METHODS = ("embed", "classify", "set_grad_checkpointing", "_step")  # of each model class
+SHARED_METHODS = ("embed", "classify", "set_grad_checkpointing", "_step", "forward_features", "forward_head",
+                  "no_weight_decay")  # of each model class
 
 
 def definitions(path):
@@ -306,7 +307,7 @@ def test_repeated_primitives_are_identical_in_every_model_file():
         assert len(variants) == 1, f"{name} differs between the model files: {sorted(variants.values())}"
     repeated = {name for name, by_file in copies.items() if len(by_file) >= 3}
     assert {"drop_path", "shared_drop_rate", "LayerScale", "Attention", "Mlp", "Block", "classification_loss",
-            "resample_pos_embed", "init_attention_", "INITS", "INIT_BASES", "pytorch_base_",
+            "resample_pos_embed", "init_attention_", "INITS", "INIT_BASES", "pytorch_base_", "take_indices",
             *(f"Model.{m}" for m in SHARED_METHODS)} <= repeated  # not vacuous
 
 
@@ -397,3 +398,151 @@ def test_grad_checkpointing_wraps_each_block_call_in_training_only(name, monkeyp
     assert not calls  # no gradient: off
     m(x)[0].sum().backward()
     assert len(calls) == BLOCK_CALLS[name]
+
+
+# ----------------------------------------------------------------------------- timm's features API (issue 65)
+API = {"vit": (bvit, dict(depth=3, num_blocks=3)), "bvit-gap": (bvit, dict(depth=3, class_token=False)),
+       "revit": (revit, dict(depth=3, experts=3)), "srvit": (srvit, dict(depth=2, recursions=2)),
+       "odevit-heun": (odevit, dict(depth=2, solver="heun")),
+       **{f"revit_moe-{r}": ("revit_moe", dict(depth=3, experts=2, routing=r)) for r in ("lory", "remoe", "qwen3")},
+       "revit_moe-lora": ("revit_moe", dict(depth=3, experts=1, lora_rank=2))}
+
+
+def api_model(name, **kw):
+    torch.manual_seed(0)
+    mod, base = API[name]
+    if mod == "revit_moe":
+        import revit_moe
+        return revit_moe.ReViTMoE(**{**TINY, **base, **kw}).eval()
+    m = CLASSES[mod](**{**TINY, **base, **kw}).eval()
+    if mod is revit:
+        with torch.no_grad():  # steps with different gates
+            for prm in m.router.parameters():
+                prm.normal_(0, 1.0)
+    return m
+
+
+@pytest.mark.parametrize("name", sorted(API))
+@torch.no_grad()
+def test_the_features_api_is_the_forward_step_by_step_at_the_trained_depth_and_another(name):
+    """Issue 65, item 1, one contract for every classifier: forward_intermediates' states are the anytime
+    steps' states and its final tokens the normalized last state (SR-ViT: its mixture), forward_head of
+    forward_features is forward's logits bit for bit, indices and norm pick and normalize as timm's, and
+    reset_classifier / num_classes=0 give timm's heads; at the trained depth and 2 steps beyond it."""
+    m, x = api_model(name), images(4)
+    trained = getattr(m, "recursions", m.depth)
+    for depth in (trained, trained + 2):
+        final, states = m.forward_intermediates(x, depth=depth)
+        logits = m(x, depth=depth)[0]
+        assert len(states) == depth and all(s.shape == final.shape == (4, 16 + (name != "bvit-gap"), 32)
+                                            for s in states)
+        assert torch.equal(m.forward_head(final), logits), depth
+        assert torch.equal(m.forward_features(x, depth), final)
+        state = m.begin(x)
+        for k in range(depth):  # the anytime steps' states (SR-ViT: the recursion's tokens h_r)
+            state = m.step(state, k, depth)
+            assert torch.equal(states[k], state[0] if name == "srvit" else state), (depth, k)
+        if name != "srvit":
+            assert torch.equal(final, m.norm(states[-1]))
+        last2, ends = m.forward_intermediates(x, depth, indices=2)[1], m.forward_intermediates(x, depth, [0, -1])[1]
+        assert all(torch.equal(a, b) for a, b in zip(last2 + ends, states[-2:] + [states[0], states[-1]]))
+        normed = m.forward_intermediates(x, depth, indices=[-1], norm=True)[1]
+        assert len(last2) == 2 and len(ends) == 2 and torch.equal(normed[0], m.norm(states[-1]))
+        with pytest.raises(ValueError, match=f"steps 0..{depth - 1}"):
+            m.forward_intermediates(x, depth, indices=[depth])
+    pooled = m.forward_head(m.forward_features(x), pre_logits=True)
+    assert pooled.shape == (4, 32) and torch.equal(m.head(pooled), m(x)[0])
+    assert m.no_weight_decay() <= {n for n, _ in m.named_parameters()} | {"cls_token"}
+    m.reset_classifier(5)
+    assert m(x)[0].shape == (4, 5) and m.num_classes == 5
+    m.reset_classifier(0)  # timm: no head, the pooled features
+    assert torch.equal(m(x)[0], pooled) and isinstance(m.head, torch.nn.Identity)
+
+
+@torch.no_grad()
+def test_the_features_api_is_timms_on_timms_weights():
+    """The untied ViT with timm's weights: forward_features is timm's, forward_intermediates' states are
+    timm's (output_fmt="NLC", the class token given back beside the patches), forward_head is timm's."""
+    timm = pytest.importorskip("timm")
+    kw = dict(img_size=32, patch_size=4, num_classes=10, embed_dim=64, depth=3, num_heads=4)
+    torch.manual_seed(0)
+    ref = timm.models.vision_transformer.VisionTransformer(**kw).eval()
+    m = bvit.BViT(**kw, num_blocks=3).eval()
+    m.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(2, 3, 32, 32)
+    final, states = m.forward_intermediates(x, indices=[0, 2], norm=True)
+    ref_final, ref_states = ref.forward_intermediates(x, indices=[0, 2], norm=True, output_fmt="NLC",
+                                                      return_prefix_tokens=True)
+    assert torch.allclose(final, ref.forward_features(x), atol=1e-5)
+    for ours, (patches, prefix) in zip(states, ref_states, strict=True):
+        assert torch.allclose(ours, torch.cat([prefix, patches], dim=1), atol=1e-5)
+    assert torch.allclose(m.forward_head(final, pre_logits=True), ref.forward_head(ref_final, pre_logits=True),
+                          atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- your own block (issue 65, item 2)
+class ParallelBlock(bvit.Block):
+    """A parallel block (GPT-J, PaLM, ViT-22B: attention and MLP read the same input), Block's parts kept."""
+
+    def forward(self, x):
+        dp = self.training and self.stochastic
+        attn = bvit.drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
+        return x + attn + bvit.drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
+
+
+class RMSNormBlock(revit.Block):
+    """reViT's block with RMSNorm (Zhang & Sennrich 2019) in place of its two LayerNorms: another norm."""
+
+    def __init__(self, dim, **kw):
+        super().__init__(dim=dim, **kw)
+        self.norm1, self.norm2 = torch.nn.RMSNorm(dim, eps=1e-6), torch.nn.RMSNorm(dim, eps=1e-6)
+
+
+BLOCK_FN = {"bvit-phases": (bvit, dict(depth=4, num_blocks=2), ParallelBlock),
+            "srvit": (srvit, dict(depth=2, recursions=2), ParallelBlock),
+            "odevit": (odevit, dict(depth=2, solver="heun"), ParallelBlock),
+            "revit": (revit, dict(depth=3, experts=2), RMSNormBlock)}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_FN))
+def test_your_own_block_keeps_layer_scale_drop_path_init_and_compiles(name):
+    """block_fn (timm's name) swaps the recurrent block without touching self.blocks: built with the model's
+    LayerScale init and each block's drop-path rate, initialized by the model's init (the same weights,
+    tensor for tensor, as the default block's at the same seed; mimetic attention included), and the
+    block's regional compile (fullgraph) gives the eager outputs."""
+    mod, kw, block_fn = BLOCK_FN[name]
+    kw = {**TINY, **kw, "layer_scale": 0.1, "drop_path_rate": 0.2, "init": "mimetic"}
+    torch.manual_seed(0)
+    ref = CLASSES[mod](**kw).eval()
+    torch.manual_seed(0)
+    m = CLASSES[mod](**kw, block_fn=block_fn).eval()
+    assert all(type(b) is block_fn for b in m.blocks) and len(m.blocks) == len(ref.blocks)
+    assert drop_rates(m) == drop_rates(ref) and all(b.stochastic for b in m.blocks)
+    want = ref.state_dict()
+    for k, v in m.state_dict().items():  # LayerScale at 0.1 and the model's init, parameter for parameter
+        assert torch.equal(v, want[k]) if ".norm" not in k else v.shape == want[k].shape, k  # (RMSNorm: no bias)
+    assert all(torch.equal(b.ls1.gamma, torch.full((32,), 0.1)) for b in m.blocks)
+    x = images()
+    eager = m(x)[0]
+    assert not torch.allclose(eager, ref(x)[0])  # another block runs
+    m.compile_regions(backend="eager")  # fullgraph: a graph break would raise
+    with torch.no_grad():
+        assert torch.allclose(m(x)[0], eager, atol=1e-6)
+    m.train()(x, torch.arange(3))[1].backward()  # drop path on: it trains
+    assert all(p.grad is not None for n, p in m.named_parameters() if n.startswith("blocks."))
+
+
+def test_a_block_without_attention_refuses_an_attention_init():
+    class MlpOnly(torch.nn.Module):  # no attn: nothing for init="mimetic" to set
+        def __init__(self, dim, **kw):
+            super().__init__()
+            self.mlp = bvit.Mlp(dim, dim)
+
+        def forward(self, x):
+            return x + self.mlp(x)
+    assert bvit.BViT(**TINY, depth=2, block_fn=MlpOnly)(images())[0].shape == (3, 10)
+    with pytest.raises(ValueError, match="init='mimetic' sets each block's attn.qkv.*block_fn=MlpOnly"):
+        bvit.BViT(**TINY, depth=2, block_fn=MlpOnly, init="mimetic")
+    import revit_moe
+    with pytest.raises(ValueError, match="block_fn: routing='smear'"):
+        revit_moe.ReViTMoE(**TINY, depth=2, experts=2, routing="smear", block_fn=RMSNormBlock)

@@ -14,6 +14,7 @@ import itertools
 import torch
 from tqdm import tqdm
 
+from analysis.anytime import tokens
 from analysis.steps import linear_cka
 
 
@@ -53,20 +54,12 @@ def teacher_cka(cross):
 
 
 def block_states(model, x):
-    """The mean-pooled patch tokens (B, D) after the embedding (the first block call's input) and after
-    every block call, in call order (a shared block: once per step), before the final norm."""
+    """The mean-pooled patch tokens (B, D) after the embedding and after every step (a block call for the
+    one-block-per-step models the analyses take: vit, bvit, revit), before the final norm: the model's
+    `begin` and forward_intermediates."""
     prefix = int(getattr(model, "cls_token", None) is not None)
-    states = []
     pool = lambda z: z[:, prefix:].float().mean(1)
-    pre = [blk.register_forward_pre_hook(lambda m, a: states.append(pool(a[0])) if not states else None)
-           for blk in model.blocks]
-    post = [blk.register_forward_hook(lambda m, a, out: states.append(pool(out))) for blk in model.blocks]
-    try:
-        model(x)
-    finally:
-        for h in pre + post:
-            h.remove()
-    return states
+    return [pool(tokens(model.begin(x)))] + [pool(z) for z in model.forward_intermediates(x)[1]]
 
 
 def with_gates(model, gates):

@@ -1,6 +1,6 @@
 """Frozen-backbone probes (reViT paper, Bulat et al., arXiv 2610.12448, appendix A.3; probe.py's math).
 
-The backbone never trains: its final post-LayerNorm tokens (distill.FinalTokens) are computed once
+The backbone never trains: its final post-LayerNorm tokens (forward_features, distill.post_layernorm) are computed once
 per image set (`extract`), and only a head fits on them, with fixed seeds:
 - linear: a linear classifier on [class token, mean of the patch tokens] (the mean alone without a
   class token), cross-entropy; top-1 (%).
@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from training.distill import FinalTokens
+from training.distill import post_layernorm
 
 LRS = (1e-3, 1e-2, 1e-1)
 
@@ -32,12 +32,10 @@ def extract(model, loader, device, dense=False, progress=None):
     (M, N, D) patch tokens when `dense` (float16, to fit a dense probe's set in memory; the heads read
     them in float32), on the CPU; targets: a list of the stacked targets."""
     model.eval()
-    tokens = FinalTokens(model)
     prefix = int(getattr(model, "cls_token", None) is not None)
     feats, targets = [], None
     for batch in (progress(loader) if progress else loader):
-        model(batch[0].to(device))
-        t = tokens.tokens.float()
+        t = post_layernorm(model.norm, model.forward_features(batch[0].to(device))).float()
         patches = t[:, prefix:]
         feats.append((patches.half() if dense else torch.cat([t[:, 0], patches.mean(1)], -1) if prefix
                       else patches.mean(1)).cpu())

@@ -36,9 +36,10 @@ What a "step" is (its state = the tokens the next step receives):
     softmoe) route on the state alone, so their curves are flat by construction too.
     --depth L analyses the model run at L steps (L recursions for srvit, L solver steps for odevit).
 
-How, without editing a model file: forward hooks. A shared block is called once per evaluation,
-in order, so a counter over the calls of all blocks gives the step; a pre-hook on a block sees the
-state it receives and a hook its output; a hook on `attn.qkv` recomputes the attention
+How: the states are the model's own forward_intermediates (the embedding, `begin`, before them),
+its logits forward_head's; the rest, without editing a model file, are forward hooks. A shared block
+is called once per evaluation, in order, so a counter over the calls of all blocks gives the step; a
+pre-hook on a block sees the state it receives and a hook its output; a hook on `attn.qkv` recomputes the attention
 probabilities softmax(q k^T / sqrt(d_head)) (the models call F.scaled_dot_product_attention, which
 returns no weights); a block hook that returns the block's input skips the step. revit_moe's
 routings and LoRA run a step as the method `_step_fn` on the block's parts, not as a block call:
@@ -55,6 +56,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import data
+from analysis.anytime import tokens
 from training import registry
 from training.exits import Fail
 
@@ -186,7 +188,7 @@ class StepProbe:
 def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device="cpu"):
     """Run the probe and the L pruned passes over the first `num_images` of val_set. Returns the
     dict of numbers that cka.json and steps.json are written from."""
-    steps, cps, solver_state = step_structure(model, name, depth)
+    steps, cps, _ = step_structure(model, name, depth)
     zero_field = getattr(model, "field", None) == "blackbox"  # odevit's dz/dt = F(z): a skipped step returns 0
     probe = StepProbe(model, cps, zero_field)
     subset = Subset(val_set, range(min(num_images, len(val_set))))
@@ -198,13 +200,14 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
         for x, y in tqdm(DataLoader(subset, batch_size, shuffle=False), desc="analyze", unit="batch"):
             x, y, _ = data.drop_undecodable(x, y, subset)  # image folders only
             x, y = x.to(device), y.to(device)
-            probe.reset(record=True)
-            logits, _ = model(x, depth=depth)
+            probe.reset(record=True)  # the attention of every block call; the states: forward_intermediates
+            final, states = model.forward_intermediates(x, depth=depth)
+            logits = model.forward_head(final)  # forward's logits, bit for bit
             if len(probe.inputs) != steps * cps:
                 raise Fail(f"--model {name} made {len(probe.inputs)} block calls for {steps} steps; "
                                  f"analyze.py expects {cps} per step (see its docstring)")
             correct += int((logits.argmax(1) == y).sum())
-            for k, (pooled, norm) in enumerate(probe.states(steps, solver_state)):
+            for k, (pooled, norm) in enumerate(map(probe.summary, [tokens(model.begin(x)), *states])):
                 feats[k].append(pooled)
                 norms[k] += norm.double().sum()
             for c, (e, d) in enumerate(probe.attn):

@@ -27,16 +27,22 @@ from training.registry import MODELS, classifier_checkpoint, model_from_checkpoi
 from training.weights import read_weights, timm_vit
 
 
+def post_layernorm(norm, tokens):
+    """A model's final tokens (B, T, D), the output of its final `norm`, as post-LayerNorm tokens: as they are
+    after a LayerNorm (a class token model), through a LayerNorm without affine parameters after the
+    Identity (GAP)."""
+    return tokens if isinstance(norm, nn.LayerNorm) else F.layer_norm(tokens, tokens.shape[-1:], eps=1e-6)
+
+
 class FinalTokens:
-    """Keeps the last output of `model.norm`, as post-LayerNorm tokens (B, T, D)."""
+    """Keeps the last output of `model.norm`, as post-LayerNorm tokens (B, T, D) (post_layernorm)."""
 
     def __init__(self, model):
         self.tokens = None
-        self.affine = isinstance(model.norm, nn.LayerNorm)
         model.norm.register_forward_hook(self.keep)
 
     def keep(self, module, inputs, output):
-        self.tokens = output if self.affine else F.layer_norm(output, output.shape[-1:], eps=1e-6)
+        self.tokens = post_layernorm(module, output)
 
 
 class Distiller(nn.Module):

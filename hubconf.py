@@ -1,0 +1,72 @@
+"""torch.hub entry points: each model family at each ViT/DeiT size, patch 16 at 224 px (the presets' ImageNet
+sizes, presets.py), and reViT-B/14 (the second regime's student):
+
+    model = torch.hub.load("/path/to/rvits", "revit_s16", source="local", experts=4)   # a clone, untrained
+    model = torch.hub.load("/path/to/rvits", "bvit_s16", source="local", weights="runs/bvit/ckpt.pt")
+    torch.hub.list("OWNER/rvits")                          # the entry names, from a GitHub repository
+
+{vit, bvit, revit, srvit, odevit}_{ti, s, b, l}16 and revit_b14 build the model untrained (nothing is
+fetched), or with the weights of `weights`: a file, an rvits run folder (its ckpt.pt) or a URL, which is
+downloaded to torch.hub's cache (torch.hub.get_dir()/checkpoints) only then. Every file is read by
+training/weights.py's read_weights (torch.load with weights_only=True: tensors and plain values, never
+code) and loaded by its finetune_weights, as --finetune loads it: the head re-initialized for another
+number of classes, the position embedding resized to another image size; anything else that does not
+fit is one line (training.exits.Fail) naming the first tensor. Keyword arguments go to the model class
+(experts=, recursions=, solver=, num_classes=, img_size=, block_fn=, ...). The model is returned in
+train mode, as built: call .eval() for inference.
+"""
+import os
+import urllib.parse
+
+import torch
+
+import bvit
+import odevit
+import revit
+import srvit
+
+dependencies = ["torch", "tqdm"]  # (torch.hub checks these are installed; tqdm: training/exits.py)
+
+FAMILIES = {"vit": (bvit, "ViT (DeiT's untied blocks)"), "bvit": (bvit, "bViT (one shared block)"),
+            "revit": (revit, "reViT (one block, E = 4 depth-programmed experts unless experts=)"),
+            "srvit": (srvit, "SR-ViT (a 12-layer stack, R = 4 recursions unless recursions=)"),
+            "odevit": (odevit, "ODEViT (bViT's block as an ODE, Euler unless solver=)")}
+SIZES = ("ti", "s", "b", "l")
+
+
+def _weights_file(weights, cache=None):
+    """The local file of `weights`: a path as given; a URL (http, https, file) downloaded once into
+    `cache` (default: torch.hub.get_dir()/checkpoints, as torch.hub.load_state_dict_from_url) and read from
+    there afterwards."""
+    if not weights.startswith(("http://", "https://", "file://")):
+        return weights
+    cache = cache or os.path.join(torch.hub.get_dir(), "checkpoints")
+    path = os.path.join(cache, os.path.basename(urllib.parse.urlparse(weights).path) or "weights.pth")
+    if not os.path.isfile(path):
+        os.makedirs(cache, exist_ok=True)
+        torch.hub.download_url_to_file(weights, path)
+    return path
+
+
+def _entry(family, size, patch):
+    """The entry point {family}_{size}{patch}: (weights=None, **kwargs) -> the model (module docstring)."""
+    mod, what = FAMILIES[family]
+    name = f"{family}_{size}{patch}"
+
+    def build(weights=None, **kwargs):
+        model = getattr(mod, f"{family}_{size}")(**{"img_size": 224, "patch_size": patch, **kwargs})
+        if weights is not None:
+            from training.weights import finetune_weights
+            print(finetune_weights(_weights_file(weights), model, flag=f"{name}: weights"))
+        return model
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = (f"{what}, size {size.upper()} (timm's {size}), patch {patch}, 224 px, 1000 classes unless "
+                     "given: untrained, or with the weights of `weights` (a file, a run folder or a URL; "
+                     "read with weights_only=True). kwargs: the model class's keyword arguments.")
+    return build
+
+
+for _family in FAMILIES:
+    for _size in SIZES:
+        globals()[f"{_family}_{_size}16"] = _entry(_family, _size, 16)
+revit_b14 = _entry("revit", "b", 14)  # the second regime's student (presets: in1k-revit-b14-e*-dinov2)
