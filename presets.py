@@ -409,7 +409,7 @@ MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
 # Issue 64's arms, estimated (2026-12-04, CPU-2 AMD EPYC, commit 6162896 + these presets, one thread, niced, beside
 # two training runs and other jobs: load ~9 on the 2 cores): the median of 11 training steps of batch 128 (forward,
-# backward, AdamW; the loop: docs/presets.md, "The arms of issue 64"), each arm interleaved with c100-mini-vit
+# backward, AdamW; docs/presets.md, 2026-12-04 "the arms of issue 64"), each arm interleaved with c100-mini-vit
 # (0.62 s), as a ratio to the step of the measured arm it is like, times that arm's wall minutes above: odevit-blackbox
 # 0.84x odevit-euler; the NFE-4 solver arms 0.45x, 0.44x, 0.51x their NFE-8 arms; vit-d48 0.36x vit, bvit-d48 0.37x
 # bvit. (D=192 at this recipe: 3.5x c100-mini-vit's step, est. 82 min, pair: over the ~45 CPU-minutes a study run
