@@ -4,6 +4,7 @@
         [--data-dir ../shared/data] [--device cpu|cuda] [--depth L] [--batch-size 128]
     python analyze.py --resume CKPT --out-dir OUT --teacher TEACHER [--draws 8]
     python analyze.py --resume CKPT --out-dir OUT --anytime [--budget L]
+    python analyze.py --resume CKPT --ranks [--depth L]          # reViT: ranks.json beside CKPT, and a table
 
 The model is rebuilt from the run's saved flags through train.py's registry (training/registry.py) and
 evaluated on the first N images of the validation set it was trained on (no augmentation). One question
@@ -19,6 +20,9 @@ per command; the measures live in analysis/ (its __init__.py lists them), this f
                 and gate permutations scored by teacher CKA.
     --anytime   can each image stop when it is done? (analysis/anytime.py): OUT/anytime.json, top-1
                 against mean block applications per exit rule, beside fixed depth and the oracle.
+    --ranks     how fully does a reViT use its expert bank? (analysis/ranks.py; reViT sec. 5.2, App. D): the
+                effective ranks of the expert W1 bank, the gates and the merged W1, also depth-centered, from
+                the weights alone (no images): ranks.json beside the checkpoint (or in --out-dir), a table.
 Each JSON gets a PNG beside it when matplotlib is installed. Any bad input is one line
 `analyze.py: error: ...` and exit status 2.
 """
@@ -31,7 +35,7 @@ import sys
 import torch
 
 import data
-from analysis import alignment, anytime, loops, steps
+from analysis import alignment, anytime, loops, ranks, steps
 from training import flags, registry
 from training.weights import read_weights
 from training.exits import Fail, printable_output
@@ -45,8 +49,8 @@ class Parser(argparse.ArgumentParser):
 def get_parser():
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--resume", required=True, metavar="CKPT", help="an rvits checkpoint (train.py's ckpt.pt)")
-    p.add_argument("--out-dir", required=True, help="where cka.json, steps.json (LoopVAE: loops.json) and PNGs "
-                   "are written")
+    p.add_argument("--out-dir", help="where cka.json, steps.json (LoopVAE: loops.json) and PNGs are written "
+                   "(required, except with --ranks: default the checkpoint's folder)")
     p.add_argument("--num-images", type=flags.positive(int), default=512, help="first N validation images")
     p.add_argument("--data-dir", help="dataset root (default: the checkpoint's --data-dir)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -62,6 +66,9 @@ def get_parser():
     p.add_argument("--budget", type=flags.positive(int), help="with --anytime: the step budget, at most 8x the "
                    "trained depth (default: twice the trained depth where a step does not depend on the budget: "
                    "one-block bvit, srvit, odevit without refine; else the trained depth)")
+    p.add_argument("--ranks", action="store_true", help="instead (reViT): the effective ranks of its expert W1 bank, "
+                   "gates and merged W1, also depth-centered (reViT sec. 5.2, App. D; analysis/ranks.py), from the "
+                   "weights alone: ranks.json beside the checkpoint, and a table")
     return p
 
 
@@ -202,6 +209,10 @@ def main(argv=None):
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     if args.budget and not args.anytime:
         raise Fail(f"--budget {args.budget}: the step budget of --anytime; add --anytime or drop --budget")
+    if args.ranks:
+        return main_ranks(args)
+    if not args.out_dir:
+        raise Fail("the following arguments are required: --out-dir")
     model, val_set, run = load(args)
     if args.teacher:
         return main_alignment(args, model, val_set, run)
@@ -274,6 +285,27 @@ def main_alignment(args, model, val_set, run):
           f"{extra}; wrote {args.out_dir}/alignment.json")
 
 
+
+
+def main_ranks(args):
+    """analyze.py --ranks: ranks.expert_ranks of a reViT checkpoint, from its weights alone (no data), written as
+    ranks.json in --out-dir (default: the checkpoint's folder) and printed as a table."""
+    if args.teacher or args.anytime:
+        raise Fail(f"--ranks: one analysis per command; drop {'--teacher' if args.teacher else '--anytime'}")
+    model = registry.model_from_checkpoint(args.resume, "--resume", flags.get_parser(), None)
+    try:
+        res = ranks.expert_ranks(model, args.depth)
+    except ValueError as e:
+        raise Fail(f"--ranks: {args.resume}: {e}")
+    res.update(checkpoint=args.resume, model=type(model).__name__)
+    out = args.out_dir or os.path.dirname(os.path.abspath(args.resume))
+    save(res, out, "ranks", lambda res, path: None)
+    E = res["experts"]
+    print(f"effective ranks, reViT E={E}, L={res['depth']} (sec. 5.2; at most E = {E}, depth-centered E - 1 = {E - 1})")
+    print(f"{'':18s}{'expert W1 bank':>16s}{'gates G':>10s}{'merged G W1':>13s}")
+    print(f"{'as trained':18s}{res['bank']:16.2f}{res['gate']:10.2f}{res['merged']:13.2f}")
+    print(f"{'depth-centered':18s}{'-':>16s}{res['gate_centered']:10.2f}{res['merged_centered']:13.2f}")
+    print(f"wrote {os.path.join(out, 'ranks.json')}")
 
 
 def main_anytime(args, model, val_set, run):

@@ -249,7 +249,8 @@ class BViT(nn.Module):
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
-        # the mean as a sum of products with a Python float: no host-to-device copy per forward
+        # The mean of the S stage losses, so the final readout weighs 1/S: our choice (the papers are silent; Training
+        # Crossroads' abstract names no weights). As a sum of products with a Python float: no host-to-device copy.
         loss = torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
         return logits, loss
 

@@ -324,8 +324,9 @@ class ODEViT(nn.Module):
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
-        # weights as Python floats: no host-to-device copy per forward; same products, same sum
-        return logits, torch.stack([l * (1.0 / self.stages) for l in losses]).sum()  # the mean, as bvit.py
+        # the mean, the final readout at 1/S as in bvit.py: our choice (the papers are silent); weights as Python
+        # floats: no host-to-device copy per forward; same products, same sum
+        return logits, torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
 
     def field_fn(self, dev):
         """f(t, z): the block, in the caller's autocast state (the solver runs in float32 outside it); the

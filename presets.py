@@ -144,6 +144,24 @@ def elastic_arms(family, recipe):
 # rank 16 at D=96 is the paper's LoRA rank 64 at D=384 (appendix B.1; like there, LoRA stores more than E=4).
 MINI_ARMS = study_arms("mini", 8, dict(embed_dim=112, num_heads=4), dict(embed_dim=42, num_heads=3), 4, 16)
 MINI_ARMS.update(elastic_arms("mini", MINI))
+# The papers' claims never tested before (issue 64; studies/claims.py registers them). Training Crossroads'
+# black-box field dz/dt = F(z) beside the state-subtracted c100-mini-odevit-euler, at the same NFE (8); the solver
+# arms again at a second NFE budget, 4 block evaluations over T = 4 (Euler h = 1, Heun h = 2, RK4 h = 4: the same
+# step size per block evaluation as at NFE 8), so that the RK4-minus-Euler and Heun-minus-Euler gains are measured
+# in two settings; and bViT's width trend, the matched-FLOPs pair (vit, bvit) again at half the width (D=48 in 3
+# heads of 16): the ViT-minus-bViT gap at D = 48 and 96, same recipe, steps and tokens.
+MINI_ARMS["odevit-blackbox"] = ("ODE-ViT with the black-box field dz/dt = F(z), euler x 8 steps over T = 8 (NFE 8); "
+                                "compare c100-mini-odevit-euler (dz/dt = F(z) - z)",
+                                dict(MINI_ARMS["odevit-euler"][1], field="blackbox"))
+for solver, n in (("euler", 4), ("heun", 2), ("rk4", 1)):  # equal NFE: 4
+    MINI_ARMS[f"odevit-{solver}-nfe4"] = (
+        f"ODE-ViT, dz/dt = F(z) - z, {solver} x {n} steps over T = 4 (NFE 4): the solver claim's second setting",
+        dict(model="odevit", solver=solver, depth=n, horizon=4.0, eval_depths=sorted({max(1, n // 2), n, 2 * n, 4 * n})))
+NARROW = dict(embed_dim=48, num_heads=3)  # the width trend's narrow pair: half the mini width, 3 heads of 16
+MINI_ARMS["vit-d48"] = ("untied ViT D=48 h=3, 8 blocks; matched FLOPs with c100-mini-bvit-d48 (bViT's width trend: the "
+                        "gap at D=48 beside c100-mini-vit / -bvit at D=96)", dict(model="vit", **NARROW, eval_depths=None))
+MINI_ARMS["bvit-d48"] = ("bViT D=48 h=3: one block x 8 steps; matched FLOPs with c100-mini-vit-d48",
+                         dict(model="bvit", **NARROW))
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in MINI_ARMS.items()})
 
@@ -173,29 +191,46 @@ GPU = dict(CIFAR, randaug=0.0, epochs=50, warmup_epochs=5.0)
 # Matched parameter memory as in the full study (bViT D=384, 1.86 M params, vs untied ViT D=112, 1.85 M);
 # rank 32 at D=192 is the paper's rank 64 at D=384.
 GPU_ARMS = study_arms("gpu", 12, dict(size="s"), dict(embed_dim=112, num_heads=4), 3, 32)
+# bViT's width trend at GPU scale (issue 64): the matched-FLOPs pair again at half the Ti width (D=96 in 3 heads of
+# 32), so that the ViT-minus-bViT gap is measured at D=96 and D=192 (vit, bvit), same recipe, steps and tokens.
+# (The pair at D=384, an untied ViT-S beside bvit-wide, has 3.9x bvit's FLOPs: est. 13 H200-minutes a run (3.9 x c100-gpu-bvit's 3.3),
+# more than a GPU window's 500 s.)
+for arm, model, what in (("vit-d96", "vit", "untied ViT D=96 h=3, 12 blocks; matched FLOPs with c100-gpu-bvit-d96"),
+                         ("bvit-d96", "bvit", "bViT D=96 h=3: one block x 12 steps; matched FLOPs with c100-gpu-vit-d96")):
+    GPU_ARMS[arm] = (f"{what} (bViT's width trend: the gap at D=96 beside c100-gpu-vit / -bvit at D=192)",
+                     dict(model=model, embed_dim=96, num_heads=3, **({"eval_depths": None} if model == "vit" else {})))
 PRESETS.update({f"c100-gpu-{arm}": (f"GPU study arm: {what}; 50 epochs, crop + flip on the GPU",
                                     {**GPU, **flags}) for arm, (what, flags) in GPU_ARMS.items()})
 PRESETS["c100-gpu-bvit-ti"] = ("GPU study arm c100-gpu-bvit under its first name (the first H200 run: 51.92 % top-1)",
                                PRESETS["c100-gpu-bvit"][1])
 
-# ImageNet-1k: the DeiT III recipe (Touvron et al. 2022; LAMB, 3-Augment with simple random crop,
-# binary cross-entropy, LayerScale, no label smoothing) for ViT, bViT and SR-ViT, 300 epochs. Our reading,
-# where our sources did not fix a value: weight decay 0.02, LayerScale init 1e-4, stochastic depth
-# S 0.05 / B 0.1 / L 0.45 (as in common DeiT III configs), LAMB eps 1e-8 (DeiT's --opt-eps default).
-DEIT3 = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=2048, opt="lamb", lr=3e-3,
-             min_lr=1e-5, weight_decay=0.02, warmup_epochs=5.0, clip_grad=1.0, label_smoothing=0.0,
-             mixup=0.8, cutmix=1.0, randaug=0.0, three_augment=True, bce=True, layer_scale=1e-4)
-DEIT3_DROP_PATH = {"s": 0.05, "b": 0.1, "l": 0.45}  # stochastic depth per size (our reading)
-# reViT (`in1k-revit-*`): its paper's Table 6 (arXiv 2610.12448, A.3), the DeiT III recipe as it gives it: AdamW, peak
-# lr 4e-3 (S) / 3e-3 (B, L), weight decay 0.05, batch 2048, cosine, 300 epochs, warmup 5 epochs from 1e-6, binary
+# ImageNet-1k, the reViT paper's Table 1 (arXiv 2610.12448, A.3): "reViT, DeiT III, and Raptor use the same data,
+# augmentation, optimizer, and epoch schedule", its Table 6, the DeiT III recipe as it gives it: AdamW, peak lr 4e-3
+# (S) / 3e-3 (B, L), weight decay 0.05, batch 2048, cosine, 300 epochs, warmup 5 epochs from 1e-6, binary
 # cross-entropy, label smoothing 0, 3-Augment with color jitter 0.3 (--color-jitter's default), MixUp 0.8 / CutMix
 # 1.0, repeated augmentation (3 copies, DeiT's RASampler: Table 6 says "yes", not how many), random erasing 0 (none
-# here), 224 px for training and evaluation, evaluation crop ratio 1.0, L = 12 (24 for L: --size), lambdas 1e-2 /
-# 1e-3 / 1e-3 (E > 1). Where Table 6 is silent, our choice, kept from DEIT3 above: LayerScale init 1e-4, stochastic
-# depth S 0.05 / B 0.1 / L 0.45, clip 1.0, min lr 1e-5, AdamW's betas (0.9, 0.999) (torch's).
-TABLE6 = dict(DEIT3, opt="adamw", weight_decay=0.05, warmup_lr=1e-6, repeated_aug=3, eval_crop_ratio=1.0,
-              lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3)
+# here), 224 px for training and evaluation, evaluation crop ratio 1.0, L = 12 (24 for L: --size). So every Table 1
+# row, in1k-vit-* (DeiT III), in1k-bvit-*-k4 (Raptor-like) and in1k-revit-*, and bViT (in1k-bvit-*) beside them, is
+# TABLE6 with its model: they differ only in the model's flags (and reViT's three regularizer weights, lambdas
+# 1e-2 / 1e-3 / 1e-3 for E > 1, Table 6's "expert bank" rows, which only a reViT has). Where Table 6 is silent,
+# our choice, from DeiT III: LayerScale init 1e-4, stochastic depth S 0.05 / B 0.1 / L 0.45, clip 1.0, min lr 1e-5,
+# AdamW's betas (0.9, 0.999) (torch's).
+TABLE6 = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size=2048, opt="adamw", min_lr=1e-5,
+              weight_decay=0.05, warmup_epochs=5.0, warmup_lr=1e-6, clip_grad=1.0, label_smoothing=0.0, mixup=0.8,
+              cutmix=1.0, randaug=0.0, three_augment=True, bce=True, layer_scale=1e-4, repeated_aug=3,
+              eval_crop_ratio=1.0)
 TABLE6_LR = {"s": 4e-3, "b": 3e-3, "l": 3e-3}  # peak lr per size (Table 6)
+REVIT_BANK = dict(lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3)  # Table 6's expert-bank rows (reViT only)
+DEIT3_DROP_PATH = {"s": 0.05, "b": 0.1, "l": 0.45}  # stochastic depth per size (our reading; Table 6 is silent)
+# DeiT III's own release (github.com/facebookresearch/deit, README_revenge.md, its ImageNet-1k training commands)
+# differs from Table 6: LAMB (fusedlamb; LAMB eps 1e-8, DeiT's --opt-eps default), 800 epochs, B and L trained at
+# 192 px (then fine-tuned 20 epochs at 224, not in this preset), stochastic depth S 0.05 / B 0.2 / L 0.45, no
+# gradient clipping and evaluation crop 0.875 (main.py's defaults; the commands set neither); the rest as Table 6
+# (lr 4e-3 / 3e-3 / 3e-3, weight decay 0.05, batch 2048, warmup 5 from 1e-6, BCE, 3-Augment, color jitter 0.3,
+# MixUp / CutMix, repeated augmentation, no random erasing). Kept as in1k-vit-{s,b,l}16-deit3.
+DEIT3_RELEASE = {"s": dict(lr=4e-3, drop_path=0.05, img_size=224), "b": dict(lr=3e-3, drop_path=0.2, img_size=192),
+                 "l": dict(lr=3e-3, drop_path=0.45, img_size=192)}
+DEIT3 = dict(TABLE6, opt="lamb", epochs=800, clip_grad=0.0, eval_crop_ratio=0.875)
 # SR-ViT (SoftMoR, abstract only): the DeiT recipe (Touvron et al. 2021, arXiv 2012.12877, Table 9), our reading
 # of the abstract's R = 1 number: 79.83 % is DeiT-S under the original DeiT recipe (79.8), not DeiT III's.
 # AdamW, lr 5e-4 x batch / 512 (batch 1024: 1e-3), weight decay 0.05, 300 epochs, warmup 5, cosine to 1e-5, no
@@ -207,31 +242,50 @@ DEIT = dict(data="imagenet", img_size=224, patch_size=16, epochs=300, batch_size
             lr=5e-4 * 1024 / 512, min_lr=1e-5, weight_decay=0.05, warmup_epochs=5.0, clip_grad=0.0,
             label_smoothing=0.1, mixup=0.8, cutmix=1.0, randaug=9.0, three_augment=False, bce=False, drop_path=0.1,
             repeated_aug=3, reprob=0.25)
-AIMS = {"in1k-vit-b16": "82.8 (DeiT III B/16, as the reViT paper quotes it)",  # ImageNet-1k top-1, %
-        "in1k-revit-b16-e4": "83.0 (reViT paper)", "in1k-revit-s16-e4": "78.2 (reViT paper)",
-        "in1k-srvit-s16-r1": "79.83 (SoftMoR abstract; DeiT-S under the DeiT recipe: 79.8)", "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
-E8_GAIN = {"s": 9.6, "b": 6.8, "l": 5.7}  # reViT Table 5: top-1 points from E=1 to E=8 (S: 70.6 -> 80.2)
+# ImageNet-1k top-1 (%) each aims at: reViT's Table 1 (DeiT III, Raptor k=4, reViT E=4, all under Table 6) and Table 5
+# (reViT E = 1, 2, 3, 4, 8), SoftMoR's abstract, DeiT III's release (README_revenge.md, 800 epochs).
+TABLE1 = {"vit": {"s": "79.9", "b": "82.8", "l": "84.1"}, "raptor": {"s": "78.0", "b": "82.8", "l": "83.7"}}
+TABLE5 = {"s": {1: "70.6", 2: "74.2", 3: "76.5", 4: "78.2", 8: "80.2"},
+          "b": {1: "76.4", 2: "81.9", 3: "82.5", 4: "83.0", 8: "83.2"},
+          "l": {1: "78.3", 2: "83.0", 3: "83.5", 4: "83.8", 8: "84.0"}}
+RELEASE_TOP1 = {"s": "81.4 (800 epochs at 224 px)", "b": "83.8 (800 epochs at 192 px, fine-tuned at 224: the "
+                "fine-tuning is not in this preset)", "l": "84.9 (800 epochs at 192 px, fine-tuned at 224: the "
+                "fine-tuning is not in this preset)"}
+AIMS = {"in1k-srvit-s16-r1": "79.83 (SoftMoR abstract; DeiT-S under the DeiT recipe: 79.8)",
+        "in1k-srvit-s16-r4": "82.48 (SoftMoR abstract)"}
+for size in "sbl":
+    AIMS[f"in1k-vit-{size}16"] = f"{TABLE1['vit'][size]} (DeiT III-{size.upper()}/16 under Table 6, reViT Table 1)"
+    AIMS[f"in1k-bvit-{size}16-k4"] = (f"{TABLE1['raptor'][size]} (Raptor k=4 under Table 6, reViT Table 1; Raptor's "
+                                      "phases are its own, ours equal)")
+    AIMS[f"in1k-vit-{size}16-deit3"] = f"{RELEASE_TOP1[size]} (DeiT III's release)"
+    for e, top1 in TABLE5[size].items():
+        AIMS[f"in1k-revit-{size}16-e{e}"] = f"{top1} (reViT Table 5" + (", Table 1)" if e == 4 else ")")
 # The paper's number each preset aims at (train.py prints it with the preset and in --list-presets).
 PAPER = {name: "none (an arm of a claim, README \"Results\")" for name in PRESETS}
 PAPER["cpu-first-bvit"] = "none (README's first number: top-1 7.30 %, top-5 25.29 % on CPU-2, Intel Xeon)"
 for size in "sbl":
-    arms = [("vit", "ViT", {}), ("bvit", "bViT", {})]
-    arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 4, 8)]
+    arms = [("vit", "ViT", {}), ("bvit", "bViT", {}), ("bvit", "Raptor-like bViT", {"k": 4})]
+    arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 3, 4, 8) if e != 3 or size == "s"]  # E=3: Table 5, S
     arms += [("srvit", "SR-ViT", {"recursions": r}) for r in (1, 2, 3, 4)] if size == "s" else []
     for model, title, extra in arms:
-        name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2
+        name = f"in1k-{model}-{size}16" + "".join(f"-{k[0]}{v}" for k, v in extra.items())  # -e4, -r2, -k4
         aim = f"ImageNet-1k top-1 {AIMS[name]}" if name in AIMS else "no paper number"
-        if model == "revit" and extra["experts"] in (1, 8):
-            aim += f" (reViT: E=8 is {E8_GAIN[size]} points above E=1)"
         what = f"{title}-{size.upper()}/16" + "".join(f" {k[0].upper()}={v}" for k, v in extra.items())
         if model == "srvit":  # the DeiT recipe (our reading of SoftMoR's R = 1 number, DEIT above)
             PRESETS[name] = (f"{what}, DeiT recipe (our reading), 300 epochs", dict(DEIT, model=model, size=size, **extra))
         else:
-            recipe, called = ((dict(TABLE6, lr=TABLE6_LR[size]), "the reViT paper's Table 6 recipe (AdamW, repeated "
-                               "augmentation, eval crop 1.0)") if model == "revit" else (DEIT3, "DeiT III recipe"))
-            PRESETS[name] = (f"{what}, {called}, 300 epochs",
-                             dict(recipe, model=model, size=size, drop_path=DEIT3_DROP_PATH[size], **extra))
+            if "k" in extra:  # Raptor (Jacobs et al. 2026) from scratch: k = 4 distinct blocks, each over one
+                # contiguous phase of the L steps; ours are equal phases (bvit.py), Raptor's its own thresholds
+                what += f" (4 blocks, each over {(24 if size == 'l' else 12) // 4} contiguous steps)"
+                extra = {"num_blocks": 4}
+            PRESETS[name] = (f"{what}, reViT's Table 6 recipe (AdamW, repeated augmentation, eval crop 1.0), 300 epochs",
+                             dict(TABLE6, lr=TABLE6_LR[size], model=model, size=size, drop_path=DEIT3_DROP_PATH[size],
+                                  **(REVIT_BANK if model == "revit" else {}), **extra))
         PAPER[name] = aim
+    name = f"in1k-vit-{size}16-deit3"
+    PRESETS[name] = (f"ViT-{size.upper()}/16, DeiT III's own release (LAMB, 800 epochs at {DEIT3_RELEASE[size]['img_size']} "
+                     "px, eval crop 0.875, no clipping)", dict(DEIT3, model="vit", size=size, **DEIT3_RELEASE[size]))
+    PAPER[name] = f"ImageNet-1k top-1 {AIMS[name]}"
 
 # reViT's second regime (arXiv 2610.12448, sec. 3.2 and A.3): a reViT-B/14 student at L = 12 distilled from a
 # frozen DINOv2 teacher's final post-LayerNorm tokens alone (--task-weight 0: no labels), the teacher a local
@@ -244,7 +298,7 @@ for e in (1, 4, 8):
     PRESETS[name] = (f"reViT-B/14 E={e}, L=12, distilled from a frozen DINOv2 ViT-B/14's final tokens alone "
                      "(weights/vit_base_patch14_dinov2.pth, or --teacher FILE), Table 6's B recipe, 300 epochs of "
                      "ImageNet-1k",
-                     dict(TABLE6, lr=TABLE6_LR["b"], model="revit", size="b", patch_size=14, experts=e, depth_dropout=0.0,
+                     dict(TABLE6, **REVIT_BANK, lr=TABLE6_LR["b"], model="revit", size="b", patch_size=14, experts=e, depth_dropout=0.0,
                           drop_path=DEIT3_DROP_PATH["b"], teacher="weights/vit_base_patch14_dinov2.pth",
                           distill="feature", task_weight=0.0))
     PAPER[name] = ("its frozen probes (sec. 4.2, 4.4): E=8 \"retains nearly all\" of its teacher's ImageNet "
@@ -353,6 +407,20 @@ MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5,
                  "srvit-r1": 13.4, "srvit-r2": 23.6}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
+# Issue 64's arms, estimated (2026-12-04, CPU-2 AMD EPYC, commit 6162896 + these presets, one thread, niced, beside
+# two training runs and other jobs: load ~9 on the 2 cores): the median of 11 training steps of batch 128 (forward,
+# backward, AdamW; docs/presets.md, 2026-12-04 "the arms of issue 64"), each arm interleaved with c100-mini-vit
+# (0.62 s), as a ratio to the step of the measured arm it is like, times that arm's wall minutes above: odevit-blackbox
+# 0.84x odevit-euler; the NFE-4 solver arms 0.45x, 0.44x, 0.51x their NFE-8 arms; vit-d48 0.36x vit, bvit-d48 0.37x
+# bvit. (D=192 at this recipe: 3.5x c100-mini-vit's step, est. 82 min, pair: over the ~45 CPU-minutes a study run
+# may take, so the wider pair of the width trend is the GPU study's, c100-gpu-vit-d96 / -bvit-d96 beside vit / bvit.)
+UNTESTED_MIN = {"odevit-blackbox": 0.84 * MINI_WALL_MIN["odevit-euler"], "odevit-euler-nfe4": 0.45 * MINI_WALL_MIN["odevit-euler"],
+                "odevit-heun-nfe4": 0.44 * MINI_WALL_MIN["odevit-heun"], "odevit-rk4-nfe4": 0.51 * MINI_WALL_MIN["odevit-rk4"],
+                "vit-d48": 0.36 * MINI_WALL_MIN["vit"], "bvit-d48": 0.37 * MINI_WALL_MIN["bvit"]}
+TIMES.update({f"c100-mini-{arm}": (f"est. {m:.0f} min, pair", "?") for arm, m in UNTESTED_MIN.items()})
+# the GPU width pair: a quarter of c100-gpu-bvit's FLOPs (0.19 vs 0.73 GFLOPs per image): a quarter of its 3.3 min
+# by FLOPs, ~1 min (a small model leaves the GPU idle: at most the 3.3)
+TIMES.update({f"c100-gpu-{arm}": ("?", "est. 1 min") for arm in ("vit-d96", "bvit-d96")})
 # The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
 # step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
 # (median 1.72 vs 0.40 s), so 2 of c100-mini-vit's 10 epochs (23.5 min, pair) x 4.3 = 20 min, pair.
@@ -370,7 +438,9 @@ IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hour
 for name, (what, flags) in PRESETS.items():
     if name.startswith("in1k-"):
         hours = {2: 39, 3: 58, 4: 77}.get(flags.get("recursions"), IN1K_GPU_HOURS[flags["size"]])  # SR-ViT R>1
-        TIMES[name] = ("?", f"est. {hours} h")
+        if name.endswith("-deit3"):  # DeiT III's release: 800 epochs, B and L at 192 px (144 tokens of 196, by FLOPs)
+            hours *= flags["epochs"] / 300 * ((flags["img_size"] / 224) ** 2 if flags["img_size"] != 224 else 1)
+        TIMES[name] = ("?", f"est. {hours:.0f} h")
 # DINOv2 distillation: B/16's 300-epoch estimate x 1.33 (256 tokens at patch 14 against 196) x 4/3 (the frozen
 # teacher's forward, a third of a training step of its size): est. 57 H200-hours.
 TIMES.update({f"in1k-revit-b14-e{e}-dinov2": ("?", "est. 57 h") for e in (1, 4, 8)})

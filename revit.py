@@ -343,7 +343,9 @@ class ReViT(nn.Module):
           3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
           4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
         The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
-        known without waiting for the GPU."""
+        known without waiting for the GPU. A kept step is not rescaled by 1 / (1 - p), as drop_path rescales its
+        survivors: our choice (the papers are silent; A.2 calls it DropPath and says a dropped step is the
+        identity), so a kept step computes what it computes at inference, where nothing is dropped."""
         keep = keep.cpu()  # a mask given on the GPU: one copy
         if not keep.any(1).all():
             raise ValueError("keep must keep at least one step of every image")

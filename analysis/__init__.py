@@ -7,5 +7,6 @@ question per file (train.py imports none of it), in the order analyze.py's comma
     alignment.py    does a distilled student follow its teacher's depth? (cross-CKA, its path, expert
                     deletions and gate permutations scored by teacher CKA)
     anytime.py      can each image stop when it is done? (exit rules, their traces, curves and operating points)
+    ranks.py        how fully does a reViT use its expert bank? (effective ranks of the bank, gates, merged W1)
     probes.py       what do a frozen backbone's features hold? (linear, segmentation and depth heads)
 """

@@ -19,7 +19,7 @@ What it does, in order:
 3. Runs the queue in the order of the claims (each group for every seed before the next group):
    the matched-FLOPs, matched-parameters and deep-supervision arms, then solvers, reViT E, SR-ViT R
    and the init control, then reViT's comparisons, then the distilled arm (after its teacher, the
-   vit arm of the same seed). A run starts only if its estimated time fits what is left of the
+   vit arm of the same seed), then bViT's width trend (vit-d96, bvit-d96; issue 64). A run starts only if its estimated time fits what is left of the
    budget; the estimate is the arm's own measured img/s when a run of it has finished, else the
    probe's per-run img/s scaled by FLOPs, times 1.25, plus 60 s (compilation, depth evaluations).
    Each run compiles its whole training forward where that graph holds at most
@@ -60,7 +60,8 @@ GROUPS = [["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds"],
            "vit+structured"],
           ["revit-lory", "revit-smear", "revit-deepseek", "revit-qwen3", "revit-moeut", "revit-remoe", "revit-softmoe",
            "revit-lora"],
-          ["revit-e4+feature"]]
+          ["revit-e4+feature"],
+          ["vit-d96", "bvit-d96"]]  # bViT's width trend (issue 64): the gap at D=96 beside D=192's (vit, bvit)
 ARMS = [arm for group in GROUPS for arm in group]
 PROBE_PRESET = "c100-gpu-bvit"
 # The concurrency probe: few copies (each one compiles), each round bounded (dry run: CPU, no compile)

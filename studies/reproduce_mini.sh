@@ -15,7 +15,7 @@
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
 # Arms: the 12 study presets c100-mini-* and the structured-init claims' 3 (c100-mini-init-*: patch 4,
 # the PyTorch base init, 2 epochs; ARMS=init runs only them); any ARM+INIT works (vit+default: c100-mini-vit
-# with --init default, the earlier init control). MOE below: the 8 comparison presets (Table 3's 7
+# with --init default, the earlier init control). UNTESTED below: issue 64's 6 arms (ARMS=untested). MOE below: the 8 comparison presets (Table 3's 7
 # baselines at U = 1 as the reViT paper's appendix B adapts them, and layer-wise LoRA) and a distilled
 # arm. All arms x 2 seeds: about 30 runs of 20-30 minutes each side by side (11-16 minutes alone),
 # i.e. 6-7 hours on 2 cores. Exit status: 0 if every run
@@ -42,6 +42,10 @@ MOE="revit-lory revit-smear revit-deepseek revit-qwen3 revit-moeut revit-remoe r
 # reViT's elastic depth, the paper's second stage (A.2-A.3): revit-eN continued with depth dropout 0.3, and
 # its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
 ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
+# The papers' claims never tested before (issue 64; studies/claims.py): Training Crossroads' black-box field beside
+# odevit-euler, the solver arms at NFE 4 beside those at NFE 8, bViT's width trend at D=48 beside vit / bvit at D=96.
+# ARMS=untested runs them with the arms they are compared with (a finished run is skipped); 3 seeds: SEEDS="0 1 2".
+UNTESTED="odevit-blackbox odevit-euler-nfe4 odevit-heun-nfe4 odevit-rk4-nfe4 vit-d48 bvit-d48"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
@@ -50,6 +54,7 @@ LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped loopvae-gan 
 ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 if [ "$ARMS" = init ]; then ARMS=$INIT; fi
+if [ "$ARMS" = untested ]; then ARMS="vit bvit odevit-euler odevit-heun odevit-rk4 $UNTESTED"; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
   case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;;
@@ -57,7 +62,7 @@ needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $ELASTIC $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $LOOPVAE, loopvae, init (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $UNTESTED $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $UNTESTED $LOOPVAE, loopvae, init, untested (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call

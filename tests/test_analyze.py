@@ -374,3 +374,79 @@ def test_analyze_teacher_writes_alignment_and_refuses_what_it_cannot_align(tmp_p
         assert analyze.cli(base + argv + ["--out-dir", str(tmp_path / "b")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+# ----------------------------------------------------------------------------- reViT's effective ranks (sec. 5.2)
+def test_effective_rank_is_exp_of_the_entropy_of_the_normalized_squared_singular_values():
+    from analysis.ranks import effective_rank
+    p = torch.tensor([9.0, 16.0], dtype=torch.float64) / 25  # diag(3, 4): sigma^2 = 9, 16
+    assert effective_rank(torch.diag(torch.tensor([3.0, 4.0]))) == pytest.approx(math.exp(-(p * p.log()).sum()), abs=1e-12)
+    g = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(50, 5, generator=g, dtype=torch.float64))  # 5 orthonormal columns
+    assert effective_rank(q.T) == pytest.approx(5.0, abs=1e-9)  # E orthonormal rows -> E
+    assert effective_rank(7.0 * q.T) == pytest.approx(5.0, abs=1e-9)  # scale-free
+    rank1 = torch.outer(torch.randn(4, generator=g), torch.randn(300, generator=g))  # a rank-1 bank (E=4, P=300)
+    assert effective_rank(rank1) == pytest.approx(1.0, abs=1e-6)
+    assert effective_rank(torch.zeros(3, 4)) == 0.0
+    with pytest.raises(ValueError, match="matrix"):
+        effective_rank(torch.ones(3))
+
+
+def test_a_uniform_gate_has_rank_one_and_nothing_left_after_removing_the_mean_across_depth():
+    from analysis.ranks import depth_centered, effective_rank
+    E, L = 4, 12
+    uniform = torch.full((L, E), 1.0 / E)
+    assert effective_rank(uniform) == pytest.approx(1.0, abs=1e-9) and effective_rank(depth_centered(uniform)) == 0.0
+    # one expert per step (L = E, G = I): rank E; centered, C = I - 11^T / E, E - 1 equal directions (appendix D's
+    # ceiling: every row of G sums to one)
+    eye = torch.eye(E, dtype=torch.float64)
+    assert effective_rank(eye) == pytest.approx(E) and effective_rank(depth_centered(eye)) == pytest.approx(E - 1)
+    # two mixtures alternating over depth: rank 2 as trained, one direction (their difference) centered
+    a, b = torch.tensor([0.7, 0.1, 0.1, 0.1]), torch.tensor([0.1, 0.2, 0.3, 0.4])
+    alt = torch.stack([a if t % 2 else b for t in range(L)]).double()
+    assert effective_rank(alt) > 1.05 and effective_rank(depth_centered(alt)) == pytest.approx(1.0, abs=1e-9)
+    assert torch.allclose(depth_centered(alt), alt - alt.mean(0))  # C m, C = I - 11^T / L
+    C = torch.eye(L, dtype=torch.float64) - torch.ones(L, L, dtype=torch.float64) / L
+    assert torch.allclose(depth_centered(alt), C @ alt)
+
+
+@torch.no_grad()
+def test_expert_ranks_read_the_bank_the_gates_and_their_product_of_a_revit():
+    import revit
+    import revit_moe
+    from analysis.ranks import effective_rank, expert_ranks
+    torch.manual_seed(0)
+    m = revit.ReViT(depth=6, experts=3, **TINY_MODEL).eval()
+    torch.nn.init.normal_(m.router[2].weight, std=2.0)  # gates that change with depth
+    res = expert_ranks(m)
+    bank = m.blocks[0].mlp.fc1.weight.double().flatten(1)  # (E, P)
+    g = m.gates().double()  # (L, E)
+    assert (res["experts"], res["depth"], res["P"]) == (3, 6, bank.shape[1])
+    assert res["bank"] == pytest.approx(effective_rank(bank)) and res["gate"] == pytest.approx(effective_rank(g))
+    merged = torch.stack([m.ffn_weights(m.grid()[t:t + 1])[0][0].double().flatten() for t in range(6)])  # per step
+    assert res["merged"] == pytest.approx(effective_rank(merged), rel=1e-6)  # G W1_bank = the merged W1 per step
+    assert res["merged_centered"] == pytest.approx(effective_rank(merged - merged.mean(0)), rel=1e-6)
+    assert 1 < res["gate"] <= 3 and 0 < res["gate_centered"] <= 2 + 1e-9 and res["merged"] <= 3 + 1e-9
+    assert expert_ranks(m, depth=12)["depth"] == 12
+    one = expert_ranks(revit.ReViT(depth=6, experts=1, **TINY_MODEL))  # the tied block: one direction, none varying
+    assert (one["bank"], one["gate"], one["merged"], one["gate_centered"], one["merged_centered"]) == (1, 1, 1, 0, 0)
+    with pytest.raises(ValueError, match="--routing smear"):
+        expert_ranks(revit_moe.ReViTMoE(routing="smear", depth=3, experts=2, **TINY_MODEL))
+
+
+def test_analyze_ranks_writes_beside_the_checkpoint_prints_a_table_and_refuses_other_models(checkpoints, capsys,
+                                                                                              tmp_path):
+    ckpt, _ = checkpoints["revit"]
+    capsys.readouterr()
+    assert analyze.cli(["--resume", ckpt, "--ranks"]) == 0  # no data needed, no --out-dir
+    out = capsys.readouterr().out
+    res = json.load(open(os.path.join(os.path.dirname(ckpt), "ranks.json")))
+    assert (res["experts"], res["depth"]) == (2, 4) and "depth-centered" in out and "expert W1 bank" in out
+    assert f"{res['merged']:.2f}" in out and res["checkpoint"] == ckpt
+    assert analyze.cli(["--resume", ckpt, "--ranks", "--out-dir", str(tmp_path), "--depth", "8"]) == 0
+    assert json.load(open(tmp_path / "ranks.json"))["depth"] == 8
+    for argv, says in (([checkpoints["bvit"][0], "--ranks"], "--ranks"), ([ckpt], "--out-dir"),
+                       ([ckpt, "--ranks", "--anytime"], "one analysis per command")):
+        assert analyze.cli(["--resume", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err

@@ -66,7 +66,7 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     assert all("loopvae" in ln.lower() for ln in table(capsys.readouterr().out))
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
-    assert "paper: ImageNet-1k top-1 83.0 (reViT paper)" in full and "--experts 4" in full and "--opt adamw" in full
+    assert "paper: ImageNet-1k top-1 83.0 (reViT Table 5, Table 1)" in full and "--experts 4" in full and "--opt adamw" in full
     assert train.cli(["--list-presets", "nosuch"]) == 0 and "no preset matches 'nosuch'" in capsys.readouterr().out
 
 
@@ -110,8 +110,9 @@ TABLE6 = dict(opt="adamw", weight_decay=0.05, batch_size=2048, epochs=300, warmu
               depth_dropout=0.0)
 
 
-def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
-    """vit, bvit and srvit: the DeiT III recipe (LAMB); every in1k-revit-*: Table 6 (test below)."""
+def test_imagenet_presets_follow_table_6_or_deit3s_release_and_name_their_paper_number(capsys):
+    """vit, bvit and revit: reViT's Table 6 (the recipe its Table 1 shares); -deit3: DeiT III's own release; srvit:
+    the DeiT recipe."""
     for name, (what, flags) in presets.PRESETS.items():
         if name.startswith("in1k-srvit-"):  # the DeiT recipe (our reading of SoftMoR's R = 1 number, 79.83 ~ 79.8)
             cfg = config(capsys, "--preset", name)
@@ -127,24 +128,50 @@ def test_imagenet_presets_follow_deit3_and_name_their_paper_number(capsys):
             cfg = config(capsys, "--preset", name)
             deit3 = (cfg["bce"], cfg["three_augment"], cfg["label_smoothing"], cfg["batch_size"])
             assert deit3 == (True, True, 0.0, 2048), name
-            assert cfg["opt"] == ("adamw" if cfg["model"] == "revit" else "lamb"), name
+            assert cfg["opt"] == ("lamb" if name.endswith("-deit3") else "adamw"), name
             assert cfg["depth"] == (24 if cfg["size"] == "l" else 12), name
             assert cfg["layer_scale"] and cfg["drop_path"] > 0, name
             assert cfg["patch_size"] == (14 if name.endswith("-dinov2") else 16), name
-            if cfg["model"] != "revit":
-                assert (cfg["lr"], cfg["weight_decay"], cfg["repeated_aug"], cfg["eval_crop_ratio"],
-                        cfg["warmup_lr"]) == (3e-3, 0.02, 0, 0.875, None), name
+            if name.endswith("-deit3"):  # facebookresearch/deit README_revenge.md's ImageNet-1k commands
+                size = cfg["size"]
+                assert (cfg["lr"], cfg["drop_path"], cfg["img_size"]) == {
+                    "s": (4e-3, 0.05, 224), "b": (3e-3, 0.2, 192), "l": (3e-3, 0.45, 192)}[size], name
+                assert (cfg["weight_decay"], cfg["repeated_aug"], cfg["eval_crop_ratio"], cfg["warmup_lr"],
+                        cfg["epochs"], cfg["clip_grad"], cfg["reprob"], cfg["color_jitter"]) == (
+                    0.05, 3, 0.875, 1e-6, 800, 0.0, 0.0, 0.3), name
             if name.endswith("-dinov2"):  # reViT's second regime: the teacher's features alone, fixed depth
                 assert (cfg["teacher"], cfg["distill"], cfg["task_weight"], cfg["depth_dropout"]) == (
                     "weights/vit_base_patch14_dinov2.pth", "feature", 0.0, 0.0), name
     aims = {"in1k-revit-b16-e4": "83.0", "in1k-revit-s16-e4": "78.2", "in1k-vit-b16": "82.8",
-            "in1k-srvit-s16-r1": "79.83", "in1k-srvit-s16-r4": "82.48"}
+            "in1k-srvit-s16-r1": "79.83", "in1k-srvit-s16-r4": "82.48", "in1k-vit-s16": "79.9", "in1k-vit-l16": "84.1",
+            "in1k-bvit-s16-k4": "78.0", "in1k-bvit-l16-k4": "83.7", "in1k-revit-s16-e3": "76.5",
+            "in1k-revit-s16-e1": "70.6", "in1k-revit-l16-e8": "84.0", "in1k-vit-s16-deit3": "81.4"}
     for name, number in aims.items():
         assert number in presets.PAPER[name], name
     assert "no paper number" in presets.PAPER["in1k-bvit-b16"]
     for s in "sbl":
         assert [presets.PRESETS[f"in1k-revit-{s}16-e{e}"][1]["experts"] for e in (1, 2, 4, 8)] == [1, 2, 4, 8]
     assert [presets.PRESETS[f"in1k-srvit-s16-r{r}"][1]["recursions"] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+
+
+def test_every_table_1_row_is_table_6_and_the_rows_differ_only_in_the_model(capsys):
+    """reViT A.3: "reViT, DeiT III, and Raptor use the same data, augmentation, optimizer, and epoch schedule" (its
+    Table 6): in1k-vit-* (DeiT III), in1k-bvit-*-k4 (Raptor-like: 4 blocks in contiguous phases) and in1k-revit-*
+    resolve to the same run but for the model's flags; bViT and Table 5's E=3 beside them."""
+    model_flags = {"preset", "model", "num_blocks", "experts", "lambda_bal", "lambda_z", "lambda_div"}
+    for size in "sbl":
+        cfgs = {n: config(capsys, "--preset", f"in1k-{n}") for n in (f"vit-{size}16", f"bvit-{size}16",
+                                                                     f"bvit-{size}16-k4", f"revit-{size}16-e4")}
+        recipe = [{k: v for k, v in c.items() if k not in model_flags} for c in cfgs.values()]
+        assert all(r == recipe[0] for r in recipe), size
+        assert {k: recipe[0][k] for k in TABLE6 if k not in model_flags} == \
+               {k: v for k, v in TABLE6.items() if k not in model_flags} and recipe[0]["opt"] == "adamw"
+        k4 = build(f"in1k-bvit-{size}16-k4")
+        assert k4.num_blocks == 4 and k4.phase_map() == [4 * k // k4.depth for k in range(k4.depth)]
+        assert cfgs[f"revit-{size}16-e4"]["lambda_bal"] == 1e-2 and cfgs[f"vit-{size}16"]["num_blocks"] is None
+    k4 = build("in1k-bvit-s16-k4", img_size=224, num_classes=1000)
+    assert round(k4.num_params() / 1e6, 1) == 7.9  # Raptor-S k=4 in Table 1: 7.9 M (B: 29.9, L: 52.4)
+    assert config(capsys, "--preset", "in1k-revit-s16-e3")["experts"] == 3
 
 
 def test_the_recurrent_presets_drop_at_the_untied_vits_mean_rate(capsys):
@@ -163,7 +190,7 @@ def test_the_recurrent_presets_drop_at_the_untied_vits_mean_rate(capsys):
 
 def test_every_in1k_revit_preset_is_the_revit_papers_table_6(capsys):
     revit = [n for n in presets.PRESETS if n.startswith("in1k-revit-")]
-    assert len(revit) == 15  # S, B, L x E = 1, 2, 4, 8 and the three DINOv2 students
+    assert len(revit) == 16  # S, B, L x E = 1, 2, 4, 8, S at E=3 (Table 5) and the three DINOv2 students
     for name in revit:
         cfg = config(capsys, "--preset", name)
         assert {k: cfg[k] for k in TABLE6} == TABLE6, name
@@ -187,7 +214,7 @@ def test_explicit_flags_override_the_preset(capsys):
     assert {k: v for k, v in cfg.items() if k not in ("lr", "embed_dim", "opt")} == \
            {k: v for k, v in base.items() if k not in ("lr", "embed_dim", "opt")}
     cfg = config(capsys, "--preset", "in1k-vit-s16", "--no-three-augment", "--no-bce")
-    assert (cfg["three_augment"], cfg["bce"], cfg["opt"]) == (False, False, "lamb")
+    assert (cfg["three_augment"], cfg["bce"], cfg["opt"]) == (False, False, "adamw")
     assert config(capsys, "--preset", "in1k-vit-s16", "--drop-path", "0")["drop_path"] == 0.0
 
 
@@ -245,6 +272,7 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
         "revit-lora"]  # reViT's comparisons (Table 3 at U = 1, appendix B; Table 10)
 ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
 INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
+UNTESTED = ["odevit-blackbox", "odevit-euler-nfe4", "odevit-heun-nfe4", "odevit-rk4-nfe4", "vit-d48", "bvit-d48"]  # issue 64
 
 
 def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another_seeds_silent_source(tmp_path,
@@ -286,12 +314,12 @@ def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_o
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
     classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
-    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC + INIT)  # test_loopvae_train.py)
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + UNTESTED + ELASTIC + INIT)  # test_loopvae_train.py)
     recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
-    for arm in MINI:  # one recipe: only model flags differ
+    for arm in MINI + UNTESTED:  # one recipe: only model flags differ
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]
         model_flags = {"model", "eval_depths", "embed_dim", "num_heads", "depth", "stages", "experts",
-                       "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
+                       "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank", "field"}
         assert {k: v for k, v in flags.items() if k not in model_flags} == \
                {k: v for k, v in recipe.items() if k not in model_flags}, arm
         # the mini recipe fixes every optimization flag, so a changed train.py default cannot move it
