@@ -4,15 +4,100 @@ run's on 1 and 2 processes, a command to continue that can be pasted, and where 
 
 CPU only; tiny models on a fake CIFAR folder (a run takes about a second in-process).
 """
+import json
+import os
+import shutil
+
 import pytest
 
 import train
-from test_train import TINY, fake_cifar
+from test_train import TINY, fake_cifar, load
+
+
+def records(out, name="log.jsonl"):
+    return [json.loads(ln) for ln in open(os.path.join(out, name))]
 
 
 @pytest.fixture
 def job(tmp_path):
     return TINY + ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--warmup-epochs", "0"]
+
+
+def test_resuming_into_the_folder_of_another_run_is_refused_and_leaves_it_untouched(tmp_path, job, capsys):
+    """--resume A/ckpt.pt --out-dir B, B holding a run of its own: one line naming both, B's files as they were
+    (before: rc 0, B's ckpt.pt and args.json overwritten by A's continuation, A's epoch in B's log)."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    assert train.cli(job + ["--epochs", "1", "--out-dir", str(a)]) == 0
+    assert train.cli(job + ["--epochs", "1", "--seed", "1", "--out-dir", str(b)]) == 0
+    before = {f: open(b / f, "rb").read() for f in os.listdir(b)}
+    capsys.readouterr()
+    assert train.cli(job + ["--epochs", "2", "--resume", str(a / "ckpt.pt"), "--out-dir", str(b)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{b} holds another run" in err[0] and f"run of {a}" in err[0], err
+    assert f"--resume {b / 'ckpt.pt'}" in err[0]  # how to continue B's own run instead
+    assert {f: open(b / f, "rb").read() for f in os.listdir(b)} == before
+    empty = tmp_path / "C"  # a folder without a run takes the continued run, its log starting afresh
+    assert train.cli(job + ["--epochs", "2", "--resume", str(a / "ckpt.pt"), "--out-dir", str(empty)]) == 0
+    assert [r["epoch"] for r in records(empty)] == [1]
+
+
+def test_a_refused_resume_leaves_nothing_behind(tmp_path, job, capsys):
+    """A --resume refused in the set-up (here a flag that changes the model) creates no output folder and no
+    .lock (before: an empty folder holding .lock); nor does a refused --eval-only."""
+    assert train.cli(job + ["--max-steps", "1", "--out-dir", str(tmp_path / "A")]) == 0
+    ck = str(tmp_path / "A" / "ckpt.pt")
+    assert train.cli(job + ["--resume", ck, "--embed-dim", "64", "--out-dir", str(tmp_path / "new")]) == 2
+    assert "--embed-dim was 32, now 64" in capsys.readouterr().err
+    ev = ["--eval-only", "--resume", ck, "--eval-ema", "--ema", "0.9", "--out-dir", str(tmp_path / "ev")]
+    assert train.cli(ev) == 2
+    assert "holds no EMA weights" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["A", "data"]
+
+
+def test_going_back_to_an_earlier_checkpoint_sets_the_later_records_aside_and_says_so(tmp_path, job, capsys):
+    """--resume OUT/ckpt_e0.pt after the run went on to epoch 3 (with --eval-depths): log.jsonl holds one record per
+    epoch of the branch that goes on (before: 0, 1, 2, 3, depths, 1, 2), the abandoned ones and their depth_eval.json
+    in files of their own, and one line says so, naming the later ckpt.pt that the branch replaces."""
+    out = tmp_path / "o"
+    assert train.cli(job + ["--epochs", "1", "--out-dir", str(out)]) == 0
+    shutil.copy(out / "ckpt.pt", out / "ckpt_e0.pt")
+    assert train.cli(job + ["--epochs", "4", "--eval-depths", "1", "--resume", "auto", "--out-dir", str(out)]) == 0
+    later = records(out)
+    assert [r.get("epoch", r.get("depth")) for r in later] == [0, 1, 2, 3, 1]
+    capsys.readouterr()
+    assert train.cli(job + ["--epochs", "3", "--resume", str(out / "ckpt_e0.pt"), "--out-dir", str(out)]) == 0
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "moved to" in ln]
+    assert len(said) == 1 and "(epoch 3, step 32)" in said[0] and f"{out / 'ckpt.pt'}, which this run does not " \
+        "continue, is replaced" in said[0], said
+    assert [(r["epoch"], r["step"]) for r in records(out)] == [(0, 8), (1, 16), (2, 24)]
+    aside = sorted(f for f in os.listdir(out) if ".abandoned-" in f)
+    assert [f.split(".abandoned-")[0] for f in aside] == ["depth_eval", "log"], aside
+    assert records(out, aside[1]) == later[1:]  # every later record, as it was
+    assert json.load(open(out / aside[0]))["step"] == 32
+    capsys.readouterr()  # the branch's own checkpoint, resumed in its folder: nothing to set aside, no line
+    assert train.cli(job + ["--epochs", "4", "--resume", "auto", "--out-dir", str(out)]) == 0
+    assert "moved to" not in capsys.readouterr().out
+    assert [r["epoch"] for r in records(out)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("sizes", [(4, 8), (8, 4)], ids=["4->8", "8->4"])
+def test_another_batch_size_at_an_epoch_boundary_follows_the_epochs(tmp_path, job, capsys, sizes):
+    """64 images, epoch 0 at one --batch-size, epoch 1 at another: the schedule follows epochs (images seen), so
+    epoch 1 is trained whole and the run ends at --min-lr, as a run at the second batch size all along does (before:
+    4 -> 8 trained nothing, "nothing left"; 8 -> 4 ended half-way down the cosine); one line says how the step maps."""
+    first, then = sizes
+    out = str(tmp_path / "o")
+    at = lambda bs: job + ["--batch-size", str(bs)]  # noqa: E731  (argparse takes the last value)
+    assert train.cli(at(first) + ["--epochs", "1", "--out-dir", out]) == 0
+    capsys.readouterr()
+    assert train.cli(at(then) + ["--epochs", "2", "--resume", "auto", "--out-dir", out]) == 0
+    said = capsys.readouterr().out
+    assert f"resume: epoch 1 starts at step {64 // then} of this run ({64 // then} steps per epoch at --batch-size " \
+           f"{then}), where the checkpoint counted step {64 // first}" in said, said
+    assert [(r["epoch"], r["step"]) for r in records(out)] == [(0, 64 // first), (1, 2 * 64 // then)]
+    assert abs(records(out)[-1]["lr"] - 1e-5) < 1e-12  # --min-lr
+    ck = load(os.path.join(out, "ckpt.pt"))
+    assert ck["step"] == ck["scheduler"]["last_epoch"] == 2 * 64 // then
 
 
 def test_resume_and_eval_only_take_the_data_dir_from_the_checkpoint_unless_it_is_given(tmp_path, job, capsys,

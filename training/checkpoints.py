@@ -1,7 +1,8 @@
 """Training state on disk for train.py: checkpoints (atomic save, RNG states, restoring a run's objects;
 Saver, the run's save, and resume_or_start), the --resume policy and how to continue a stopped run
 (continue_hint), the weights a --finetune / --stage2 run starts from (start_weights), and the run folder
-(new_run_dir; writable; locked to one run). Which flags a checkpoint gives a run (--eval-only, --finetune,
+(new_run_dir; other_run; take_out_dir: writable, locked to one run, its log continued, a branch's later
+records set aside). Which flags a checkpoint gives a run (--eval-only, --finetune,
 --stage2, --resume) is training/flags.py's; how any weights file is read and fitted to a model (head and
 position embedding adapted) is training/weights.py's.
 
@@ -89,13 +90,14 @@ CHANGE_NOTES = {"opt": "the new optimizer starts from fresh state (no moments or
                        "learning-rate schedule goes on"}
 
 
-def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None):
+def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None, step=None):
     """Load the training state of checkpoint `ck` (load_checkpoint; read from `path`) into a run's
     objects, for train.py --resume: weights, optimizer moments, schedule position, GradScaler, EMA
     and the distillation projection. This command's --lr (the schedule's peak) and weight decays
     apply from the next step on (resume_changes reports them); so does its optimizer `opt`
-    (--opt): another than the checkpoint's starts from fresh state. Raises Fail when the weights do
-    not fit the model."""
+    (--opt): another than the checkpoint's starts from fresh state. `step`: the optimizer step the
+    schedule continues at (None: the checkpoint's; schedule_step maps it for another --batch-size).
+    Raises Fail when the weights do not fit the model."""
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:
@@ -109,6 +111,8 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
     if opt is None or ck["args"].get("opt", "adamw") == opt:  # (AdamW's and LAMB's states differ)
         optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
+    if step is not None:
+        scheduler.last_epoch = step
     for g, wd in zip(optimizer.param_groups, decays):
         g["weight_decay"] = wd
         # the implementation is this run's, not the checkpoint's: train.py's step needs the fused
@@ -220,13 +224,15 @@ class Saver:
 
 def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
-    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
-    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
-    (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
-    Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
-    resumed with these flags or class folders, or (DDP) when the processes do not see the same files
-    (same_files)."""
+    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state, at the
+    step schedule_step maps it to; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
+    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. It only reads: the
+    run folder is created, locked and its log continued after it has accepted the run (take_out_dir), so
+    that a refusal leaves nothing behind. `classes`: the class names of the training set (an image
+    folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
+    Returns (start_epoch, start_batch, step, progress) and sets `run.resumed` for take_out_dir. Raises
+    Fail for a checkpoint that cannot be resumed with these flags, class folders or --out-dir (one that
+    holds another run: other_run), or (DDP) when the processes do not see the same files (same_files)."""
     world, rank, ckpt_path = run.world, run.rank, run.ckpt_path
     same_files(args, ckpt_path)
     log = os.path.join(args.out_dir, "log.jsonl")
@@ -234,10 +240,7 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
         if os.path.exists(ckpt_path):
             raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
                        "choose another --out-dir")
-        old = [os.path.exists(log)]  # rank 0 writes the log: its view decides on every process
-        if dist.is_initialized():
-            dist.broadcast_object_list(old, src=0)
-        if old[0]:
+        if rank0_sees(lambda: os.path.exists(log)):  # rank 0 writes the log: its view decides on every process
             raise Fail(f"--out-dir {args.out_dir} holds the log.jsonl of an earlier run, and no ckpt.pt to continue "
                        "it; a new run there would add its records to that log and overwrite its args.json: choose "
                        "another --out-dir, or move the earlier run's files away")
@@ -248,10 +251,14 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
         raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
                    "leave out --eval-ema to evaluate its model weights")
     same_classes(ck, args.resume, classes)
-    for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
+    changes = [] if args.eval_only else resume_changes(ck, args, world, args.resume)
+    if not args.eval_only:  # (a checkpoint that cannot continue here is named first)
+        other_run(args.resume, args.out_dir)
+    for line in changes:
         if rank == 0:
             print(line)
-    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt)
+    step = ck["step"] if args.eval_only else schedule_step(ck, args, run)
+    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt, step=step)
     stage2 = ck.get("adversary") is not None
     if not args.eval_only and stage2 != (adversary is not None):
         raise Fail(f"--resume {args.resume}: a Stage-2 checkpoint (its run had --stage2 {ck['args'].get('stage2')}); "
@@ -259,15 +266,80 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
                    f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
     if adversary is not None:
         adversary.load_state_dict(ck["adversary"])
-    if rank == 0 and not args.eval_only:
-        repair_log(log, f"checkpoint {args.resume} (step {ck['step']}) is intact")
-        if ck.get("record"):
-            log_the_saved_epoch(ck, args.resume, args.out_dir)
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
-    return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+    run.resumed = {k: ck.get(k) for k in ("step", "epoch", "batch", "record")} | {"path": args.resume}
+    return ck["epoch"], ck["batch"], step, ck["progress"]
+
+
+def rank0_sees(check):
+    """`check()` (a look at the run folder) as rank 0 sees it, on every process (rank 0 writes the folder)."""
+    seen = [check()]
+    if dist.is_initialized():
+        dist.broadcast_object_list(seen, src=0)
+    return seen[0]
+
+
+def same_folder(path, out_dir):
+    """Whether the checkpoint `path` lies in the run folder `out_dir` (links and relative paths resolved)."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(out_dir)
+
+
+def other_run(path, out_dir):
+    """--resume `path` --out-dir `out_dir` of another folder: refused (Fail, naming both) when `out_dir` holds
+    a run of its own (a ckpt.pt or a log.jsonl), whose checkpoint and args.json the continued run would
+    overwrite and whose log it would add its records to. A folder without them (new, or holding only an
+    --eval-only's results) takes the continued run, its log starting afresh."""
+    if same_folder(path, out_dir):
+        return
+    held = rank0_sees(lambda: [f for f in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, f))])
+    if held:
+        home = os.path.dirname(path) or "."
+        raise Fail(f"--resume {path} --out-dir {out_dir}: {out_dir} holds another run (its {' and '.join(held)}), "
+                   f"which continuing the run of {home} there would overwrite and mix with it; leave out --out-dir "
+                   f"(the run continues in {home}), give an --out-dir that holds no run, or continue {out_dir}'s own "
+                   f"run with --resume {os.path.join(out_dir, 'ckpt.pt')}")
+
+
+def schedule_step(ck, args, run):
+    """The optimizer step at which a run resumed from checkpoint `ck` continues its learning-rate schedule:
+    the checkpoint's, except at an epoch boundary where this run's steps per epoch (`run.steps_per_epoch`:
+    another --batch-size, or another number of processes) differ from those the checkpoint counted: there
+    the schedule follows epochs, i.e. images seen (epoch E starts at step E x this run's steps per epoch, of
+    a schedule as long as this run's --epochs at this batch size), and rank 0 says how it mapped the step.
+    (Mid-epoch, another batch size is refused: resume_changes.)"""
+    step = ck["epoch"] * run.steps_per_epoch
+    if ck["batch"] or step == ck["step"]:
+        return ck["step"]
+    if run.master:
+        print(f"resume: epoch {ck['epoch']} starts at step {step} of this run ({run.steps_per_epoch} steps per epoch "
+              f"at --batch-size {args.batch_size}), where the checkpoint counted step {ck['step']} (--batch-size "
+              f"{ck['args'].get('batch_size')}): the learning-rate schedule follows epochs (images seen), not steps")
+    return step
+
+
+def take_out_dir(args, run):
+    """The run folder, once resume_or_start has accepted the run: --out-dir created and checked writable
+    (every process: check_out_dir), locked to this run (rank 0 of a training run: lock_out_dir), and the
+    log.jsonl of a resumed run continued (`run.resumed`, resume_or_start's): a last line cut off mid-write
+    repaired (repair_log); in the checkpoint's own folder, the records of steps after the checkpoint's set
+    aside (set_aside_later_records) and the checkpoint's epoch record written if the log lacks it
+    (log_the_saved_epoch). Returns the lock's open file (None: another rank, or --eval-only, which writes
+    only its own results). Raises Fail."""
+    check_out_dir(args.out_dir)
+    if not run.master or args.eval_only:
+        return None
+    lock = lock_out_dir(args.out_dir)
+    if run.resumed:
+        kept = f"checkpoint {run.resumed['path']} (step {run.resumed['step']}) is intact"
+        repair_log(run.log_path, kept)
+        if same_folder(run.resumed["path"], args.out_dir):
+            set_aside_later_records(run.resumed, run.log_path, run.ckpt_path, kept)
+            if run.resumed["record"]:
+                log_the_saved_epoch(run.resumed, run.resumed["path"], args.out_dir)
+    return lock
 
 
 def same_classes(ck, path, classes):
@@ -360,6 +432,67 @@ def log_the_saved_epoch(ck, path, out_dir):
         write(log, json.dumps(rec) + "\n", f"checkpoint {path} (step {ck['step']}) is intact", append=True)
         print(f"log.jsonl: added the record of epoch {rec['epoch']} (step {rec['step']}), which its checkpoint held and "
               "the stopped run had not written")
+
+
+def set_aside_later_records(resumed, log, ckpt_path, kept):
+    """A run resumed in its own folder from a checkpoint (`resumed`: its path, step, epoch and batch, the
+    position it continues at) that the folder's run had trained on from (e.g. --resume OUT/ckpt_e0.pt after
+    epoch 3): log.jsonl keeps one record per epoch and step of the branch that continues. From its first
+    epoch record past the checkpoint's position on (an epoch it starts or goes on with; by epoch, as the step
+    counts of two batch sizes differ: schedule_step), its lines move to a file of their own beside it,
+    log.abandoned-TIME.jsonl (written first, then the log replaced atomically: a crash between the two
+    leaves them in both, never in neither); the later OUT/ckpt.pt (`ckpt_path`), which this run's first
+    checkpoint replaces, is named in the same one line. Raises Fail when a file cannot be written (`kept`)."""
+    step, epoch, batch, path = resumed["step"], resumed["epoch"], resumed["batch"], resumed["path"]
+    try:
+        with open(log) as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        lines = []
+    except OSError as e:
+        raise cannot_write(log, e, kept)
+
+    def later(line):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return False
+        if not (isinstance(rec, dict) and isinstance(rec.get("epoch"), int) and isinstance(rec.get("step"), int)):
+            return False  # (an --eval-depths row: it goes with the records before it)
+        return rec["epoch"] > epoch or rec["epoch"] == epoch and (not batch or rec["step"] > step)
+    cut = next((i for i, line in enumerate(lines) if later(line)), len(lines))
+    replaced = os.path.exists(ckpt_path) and not os.path.samefile(ckpt_path, path)
+    if cut == len(lines) and not replaced:
+        return
+    said = f"resume: {path} continues this folder's run at step {step}"
+    if cut < len(lines):
+        reached = [json.loads(ln) for ln in lines[cut:] if later(ln)][-1]
+        folder, now, n = os.path.dirname(log), time.strftime("%Y%m%d-%H%M%S"), 1
+        stamp = now
+        while os.path.exists(os.path.join(folder, f"log.abandoned-{stamp}.jsonl")):  # (a second one this second)
+            n += 1
+            stamp = f"{now}-{n}"
+        # the --eval-depths results of the abandoned weights go with their log rows
+        moved = [name for name in ("log.jsonl", "depth_eval.json", "depth_eval.png") if name == "log.jsonl" or (
+            os.path.exists(os.path.join(folder, name)) and any('"depth"' in ln for ln in lines[cut:]))]
+        aside = {name: os.path.join(folder, name.replace(".", f".abandoned-{stamp}.", 1)) for name in moved}
+        write(aside["log.jsonl"], "".join(lines[cut:]), kept)
+        try:
+            with open(log + ".tmp", "w") as f:
+                f.write("".join(lines[:cut]))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(log + ".tmp", log)
+            for name in moved[1:]:
+                os.replace(os.path.join(folder, name), aside[name])
+        except OSError as e:
+            raise cannot_write(log, e, kept)
+        said += (f", back from where it had got to (epoch {reached['epoch']}, step {reached['step']}): log.jsonl's "
+                 f"{len(lines) - cut} later record(s) moved to {aside['log.jsonl']}"
+                 + "".join(f", and {name} to {aside[name]}" for name in moved[1:]))
+    if replaced:
+        said += f"; {ckpt_path}, which this run does not continue, is replaced at its first checkpoint"
+    print(said)
 
 
 def continue_hint(p, argv, ddp, ckpt_path):
