@@ -6,12 +6,17 @@ CPU only; tiny models on a fake CIFAR folder (a run takes about a second in-proc
 """
 import json
 import os
+import shlex
 import shutil
+import signal
+import sys
 
 import pytest
 
 import train
-from test_train import TINY, fake_cifar, load
+from training import checkpoints, exits
+from test_cluster import free_port, signal_the_group, torchrun
+from test_train import ROOT, TINY, fake_cifar, load
 
 
 def records(out, name="log.jsonl"):
@@ -98,6 +103,67 @@ def test_another_batch_size_at_an_epoch_boundary_follows_the_epochs(tmp_path, jo
     assert abs(records(out)[-1]["lr"] - 1e-5) < 1e-12  # --min-lr
     ck = load(os.path.join(out, "ckpt.pt"))
     assert ck["step"] == ck["scheduler"]["last_epoch"] == 2 * 64 // then
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_stopped_run_continued_with_the_printed_command_logs_the_uninterrupted_runs_numbers(tmp_path, nproc, capsys,
+                                                                                               monkeypatch):
+    """SIGTERM inside epoch 0, then the command the run printed, pasted as it is (under torchrun: torchrun and its
+    options; before: "the same torchrun command and ..."): every number logged, timings apart, equals the
+    uninterrupted run's (before, on 2 processes: each rank's running loss was saved from rank 0 only, so the
+    epoch's train_loss differed). One process runs in this one (SIGTERM while the checkpoint of step 3 is
+    written), two under torchrun (SIGTERM to the job's process group after that checkpoint)."""
+    job = TINY[:6] + ["--device", "cpu", "--workers", "0", "--val-subset", "16", "--eval-batch-size", "16",
+                      "--batch-size", "4", "--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"),
+                      "--max-steps", "8", "--save-every", "3"]  # 16 steps per epoch: all inside epoch 0
+    full, out = str(tmp_path / "full"), str(tmp_path / "run")
+    if nproc == 1:
+        assert train.cli(job + ["--out-dir", full]) == 0
+        real = checkpoints.save_atomic
+
+        def save_and_stop(obj, path):
+            if obj["step"] == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return real(obj, path)
+        with monkeypatch.context() as mp:
+            mp.setattr(checkpoints, "save_atomic", save_and_stop)
+            assert train.cli(job + ["--out-dir", out]) == exits.PREEMPTED
+        err, start = capsys.readouterr().err, ["python", "train.py"]
+    else:
+        r = torchrun(job + ["--out-dir", full])
+        assert r.returncode == 0, r.stderr[-3000:]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                    str(free_port())]
+        rc, err = signal_the_group(job, out, signal.SIGTERM, launcher)
+        assert rc == 1, err[-3000:]  # (torchrun's own status after its processes stopped)
+        start = ["torchrun", *launcher[3:], os.path.join(ROOT, "train.py")]
+    assert 3 <= load(os.path.join(out, "ckpt.pt"))["step"] < 8
+    said = [ln for ln in err.splitlines() if ln.startswith("train.py:") and "continue with: " in ln]
+    assert said, err[-3000:]
+    words = shlex.split(said[0].split("continue with: ", 1)[1])
+    assert words == start + job + ["--out-dir", out, "--resume", os.path.join(out, "ckpt.pt")], words
+    if nproc == 1:
+        assert train.cli(words[2:]) == 0
+    else:
+        again = torchrun(words[len(start):])
+        assert again.returncode == 0, again.stderr[-3000:]
+    timing = ("img_per_s", "epoch_time_s")
+    drop = lambda recs: [{k: v for k, v in r.items() if k not in timing} for r in recs]  # noqa: E731
+    assert drop(records(out)) == drop(records(full)) and len(records(out)) == 1
+    a, b = load(os.path.join(full, "ckpt.pt")), load(os.path.join(out, "ckpt.pt"))
+    assert all((a["model"][k] == b["model"][k]).all() for k in a["model"])
+
+
+def test_the_torchrun_command_is_read_from_torchrun_or_rebuilt_from_its_environment():
+    argv = ["--epochs", "2", "--out-dir", "o"]
+    for parent in (["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc_per_node", "8", "train.py", *argv],
+                   ["python", "-u", "-m", "torch.distributed.run", "--nproc_per_node", "8", "train.py", *argv]):
+        assert checkpoints.launcher(parent, argv, {}) == ["torchrun", "--nproc_per_node", "8", "train.py"]
+    env = {"GROUP_WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1", "MASTER_ADDR": "node0",
+           "MASTER_PORT": "29400", "WORLD_SIZE": "8"}  # (another launcher, or a parent that cannot be read)
+    assert checkpoints.launcher(["srun", "x"], argv, env)[:-1] == [
+        "torchrun", "--nnodes", "2", "--nproc_per_node", "4", "--node_rank", "1", "--master_addr", "node0",
+        "--master_port", "29400"]
 
 
 def test_resume_and_eval_only_take_the_data_dir_from_the_checkpoint_unless_it_is_given(tmp_path, job, capsys,

@@ -188,7 +188,7 @@ def lock_out_dir(out_dir):
 # ----------------------------------------------------------------------------- a run's checkpoint
 class Saver:
     """save(epoch, batch, progress, step): the atomic checkpoint of everything a bit-exact resume
-    needs (rank 0 writes it; every rank's RNG state is gathered), and the class names (image folders),
+    needs (rank 0 writes it; every rank's RNG state and `progress`, its epoch's sums, are gathered), and the class names (image folders),
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
     "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". `run`: the run's Run
@@ -204,15 +204,16 @@ class Saver:
     def __call__(self, epoch, batch, progress, step, record=None):
         """`record`: the epoch's log.jsonl record (at an epoch's end), kept so that a resume writes it
         if the run could not (its log write failed, or it died between the save and the write)."""
-        rngs = [None] * self.world
+        ranks = [None] * self.world  # every process's RNG state and epoch sums (its own loss sum: EpochSums)
         if self.ddp:
-            dist.all_gather_object(rngs, rng_state())
+            dist.all_gather_object(ranks, (rng_state(), progress))
         else:
-            rngs = [rng_state()]
+            ranks = [(rng_state(), progress)]
         if self.master:
             state = {k: v.state_dict() if v is not None else None for k, v in self.objects.items()}
             try:
-                save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress, "rng": rngs,
+                save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress,
+                             "progress_ranks": [p for _, p in ranks], "rng": [r for r, _ in ranks],
                              "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
@@ -224,8 +225,8 @@ class Saver:
 
 def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state, at the
-    step schedule_step maps it to; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
+    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state and epoch
+    sums, at the step schedule_step maps it to; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
     `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. It only reads: the
     run folder is created, locked and its log continued after it has accepted the run (take_out_dir), so
     that a refusal leaves nothing behind. `classes`: the class names of the training set (an image
@@ -271,7 +272,8 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
     run.resumed = {k: ck.get(k) for k in ("step", "epoch", "batch", "record")} | {"path": args.resume}
-    return ck["epoch"], ck["batch"], step, ck["progress"]
+    ranks = ck.get("progress_ranks") or []  # (written since 2026-12-04; before, rank 0's sums only)
+    return ck["epoch"], ck["batch"], step, ranks[rank] if len(ranks) == world else ck["progress"]
 
 
 def rank0_sees(check):
@@ -498,16 +500,46 @@ def set_aside_later_records(resumed, log, ckpt_path, kept):
 def continue_hint(p, argv, ddp, ckpt_path):
     """How to continue this run from `ckpt_path` once stopped: the same command when it resumes
     that checkpoint by itself (--resume auto, or --resume of that file), else the command with
-    --resume CKPT added (argparse takes the last value of a flag)."""
+    --resume CKPT added (argparse takes the last value of a flag), under torchrun with torchrun and
+    its options (launcher), so that it can be pasted."""
     argv = sys.argv[1:] if argv is None else list(argv)
     given = p.parse_args(argv).resume
     if given == "auto":
         return "continue with the same command (its --resume auto continues the checkpoint)"
     if given and os.path.abspath(checkpoint_file(given, "--resume")) == os.path.abspath(ckpt_path):
         return "continue with the same command"
-    if ddp:
-        return f"continue with the same torchrun command and --resume {ckpt_path}"
-    return "continue with: python train.py " + shlex.join(argv + ["--resume", ckpt_path])
+    start = launcher(parent_command(), argv, os.environ) if ddp else ["python", "train.py"]
+    return "continue with: " + shlex.join(start + argv + ["--resume", ckpt_path])
+
+
+def parent_command():
+    """The command line of this process's parent (under torchrun: torchrun's, which started it), as a list
+    of words; [] where it cannot be read (no /proc: not Linux)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return [os.fsdecode(w) for w in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def launcher(parent, argv, env):
+    """The words that start a DDP process of train.py with the arguments `argv`: torchrun, its options and
+    the script, from torchrun's command line `parent` (parent_command: `torchrun OPTIONS SCRIPT ARGV` or
+    `python -m torch.distributed.run OPTIONS SCRIPT ARGV`, written as torchrun); where `parent` is not
+    that, rebuilt from what torchrun sets in the environment `env` (LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE,
+    GROUP_RANK, MASTER_ADDR, MASTER_PORT): on many nodes each node's own command."""
+    for i, w in enumerate(parent):
+        if os.path.basename(w) == "torchrun" or (w == "torch.distributed.run" and parent[i - 1:i] == ["-m"]):
+            rest, n = parent[i + 1:], len(argv) + 1  # OPTIONS SCRIPT ARGV
+            if len(rest) >= n and rest[len(rest) - n + 1:] == list(argv):
+                return ["torchrun", *rest[:len(rest) - n + 1]]
+            break
+    nodes = env.get("GROUP_WORLD_SIZE", "1")
+    words = ["torchrun", "--nnodes", nodes, "--nproc_per_node", env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))]
+    if nodes != "1":
+        words += ["--node_rank", env.get("GROUP_RANK", "0"), "--master_addr", env.get("MASTER_ADDR", "127.0.0.1"),
+                  "--master_port", env.get("MASTER_PORT", "29500")]
+    return words + [sys.argv[0] if sys.argv[0].endswith(".py") else "train.py"]
 
 
 def start_weights(args, model):
