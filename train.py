@@ -89,13 +89,12 @@ def main(argv=None, stop=None):
 
     # 6. resume or start fresh, and what a stopped run keeps
     run.ckpt_path, run.log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
-    checkpoints.check_out_dir(args.out_dir)
-    lock = checkpoints.lock_out_dir(args.out_dir) if run.master and not args.eval_only else None
     classes = getattr(train_set, "classes", None)
     run.start_epoch, run.start_batch, run.start_step, run.progress = checkpoints.resume_or_start(
-        args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes)
+        args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes)  # (reads only)
+    lock = checkpoints.take_out_dir(args, run)  # the folder created and locked to this run, its log continued
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
-        stop.checkpoint, stop.step = args.resume, run.start_step
+        stop.checkpoint, stop.step = args.resume, run.resumed["step"]
     stop.hint = checkpoints.continue_hint(p, argv, run.ddp, run.ckpt_path)
     save = checkpoints.Saver(run, {"model": raw_model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler,
                                    "ema": ema, "distill": distiller, "adversary": adversary}, args, classes)

@@ -1,7 +1,8 @@
 """Training state on disk for train.py: checkpoints (atomic save, RNG states, restoring a run's objects;
 Saver, the run's save, and resume_or_start), the --resume policy and how to continue a stopped run
 (continue_hint), the weights a --finetune / --stage2 run starts from (start_weights), and the run folder
-(new_run_dir; writable; locked to one run). Which flags a checkpoint gives a run (--eval-only, --finetune,
+(new_run_dir; other_run; take_out_dir: writable, locked to one run, its log continued, a branch's later
+records set aside). Which flags a checkpoint gives a run (--eval-only, --finetune,
 --stage2, --resume) is training/flags.py's; how any weights file is read and fitted to a model (head and
 position embedding adapted) is training/weights.py's.
 
@@ -89,13 +90,14 @@ CHANGE_NOTES = {"opt": "the new optimizer starts from fresh state (no moments or
                        "learning-rate schedule goes on"}
 
 
-def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None):
+def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distiller=None, opt=None, step=None):
     """Load the training state of checkpoint `ck` (load_checkpoint; read from `path`) into a run's
     objects, for train.py --resume: weights, optimizer moments, schedule position, GradScaler, EMA
     and the distillation projection. This command's --lr (the schedule's peak) and weight decays
     apply from the next step on (resume_changes reports them); so does its optimizer `opt`
-    (--opt): another than the checkpoint's starts from fresh state. Raises Fail when the weights do
-    not fit the model."""
+    (--opt): another than the checkpoint's starts from fresh state. `step`: the optimizer step the
+    schedule continues at (None: the checkpoint's; schedule_step maps it for another --batch-size).
+    Raises Fail when the weights do not fit the model."""
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:
@@ -109,6 +111,8 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
     if opt is None or ck["args"].get("opt", "adamw") == opt:  # (AdamW's and LAMB's states differ)
         optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
+    if step is not None:
+        scheduler.last_epoch = step
     for g, wd in zip(optimizer.param_groups, decays):
         g["weight_decay"] = wd
         # the implementation is this run's, not the checkpoint's: train.py's step needs the fused
@@ -184,7 +188,7 @@ def lock_out_dir(out_dir):
 # ----------------------------------------------------------------------------- a run's checkpoint
 class Saver:
     """save(epoch, batch, progress, step): the atomic checkpoint of everything a bit-exact resume
-    needs (rank 0 writes it; every rank's RNG state is gathered), and the class names (image folders),
+    needs (rank 0 writes it; every rank's RNG state and `progress`, its epoch's sums, are gathered), and the class names (image folders),
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
     "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". `run`: the run's Run
@@ -200,15 +204,16 @@ class Saver:
     def __call__(self, epoch, batch, progress, step, record=None):
         """`record`: the epoch's log.jsonl record (at an epoch's end), kept so that a resume writes it
         if the run could not (its log write failed, or it died between the save and the write)."""
-        rngs = [None] * self.world
+        ranks = [None] * self.world  # every process's RNG state and epoch sums (its own loss sum: EpochSums)
         if self.ddp:
-            dist.all_gather_object(rngs, rng_state())
+            dist.all_gather_object(ranks, (rng_state(), progress))
         else:
-            rngs = [rng_state()]
+            ranks = [(rng_state(), progress)]
         if self.master:
             state = {k: v.state_dict() if v is not None else None for k, v in self.objects.items()}
             try:
-                save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress, "rng": rngs,
+                save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress,
+                             "progress_ranks": [p for _, p in ranks], "rng": [r for r, _ in ranks],
                              "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
@@ -220,13 +225,15 @@ class Saver:
 
 def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written, and repairs a log.jsonl whose last line was cut: repair_log; Stage 2: the discriminator
-    and its optimizer too) and this rank's RNG state; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
-    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. `classes`: the class names of the training set
-    (an image folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
-    Returns (start_epoch, start_batch, step, progress). Raises Fail for a checkpoint that cannot be
-    resumed with these flags or class folders, or (DDP) when the processes do not see the same files
-    (same_files)."""
+    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state and epoch
+    sums, at the step schedule_step maps it to; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
+    `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. It only reads: the
+    run folder is created, locked and its log continued after it has accepted the run (take_out_dir), so
+    that a refusal leaves nothing behind. `classes`: the class names of the training set (an image
+    folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
+    Returns (start_epoch, start_batch, step, progress) and sets `run.resumed` for take_out_dir. Raises
+    Fail for a checkpoint that cannot be resumed with these flags, class folders or --out-dir (one that
+    holds another run: other_run), or (DDP) when the processes do not see the same files (same_files)."""
     world, rank, ckpt_path = run.world, run.rank, run.ckpt_path
     same_files(args, ckpt_path)
     log = os.path.join(args.out_dir, "log.jsonl")
@@ -234,10 +241,7 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
         if os.path.exists(ckpt_path):
             raise Fail(f"{ckpt_path} exists; pass --resume {ckpt_path} (or --resume auto) to continue it, or "
                        "choose another --out-dir")
-        old = [os.path.exists(log)]  # rank 0 writes the log: its view decides on every process
-        if dist.is_initialized():
-            dist.broadcast_object_list(old, src=0)
-        if old[0]:
+        if rank0_sees(lambda: os.path.exists(log)):  # rank 0 writes the log: its view decides on every process
             raise Fail(f"--out-dir {args.out_dir} holds the log.jsonl of an earlier run, and no ckpt.pt to continue "
                        "it; a new run there would add its records to that log and overwrite its args.json: choose "
                        "another --out-dir, or move the earlier run's files away")
@@ -248,10 +252,14 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
         raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
                    "leave out --eval-ema to evaluate its model weights")
     same_classes(ck, args.resume, classes)
-    for line in [] if args.eval_only else resume_changes(ck, args, world, args.resume):
+    changes = [] if args.eval_only else resume_changes(ck, args, world, args.resume)
+    if not args.eval_only:  # (a checkpoint that cannot continue here is named first)
+        other_run(args.resume, args.out_dir)
+    for line in changes:
         if rank == 0:
             print(line)
-    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt)
+    step = ck["step"] if args.eval_only else schedule_step(ck, args, run)
+    restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt, step=step)
     stage2 = ck.get("adversary") is not None
     if not args.eval_only and stage2 != (adversary is not None):
         raise Fail(f"--resume {args.resume}: a Stage-2 checkpoint (its run had --stage2 {ck['args'].get('stage2')}); "
@@ -259,15 +267,81 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
                    f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
     if adversary is not None:
         adversary.load_state_dict(ck["adversary"])
-    if rank == 0 and not args.eval_only:
-        repair_log(log, f"checkpoint {args.resume} (step {ck['step']}) is intact")
-        if ck.get("record"):
-            log_the_saved_epoch(ck, args.resume, args.out_dir)
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
         torch.manual_seed(args.seed + rank + 7919 * ck["step"])
-    return ck["epoch"], ck["batch"], ck["step"], ck["progress"]
+    run.resumed = {k: ck.get(k) for k in ("step", "epoch", "batch", "record")} | {"path": args.resume}
+    ranks = ck.get("progress_ranks") or []  # (written since 2026-12-04; before, rank 0's sums only)
+    return ck["epoch"], ck["batch"], step, ranks[rank] if len(ranks) == world else ck["progress"]
+
+
+def rank0_sees(check):
+    """`check()` (a look at the run folder) as rank 0 sees it, on every process (rank 0 writes the folder)."""
+    seen = [check()]
+    if dist.is_initialized():
+        dist.broadcast_object_list(seen, src=0)
+    return seen[0]
+
+
+def same_folder(path, out_dir):
+    """Whether the checkpoint `path` lies in the run folder `out_dir` (links and relative paths resolved)."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(out_dir)
+
+
+def other_run(path, out_dir):
+    """--resume `path` --out-dir `out_dir` of another folder: refused (Fail, naming both) when `out_dir` holds
+    a run of its own (a ckpt.pt or a log.jsonl), whose checkpoint and args.json the continued run would
+    overwrite and whose log it would add its records to. A folder without them (new, or holding only an
+    --eval-only's results) takes the continued run, its log starting afresh."""
+    if same_folder(path, out_dir):
+        return
+    held = rank0_sees(lambda: [f for f in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, f))])
+    if held:
+        home = os.path.dirname(path) or "."
+        raise Fail(f"--resume {path} --out-dir {out_dir}: {out_dir} holds another run (its {' and '.join(held)}), "
+                   f"which continuing the run of {home} there would overwrite and mix with it; leave out --out-dir "
+                   f"(the run continues in {home}), give an --out-dir that holds no run, or continue {out_dir}'s own "
+                   f"run with --resume {os.path.join(out_dir, 'ckpt.pt')}")
+
+
+def schedule_step(ck, args, run):
+    """The optimizer step at which a run resumed from checkpoint `ck` continues its learning-rate schedule:
+    the checkpoint's, except at an epoch boundary where this run's steps per epoch (`run.steps_per_epoch`:
+    another --batch-size, or another number of processes) differ from those the checkpoint counted: there
+    the schedule follows epochs, i.e. images seen (epoch E starts at step E x this run's steps per epoch, of
+    a schedule as long as this run's --epochs at this batch size), and rank 0 says how it mapped the step.
+    (Mid-epoch, another batch size is refused: resume_changes.)"""
+    step = ck["epoch"] * run.steps_per_epoch
+    if ck["batch"] or step == ck["step"]:
+        return ck["step"]
+    if run.master:
+        print(f"resume: epoch {ck['epoch']} starts at step {step} of this run ({run.steps_per_epoch} steps per epoch "
+              f"at --batch-size {args.batch_size}), where the checkpoint counted step {ck['step']} (--batch-size "
+              f"{ck['args'].get('batch_size')}): the learning-rate schedule follows epochs (images seen), not steps")
+    return step
+
+
+def take_out_dir(args, run):
+    """The run folder, once resume_or_start has accepted the run: --out-dir created and checked writable
+    (every process: check_out_dir), locked to this run (rank 0 of a training run: lock_out_dir), and the
+    log.jsonl of a resumed run continued (`run.resumed`, resume_or_start's): a last line cut off mid-write
+    repaired (repair_log); in the checkpoint's own folder, the records of steps after the checkpoint's set
+    aside (set_aside_later_records) and the checkpoint's epoch record written if the log lacks it
+    (log_the_saved_epoch). Returns the lock's open file (None: another rank, or --eval-only, which writes
+    only its own results). Raises Fail."""
+    check_out_dir(args.out_dir)
+    if not run.master or args.eval_only:
+        return None
+    lock = lock_out_dir(args.out_dir)
+    if run.resumed:
+        kept = f"checkpoint {run.resumed['path']} (step {run.resumed['step']}) is intact"
+        repair_log(run.log_path, kept)
+        if same_folder(run.resumed["path"], args.out_dir):
+            set_aside_later_records(run.resumed, run.log_path, run.ckpt_path, kept)
+            if run.resumed["record"]:
+                log_the_saved_epoch(run.resumed, run.resumed["path"], args.out_dir)
+    return lock
 
 
 def same_classes(ck, path, classes):
@@ -362,19 +436,110 @@ def log_the_saved_epoch(ck, path, out_dir):
               "the stopped run had not written")
 
 
+def set_aside_later_records(resumed, log, ckpt_path, kept):
+    """A run resumed in its own folder from a checkpoint (`resumed`: its path, step, epoch and batch, the
+    position it continues at) that the folder's run had trained on from (e.g. --resume OUT/ckpt_e0.pt after
+    epoch 3): log.jsonl keeps one record per epoch and step of the branch that continues. From its first
+    epoch record past the checkpoint's position on (an epoch it starts or goes on with; by epoch, as the step
+    counts of two batch sizes differ: schedule_step), its lines move to a file of their own beside it,
+    log.abandoned-TIME.jsonl (written first, then the log replaced atomically: a crash between the two
+    leaves them in both, never in neither); the later OUT/ckpt.pt (`ckpt_path`), which this run's first
+    checkpoint replaces, is named in the same one line. Raises Fail when a file cannot be written (`kept`)."""
+    step, epoch, batch, path = resumed["step"], resumed["epoch"], resumed["batch"], resumed["path"]
+    try:
+        with open(log) as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        lines = []
+    except OSError as e:
+        raise cannot_write(log, e, kept)
+
+    def later(line):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return False
+        if not (isinstance(rec, dict) and isinstance(rec.get("epoch"), int) and isinstance(rec.get("step"), int)):
+            return False  # (an --eval-depths row: it goes with the records before it)
+        return rec["epoch"] > epoch or rec["epoch"] == epoch and (not batch or rec["step"] > step)
+    cut = next((i for i, line in enumerate(lines) if later(line)), len(lines))
+    replaced = os.path.exists(ckpt_path) and not os.path.samefile(ckpt_path, path)
+    if cut == len(lines) and not replaced:
+        return
+    said = f"resume: {path} continues this folder's run at step {step}"
+    if cut < len(lines):
+        reached = [json.loads(ln) for ln in lines[cut:] if later(ln)][-1]
+        folder, now, n = os.path.dirname(log), time.strftime("%Y%m%d-%H%M%S"), 1
+        stamp = now
+        while os.path.exists(os.path.join(folder, f"log.abandoned-{stamp}.jsonl")):  # (a second one this second)
+            n += 1
+            stamp = f"{now}-{n}"
+        # the --eval-depths results of the abandoned weights go with their log rows
+        moved = [name for name in ("log.jsonl", "depth_eval.json", "depth_eval.png") if name == "log.jsonl" or (
+            os.path.exists(os.path.join(folder, name)) and any('"depth"' in ln for ln in lines[cut:]))]
+        aside = {name: os.path.join(folder, name.replace(".", f".abandoned-{stamp}.", 1)) for name in moved}
+        write(aside["log.jsonl"], "".join(lines[cut:]), kept)
+        try:
+            with open(log + ".tmp", "w") as f:
+                f.write("".join(lines[:cut]))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(log + ".tmp", log)
+            for name in moved[1:]:
+                os.replace(os.path.join(folder, name), aside[name])
+        except OSError as e:
+            raise cannot_write(log, e, kept)
+        said += (f", back from where it had got to (epoch {reached['epoch']}, step {reached['step']}): log.jsonl's "
+                 f"{len(lines) - cut} later record(s) moved to {aside['log.jsonl']}"
+                 + "".join(f", and {name} to {aside[name]}" for name in moved[1:]))
+    if replaced:
+        said += f"; {ckpt_path}, which this run does not continue, is replaced at its first checkpoint"
+    print(said)
+
+
 def continue_hint(p, argv, ddp, ckpt_path):
     """How to continue this run from `ckpt_path` once stopped: the same command when it resumes
     that checkpoint by itself (--resume auto, or --resume of that file), else the command with
-    --resume CKPT added (argparse takes the last value of a flag)."""
+    --resume CKPT added (argparse takes the last value of a flag), under torchrun with torchrun and
+    its options (launcher), so that it can be pasted."""
     argv = sys.argv[1:] if argv is None else list(argv)
     given = p.parse_args(argv).resume
     if given == "auto":
         return "continue with the same command (its --resume auto continues the checkpoint)"
     if given and os.path.abspath(checkpoint_file(given, "--resume")) == os.path.abspath(ckpt_path):
         return "continue with the same command"
-    if ddp:
-        return f"continue with the same torchrun command and --resume {ckpt_path}"
-    return "continue with: python train.py " + shlex.join(argv + ["--resume", ckpt_path])
+    start = launcher(parent_command(), argv, os.environ) if ddp else ["python", "train.py"]
+    return "continue with: " + shlex.join(start + argv + ["--resume", ckpt_path])
+
+
+def parent_command():
+    """The command line of this process's parent (under torchrun: torchrun's, which started it), as a list
+    of words; [] where it cannot be read (no /proc: not Linux)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return [os.fsdecode(w) for w in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def launcher(parent, argv, env):
+    """The words that start a DDP process of train.py with the arguments `argv`: torchrun, its options and
+    the script, from torchrun's command line `parent` (parent_command: `torchrun OPTIONS SCRIPT ARGV` or
+    `python -m torch.distributed.run OPTIONS SCRIPT ARGV`, written as torchrun); where `parent` is not
+    that, rebuilt from what torchrun sets in the environment `env` (LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE,
+    GROUP_RANK, MASTER_ADDR, MASTER_PORT): on many nodes each node's own command."""
+    for i, w in enumerate(parent):
+        if os.path.basename(w) == "torchrun" or (w == "torch.distributed.run" and parent[i - 1:i] == ["-m"]):
+            rest, n = parent[i + 1:], len(argv) + 1  # OPTIONS SCRIPT ARGV
+            if len(rest) >= n and rest[len(rest) - n + 1:] == list(argv):
+                return ["torchrun", *rest[:len(rest) - n + 1]]
+            break
+    nodes = env.get("GROUP_WORLD_SIZE", "1")
+    words = ["torchrun", "--nnodes", nodes, "--nproc_per_node", env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))]
+    if nodes != "1":
+        words += ["--node_rank", env.get("GROUP_RANK", "0"), "--master_addr", env.get("MASTER_ADDR", "127.0.0.1"),
+                  "--master_port", env.get("MASTER_PORT", "29500")]
+    return words + [sys.argv[0] if sys.argv[0].endswith(".py") else "train.py"]
 
 
 def start_weights(args, model):

@@ -544,8 +544,8 @@ def configure(p, argv):
     for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
-    # else the checkpoint's (--eval-only: the run's flags; --resume: its model; --finetune: its
-    # architecture), else the default.
+    # else the checkpoint's (--eval-only: the run's flags; --resume: its model and --data-dir; --finetune: its
+    # architecture; --stage2: its architecture, loss and data), else the default.
     if args.eval_only:  # (a preset's flags count as given: p.given)
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
@@ -555,7 +555,7 @@ def configure(p, argv):
         if not (args.print_config and source[0] in ("--stage2", "--finetune") and not os.path.exists(source[1])):
             # (a preset's Stage 2 or continuation printed before the run it starts from exists: the preset's
             # flags describe the model)
-            carried = arch_flags() | (STAGE1_FLAGS if source[0] == "--stage2" else set())  # Stage 2: its loss and data too
+            carried = arch_flags() | {"--stage2": STAGE1_FLAGS, "--resume": RESUME_FLAGS}.get(source[0], set())
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
@@ -571,6 +571,9 @@ def configure(p, argv):
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
                   "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
+# Flags that --resume also takes from its checkpoint unless given: where the data is, as --eval-only and
+# --stage2 take it (the command line's --data-dir wins, then the checkpoint's, then $RVITS_DATA, then ./data).
+RESUME_FLAGS = {"data_dir"}
 # Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
 # a term to it: sec. 3.5, eq. 11) and the data it was trained on.
 STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",

@@ -17,7 +17,9 @@ class Run:
     ckpt_path, log_path: OUT/ckpt.pt and OUT/log.jsonl, once --out-dir is known;
     steps_per_epoch, total_steps, warmup: its length in optimizer steps (train.optimizer_and_schedule);
     start_epoch, start_batch, start_step, progress: where its steps start (checkpoints.resume_or_start:
-        0, 0, 0, {} for a fresh run; progress: a mid-epoch checkpoint's EpochSums state);
+        0, 0, 0, {} for a fresh run; progress: a mid-epoch checkpoint's EpochSums state, this process's);
+    resumed: what the run folder's log needs of the checkpoint a run resumes from (its path, step and
+        epoch record: resume_or_start; {} for a fresh run), for checkpoints.take_out_dir;
     val_images: the validation images of every process (for the run's lines)."""
     ddp: bool
     rank: int
@@ -36,6 +38,7 @@ class Run:
     start_batch: int = 0
     start_step: int = 0
     progress: dict = field(default_factory=dict)
+    resumed: dict = field(default_factory=dict)
     val_images: int = 0
 
     @property
