@@ -8,6 +8,7 @@ resolved as train.py resolves them. Every error is one line, `train.py: error: .
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -39,18 +40,31 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit status 2, no usage dump
-        sys.stderr.write(f"train.py: error: {message}\n")
+    """An ArgumentParser whose error is one line on stderr, `PROG: error: ...`, exit status 2 (no usage
+    dump): train.py's, and every tool's that takes numbers (bench.py, studies/, scripts/)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
+
+
+def number(s, kind=float):
+    """argparse type: `s` as a finite `kind` (int or float). ArgumentTypeError for anything else: a
+    fraction given to an integer flag (int('0.5') fails, where int(0.5) would truncate it to 0), and nan
+    or inf (float() takes them; a check written `v < 0` lets NaN through, `v > 0` lets inf through)."""
+    try:
+        v = kind(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (a whole number), got {s!r}" if kind is int
+                                         else f"expected a number, got {s!r}")
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {s!r}")
+    return v
 
 
 def positive(kind):
     def parse(s):
-        try:
-            v = kind(s)
-        except ValueError:
-            article = "an" if kind.__name__[0] in "aeiou" else "a"
-            raise argparse.ArgumentTypeError(f"expected {article} {kind.__name__}, got {s!r}")
+        v = number(s, kind)
         if not v > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
@@ -59,7 +73,7 @@ def positive(kind):
 
 
 def non_negative(s):
-    v = float(s)
+    v = number(s)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
     return v
@@ -73,10 +87,7 @@ def below_one(s):
 
 
 def count(s):
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    v = number(s, int)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
     return v
@@ -104,10 +115,7 @@ SEED_LIMIT = 10 ** 8  # |--seed| below it: every seed data.py derives from it st
 
 def seed(s):
     """--seed: an integer whose magnitude is below SEED_LIMIT (ArgumentTypeError otherwise: one line)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    v = number(s, int)
     if not -SEED_LIMIT < v < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"must be between {1 - SEED_LIMIT} and {SEED_LIMIT - 1} (every seed of the "
                                          f"data order and augmentation derived from it stays a 64-bit integer), got {s}")
@@ -132,7 +140,7 @@ def diffaug_policy(s):
 
 
 def get_parser():
-    p = Parser(description=DESCRIPTION, formatter_class=HelpFormatter,
+    p = Parser(prog="train.py", description=DESCRIPTION, formatter_class=HelpFormatter,
                usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
     a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
@@ -186,7 +194,7 @@ def get_parser():
       "moeut = sigmoid-gated top-1 of E, no renormalization (MoEUT's sigma-MoE); "
       "remoe = all E experts at hidden ratio 1 on every token, ReLU gates, sparsity controller (ReMoE); "
       "softmoe = patch-count slots split over E full-width experts (Soft-MoE)")
-    a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
+    a("--lora-rank", type=count, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
       "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
     a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the gate-entropy "
       "balance loss mean_k [1 - H(g_k)/log E] (eq. 6; E > 1 only)")
@@ -303,7 +311,7 @@ def get_parser():
     a = p.add_argument_group('augmentation').add_argument
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
-    a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
+    a("--randaug", type=count, default=0, help="RandAugment magnitude (2 ops), an integer, 0 = off, at most 30")
     a("--reprob", type=below_one, default=0.0, metavar="P", help="random erasing (DeiT's --reprob, timm's pixel "
       "mode): each training image has one rectangle replaced by N(0, 1) noise after normalization with "
       "probability P, e.g. 0.25; 0 = off")
@@ -423,8 +431,6 @@ def resolve(args, p, img_size):
         p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
     if args.lora_rank and args.experts != 1:
         p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
-    if args.lora_rank < 0:
-        p.error(f"--lora-rank must be >= 0, got {args.lora_rank}")
     if args.distill and not args.teacher:
         p.error("--distill needs --teacher CKPT, the checkpoint to distill from")
     lone = given(p, ("distill_weight", "distill_temperature", "task_weight")) if not args.teacher else []
