@@ -25,6 +25,7 @@ from training.registry import MODELS, arch_flags, build_model, model_flags
 
 DESCRIPTION = "Train a recurrent ViT: one plain loop for one process, N processes (torchrun) and CPU or GPU."
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
+EPOCHS, WARMUP_EPOCHS = 100, 5.0  # the defaults of --epochs and --warmup-epochs: a warmup of 5 % of the run
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -285,7 +286,7 @@ def get_parser():
       "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class); a short run "
       "(--max-steps, --eval-depths) spends most of its time on the 10k-image evaluations, which --val-subset 1000 cuts")
     a = p.add_argument_group('optimization').add_argument
-    a("--epochs", type=positive(int), default=100, help="training epochs")
+    a("--epochs", type=positive(int), default=EPOCHS, help="training epochs")
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
       "warmup + cosine schedule is compressed to end there")
     a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
@@ -294,7 +295,8 @@ def get_parser():
     a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
     a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
-    a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
+    a("--warmup-epochs", type=non_negative, default=WARMUP_EPOCHS, help="linear warmup, in epochs, below --epochs "
+      "(default: 5.0; for a run of 5 epochs or fewer, 5 %% of its epochs, which the run's first lines say)")
     a("--warmup-lr", type=non_negative, help="learning rate of the first warmup step, from which the warmup "
       "rises linearly to --lr (DeiT's --warmup-lr; the reViT paper's Table 6: 1e-6) (default: --lr / the "
       "warmup steps, a ramp from 0)")
@@ -410,6 +412,7 @@ def resolve(args, p, img_size):
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
         p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    resolve_warmup(args, p)
     if args.warmup_lr is not None and (args.warmup_lr > args.lr or not args.warmup_epochs):
         p.error(f"--warmup-lr {args.warmup_lr:g}: " + (f"above --lr {args.lr:g}" if args.warmup_epochs else
                 "--warmup-epochs 0 has no warmup to start"))
@@ -438,6 +441,26 @@ def resolve(args, p, img_size):
         p.error(f"{lone[0]} weighs a distillation term, and there is no --teacher CKPT: add one or leave it out")
     args.distill = args.distill or ("feature" if args.teacher else None)
     return args
+
+
+def short_warmup(epochs):
+    """The warmup (in epochs) of a run of `epochs` that leaves --warmup-epochs at its default: the default
+    where it is shorter than the run, else the default's share of the default run (5 %: 0.15 of 3 epochs)."""
+    return WARMUP_EPOCHS if WARMUP_EPOCHS < epochs else WARMUP_EPOCHS * epochs / EPOCHS
+
+
+def resolve_warmup(args, p):
+    """A warmup at least as long as the run (--epochs 3 with the default --warmup-epochs 5) would leave the
+    lr at its peak at the end, the cosine and --min-lr never acting: a given --warmup-epochs (command line,
+    preset) is refused in one line (p.error); the default is shortened to short_warmup (announce says so).
+    With --max-steps the schedule is compressed, the warmup's share of the run kept."""
+    if args.eval_only or args.warmup_epochs < args.epochs:
+        return
+    if given(p, ["warmup_epochs"]):
+        p.error(f"--warmup-epochs {args.warmup_epochs:g} is not below --epochs {args.epochs}: the whole run would be "
+                "warmup (the lr would end at its peak, the cosine and --min-lr never acting); give a shorter one, e.g. "
+                f"--warmup-epochs {short_warmup(args.epochs):g}, or 0")
+    args.warmup_epochs = short_warmup(args.epochs)
 
 
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
