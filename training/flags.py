@@ -19,6 +19,7 @@ import kernels
 import loopvae
 from presets import PAPER, PRESETS, TIMES
 from training.weights import checkpoint_file, read_weights
+from training.evaluation import check_eval_depths
 from training.exits import Fail
 from training.perceptual import VGG16_FILE
 from training.registry import MODELS, arch_flags, build_model, model_flags
@@ -408,6 +409,9 @@ def resolve(args, p, img_size):
             p.error(f"--stages {args.stages} must divide --depth {args.depth}")
         if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
             args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
+        wrong = check_eval_depths(args)  # (before training, not after hours of it)
+        if wrong:
+            p.error(wrong)
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:

@@ -296,6 +296,9 @@ def announce(args, run, model, compiled, distilling):
         print(f"note: warmup {args.warmup_epochs:g} epochs ({warmup} of {total_steps} steps), 5 % of the run: the "
               f"default --warmup-epochs {WARMUP_EPOCHS:g} is not below --epochs {args.epochs}, and would make the whole "
               "run warmup; give --warmup-epochs to choose another")
+    twice = sorted({d for d in args.eval_depths or [] if args.eval_depths.count(d) > 1})
+    if twice:
+        print(f"note: --eval-depths gives depth {', '.join(map(str, twice))} more than once: each depth is evaluated once")
     if args.resume and not args.eval_only:
         print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
               + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
