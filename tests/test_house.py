@@ -349,3 +349,34 @@ def test_train_py_refuses_each_non_finite_value_of_issue_62_in_one_line(capsys):
         assert train.cli(argv + ["--print-config"]) == 2, argv  # (before any run: not even the configuration)
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"train.py: error: argument {argv[0]}: ") and repr(argv[1]) in err, err
+
+
+# ----------------------------------------------------------------------------- the docs speak of the project (issue 62)
+# How the docs were made, not what the project is: who edited them ("a fourth session", "(a helper)", "I ",
+# "my editing", "in this sitting", "this task") and where a paragraph came from ("issue 51 moved them here").
+# A terminal's ssh or tmux session, "How do I ...?" and PIL's image mode I are the reader's words, not the making's.
+MAKING = re.compile(r"(?<!ssh )(?<!tmux )(?<!login )\bsessions?\b|\bhelpers?\b(?! function)|(?<!do )(?<!mode )\bI\b(?![/-])"
+                    r"|\bmy\b|\bsitting\b|\bthis task\b|\bmoved (?:them|it) here\b", re.IGNORECASE)
+
+
+def making(text):
+    """The phrases of `text` that speak of how the docs were made (MAKING), case-sensitive for 'I'."""
+    return [m.group(0) for m in MAKING.finditer(text) if m.group(0).lower() != "i" or m.group(0) == "I"]
+
+
+def test_making_finds_how_the_docs_were_made_and_leaves_the_readers_words():
+    made = ("measured in a fourth session; (a helper) tried it; in this session beside my editing; I re-ran it; "
+            "in this sitting; no GPU in this task; issue 51 moved them here")
+    assert making(made) == ["session", "helper", "session", "my", "I", "sitting", "this task", "moved them here"]
+    assert making("How do I add a model? an ssh session drops; mode I images; i.e. a helper function; I/O") == []
+
+
+def test_the_docs_speak_of_the_project_not_of_how_they_were_made():
+    """README, docs/, studies/README.md and results/*/README.md: a dated measurement says what ran, on what
+    and at which commit; never which session, helper or person made it (issue 62)."""
+    found = []
+    for doc in ["README.md", "studies/README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+                *sorted(glob.glob(os.path.join(ROOT, "results", "*", "README.md")))]:
+        rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
+        found += [f"{rel}: {m}" for m in making(" ".join(source(rel).split()))]  # (a phrase across lines too)
+    assert not found, found
