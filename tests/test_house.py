@@ -278,8 +278,13 @@ def tool_parser(path, monkeypatch):
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", caught)
     monkeypatch.setattr(sys, "argv", [path])
     monkeypatch.setattr(sys, "path", [os.path.dirname(os.path.join(ROOT, path)), *sys.path])  # as `python PATH`
-    with pytest.raises(Caught) as e:
-        runpy.run_path(os.path.join(ROOT, path), run_name="__main__")
+    env = dict(os.environ)
+    try:
+        with pytest.raises(Caught) as e:
+            runpy.run_path(os.path.join(ROOT, path), run_name="__main__")
+    finally:  # (scripts/gpu_nested.py sets an inductor variable as it starts: not for the tests after this one)
+        os.environ.clear()
+        os.environ.update(env)
     return e.value.args[0]
 
 
