@@ -296,8 +296,8 @@ def get_parser():
     a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
     a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
-    a("--warmup-epochs", type=non_negative, default=WARMUP_EPOCHS, help="linear warmup, in epochs, below --epochs "
-      "(default: 5.0; for a run of 5 epochs or fewer, 5 %% of its epochs, which the run's first lines say)")
+    a("--warmup-epochs", type=non_negative, default=WARMUP_EPOCHS, help="linear warmup, in epochs, below the run's "
+      "epochs; left out, a run of 5 epochs or fewer gets 5 %% of them, said in its first lines")
     a("--warmup-lr", type=non_negative, help="learning rate of the first warmup step, from which the warmup "
       "rises linearly to --lr (DeiT's --warmup-lr; the reViT paper's Table 6: 1e-6) (default: --lr / the "
       "warmup steps, a ramp from 0)")
