@@ -46,7 +46,6 @@ every key, so a run cut short keeps its results. --only NAME,... runs some measu
 (MEASUREMENTS: matmul, cifar_preset, exit_delay, mfu_b16, timm_eager, ...). Exit status: 0, 1 when a
 measurement failed (its FAILED line says why; the others still ran), 2 for bad input.
 """
-import argparse
 import json
 import os
 import statistics
@@ -466,10 +465,11 @@ MEASUREMENTS = ("matmul", "cifar_preset", "exit_delay", "mfu_b16", "timm_eager",
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from training import flags as run_flags  # (as in cifar_preset_step: the number types of train.py's flags)
+    p = run_flags.Parser(prog="bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--json", help="also write the ratios to this JSON file (its folder is made if need be)")
-    p.add_argument("--workers", type=int, default=2, help="CPU loader processes (CPU mode)")
+    p.add_argument("--workers", type=run_flags.count, default=2, help="CPU loader processes (CPU mode)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
                    "that the script runs (tests/test_speed.py), measures nothing")
     p.add_argument("--only", help="comma-separated measurements to run, of: " + ", ".join(MEASUREMENTS))

@@ -23,7 +23,6 @@ Each path is one JSON line in `--json` as soon as it is measured (a run stopped 
 what it measured) and one row of the table printed last. Exit status 1 when the "model" path
 skipped CUDA graphs, recompiled or synced on CUDA (the check failed: say so loudly), else 0.
 """
-import argparse
 import json
 import os
 import statistics
@@ -39,6 +38,7 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 import bench  # noqa: E402
 import kernels  # noqa: E402
+from training import flags as run_flags  # noqa: E402  (the number types of train.py's flags)
 
 PRESET = "c100-gpu-bvit-ti"
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "16"]  # --dry-run
@@ -188,12 +188,12 @@ def failures(res, cuda):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = run_flags.Parser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny width, fp32 (compiles: checks the script; "
                    "model_bf16_residual needs bf16 autocast, so not there)")
-    p.add_argument("--steps", type=int, default=20, help="steps per timed round (default: 20)")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds per path (default: 3)")
-    p.add_argument("--budget-s", type=float, default=150.0, help="a path is started only if its estimated "
+    p.add_argument("--steps", type=run_flags.positive(int), default=20, help="steps per timed round (default: 20)")
+    p.add_argument("--rounds", type=run_flags.positive(int), default=3, help="timed rounds per path (default: 3)")
+    p.add_argument("--budget-s", type=run_flags.positive(float), default=150.0, help="a path is started only if its estimated "
                    "time fits in what is left (default: 150)")
     p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of: {', '.join(PATHS)}")
     p.add_argument("--json", help="append one line per path to this file")

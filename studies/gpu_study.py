@@ -265,9 +265,10 @@ def result_line(arm, seed, run_dir, wall_s, meta):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from training import flags  # (the number types train.py's flags use)
+    p = flags.Parser(prog="gpu_study.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="every arm shrunk to a few steps on the CPU")
-    p.add_argument("--probe-worker", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
+    p.add_argument("--probe-worker", type=flags.positive(float), metavar="SECONDS", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.probe_worker:
         return probe_worker(a.probe_worker, a.dry_run)

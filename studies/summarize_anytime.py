@@ -18,7 +18,6 @@ claims, written before the runs and judged by summarize_mini.verdict's noise rul
     same images: the noise is the seed spread of that gain and at least twice its standard error over
     the scored images, not the 1.65-point CPU-model floor, which compares training runs.
 """
-import argparse
 import json
 import math
 import os
@@ -28,6 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
+from training import flags  # noqa: E402  (the number types of every tool's flags)
 from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler"]  # reViT: its elastic variant (A.2)
@@ -156,11 +156,11 @@ def figure(runs, root):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli = flags.Parser(prog="summarize_anytime.py", description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--results", metavar="FILE", help="write the claims and the table between this file's "
                      "<!-- anytime --> markers (docs/results.md)")
-    cli.add_argument("--num-images", type=int, default=10000, help="test images per analysis (10000: all of CIFAR-100's)")
+    cli.add_argument("--num-images", type=flags.positive(int), default=10000, help="test images per analysis (10000: all of CIFAR-100's)")
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
     a = cli.parse_args(argv)

@@ -17,7 +17,6 @@ schedule, truncated stages) when matplotlib is installed. --results / --docs put
 the details between the files' <!-- loopvae-claims --> / <!-- loopvae-details --> markers and copy
 the figures to docs/loopvae_prefix.png and docs/loopvae_recon.png.
 """
-import argparse
 import json
 import os
 import statistics
@@ -29,6 +28,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
 from summarize_mini import fmt, stats, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
 from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
+from training import flags  # noqa: E402  (the number types of every tool's flags)
 
 ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
 LOOPED = ARMS[:3]  # the sharing scopes (CNN core): one 28-application graph, loops 1,2,4; Stage 1
@@ -363,12 +363,12 @@ def recon_grid(run, root, plt, n=8):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli = flags.Parser(prog="summarize_loopvae.py", description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini-loopvae")
     cli.add_argument("--results", metavar="FILE", help="write the claim table into this file between "
                      "<!-- loopvae-claims --> markers (docs/results.md)")
     cli.add_argument("--docs", help="write the details into this file between <!-- loopvae-details --> markers")
-    cli.add_argument("--num-images", type=int, default=256, help="validation images of the loop interventions")
+    cli.add_argument("--num-images", type=flags.positive(int), default=256, help="validation images of the loop interventions")
     cli.add_argument("--no-ledger", action="store_true", help="skip the cost ledger (bench.py)")
     a = cli.parse_args(argv)
     runs = load_runs(a.runs) if os.path.isdir(a.runs) else fail(f"{a.runs} is not a directory; run "

@@ -366,9 +366,16 @@ def test_analyze_teacher_writes_alignment_and_refuses_what_it_cannot_align(tmp_p
     base = ["--teacher", str(tmp_path / "t" / "ckpt.pt"), "--num-images", "16", "--draws", "2"]
     assert analyze.cli(base + ["--resume", str(tmp_path / "s" / "ckpt.pt"), "--out-dir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "teacher: --model vit, patch 4, at the student's size" in out and "gate permutations 1 of 1" not in out
+    assert "teacher: --model vit, patch 4, at the student's size" in out
     res = json.loads((tmp_path / "a" / "alignment.json").read_text())
-    assert len(res["cross"]) == 3 and len(res["cross"][0]) == 3 and len(res["permutations"]) == 2
+    assert len(res["cross"]) == 3 and len(res["cross"][0]) == 3
+    # the printed summary is what alignment.json holds, whatever the weights one step left (issue 62, item 16:
+    # "gate permutations 1 of 1" not in the line was the outcome of one draw, and failed on torch 2.11)
+    perms = res["permutations"]
+    assert [p["perm"] for p in perms] == [[0, 1], [1, 0]]  # the identity first, then E = 2's one other
+    assert perms[0]["teacher_cka"] == pytest.approx(res["teacher_cka"], abs=1e-5)  # the identity: the trained gates
+    lower = sum(p["teacher_cka"] < res["teacher_cka"] for p in perms[1:])
+    assert f"gate permutations {lower} of 1 lower (mean {perms[1]['teacher_cka']:.3f})" in out, out
     for argv, says in ((["--resume", str(tmp_path / "r" / "ckpt.pt")], "--model srvit"),
                        (["--resume", str(tmp_path / "s" / "ckpt.pt"), "--depth", "3"], "leave out --depth")):
         assert analyze.cli(base + argv + ["--out-dir", str(tmp_path / "b")]) == 2

@@ -249,3 +249,139 @@ def test_test_order_option_reverses_shuffles_by_seed_and_refuses_anything_else()
     for bad in ("random", "random:x", "backwards"):
         with pytest.raises(ValueError, match="--test-order"):
             conftest.order_items(list(range(3)), bad)
+
+
+# ----------------------------------------------------------------------------- every tool's numbers (issue 62, 7 and 9)
+# The tools that take flags: train.py (its flags live in training/flags.py) and every file of the top level,
+# scripts/ and studies/ that defines one.
+TOOLS = ["train.py", *sorted(os.path.relpath(p, ROOT) for d in ("", "scripts", "studies")
+                             for p in glob.glob(os.path.join(ROOT, d, "*.py")) if "add_argument(" in source(p))]
+GET_PARSER = {"train.py": "training.flags", "analyze.py": "analyze", "probe.py": "probe"}  # (built without a run)
+
+
+class Caught(Exception):
+    """The parser a tool was about to parse its command line with (tool_parser)."""
+
+
+def tool_parser(path, monkeypatch):
+    """The argparse parser of the tool `path`: its module's get_parser(), else the one its `__main__`
+    block builds, caught as it parses (nothing after that runs)."""
+    if path in GET_PARSER:
+        import importlib
+        return importlib.import_module(GET_PARSER[path]).get_parser()
+    import argparse
+    import runpy
+    import sys
+
+    def caught(self, *args, **kwargs):
+        raise Caught(self)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", caught)
+    monkeypatch.setattr(sys, "argv", [path])
+    monkeypatch.setattr(sys, "path", [os.path.dirname(os.path.join(ROOT, path)), *sys.path])  # as `python PATH`
+    env = dict(os.environ)
+    try:
+        with pytest.raises(Caught) as e:
+            runpy.run_path(os.path.join(ROOT, path), run_name="__main__")
+    finally:  # (scripts/gpu_nested.py sets an inductor variable as it starts: not for the tests after this one)
+        os.environ.clear()
+        os.environ.update(env)
+    return e.value.args[0]
+
+
+def typed_numbers(parser):
+    """(flag, its type, 'int' or 'float') of every flag of `parser` that takes numbers (a number, or a
+    list of them): an int flag is one whose values parse as integers, or whose default is an integer."""
+    import argparse
+    for action in parser._actions:
+        if action.type is None or not action.option_strings:
+            continue
+        for s in ("1", "2", "3", "0.5"):
+            try:
+                v = action.type(s)
+            except (argparse.ArgumentTypeError, TypeError, ValueError):
+                continue
+            values = v if isinstance(v, list) else [v]
+            if values and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values):
+                whole = all(isinstance(x, int) for x in values) or (
+                    isinstance(action.default, int) and not isinstance(action.default, bool))
+                yield action.option_strings[0], action.type, "int" if whole else "float"
+            break
+
+
+def refuses(kind, s):
+    """Whether the argparse type `kind` refuses the value `s` (argparse then says so in one line)."""
+    import argparse
+    try:
+        kind(s)
+    except (argparse.ArgumentTypeError, TypeError, ValueError):
+        return True
+    return False
+
+
+def test_tools_are_all_found():
+    assert {"train.py", "analyze.py", "probe.py", "bench.py", "scripts/gpu_check.py", "studies/gpu_study.py",
+            "studies/summarize_anytime.py", "studies/summarize_loopvae.py"} <= set(TOOLS)
+
+
+@pytest.mark.parametrize("path", TOOLS)
+def test_every_number_flag_of_every_tool_refuses_nan_inf_and_a_fraction_where_it_counts(path, monkeypatch, capsys):
+    """Issue 62, items 7 and 9: argparse's float() takes nan and inf (and a range check written `v < 0`
+    lets NaN through), and an integer flag parsed as a float truncates a fraction (--randaug 0.5 trained
+    without RandAugment). Every flag of every tool that takes numbers refuses nan, inf and -inf; every
+    integer flag refuses 0.5; and the tool says so in one line (training/flags.py's number types and
+    Parser)."""
+    from training.exits import Fail
+    parser = tool_parser(path, monkeypatch)
+    numbers = list(typed_numbers(parser))
+    if not numbers:
+        return
+    let_through = [f"{flag} {s}" for flag, kind, _ in numbers for s in ("nan", "inf", "-inf", "1e999") if not refuses(kind, s)]
+    truncated = [f"{flag} 0.5" for flag, kind, whole in numbers if whole == "int" and not refuses(kind, "0.5")]
+    assert not let_through + truncated, f"{path} takes {', '.join(let_through + truncated)}"
+    capsys.readouterr()
+    with pytest.raises((SystemExit, Fail)) as e:
+        parser.error("argument --x: expected a finite number, got 'nan'")
+    said = capsys.readouterr().err if e.type is SystemExit else str(e.value)
+    assert said.strip().count("\n") == 0 and "expected a finite number" in said, f"{path}: {said!r}"
+    assert e.type is Fail or e.value.code == 2
+
+
+def test_train_py_refuses_each_non_finite_value_of_issue_62_in_one_line(capsys):
+    """The five commands of issue 62, item 7, and --randaug 0.5 (item 9): one line, exit status 2."""
+    import train
+    for argv in (["--lr", "inf"], ["--weight-decay", "nan"], ["--ema", "nan"], ["--drop-path", "nan"],
+                 ["--warmup-lr", "inf"], ["--randaug", "0.5"]):
+        assert train.cli(argv + ["--print-config"]) == 2, argv  # (before any run: not even the configuration)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"train.py: error: argument {argv[0]}: ") and repr(argv[1]) in err, err
+
+
+# ----------------------------------------------------------------------------- the docs speak of the project (issue 62)
+# How the docs were made, not what the project is: who edited them ("a fourth session", "(a helper)", "I ",
+# "my editing", "in this sitting", "this task") and where a paragraph came from ("issue 51 moved them here").
+# A terminal's ssh or tmux session, "How do I ...?" and PIL's image mode I are the reader's words, not the making's.
+MAKING = re.compile(r"(?<!ssh )(?<!tmux )(?<!login )\bsessions?\b|\bhelpers?\b(?! function)|(?<!do )(?<!mode )\bI\b(?![/-])"
+                    r"|\bmy\b|\bsitting\b|\bthis task\b|\bmoved (?:them|it) here\b", re.IGNORECASE)
+
+
+def making(text):
+    """The phrases of `text` that speak of how the docs were made (MAKING), case-sensitive for 'I'."""
+    return [m.group(0) for m in MAKING.finditer(text) if m.group(0).lower() != "i" or m.group(0) == "I"]
+
+
+def test_making_finds_how_the_docs_were_made_and_leaves_the_readers_words():
+    made = ("measured in a fourth session; (a helper) tried it; in this session beside my editing; I re-ran it; "
+            "in this sitting; no GPU in this task; issue 51 moved them here")
+    assert making(made) == ["session", "helper", "session", "my", "I", "sitting", "this task", "moved them here"]
+    assert making("How do I add a model? an ssh session drops; mode I images; i.e. a helper function; I/O") == []
+
+
+def test_the_docs_speak_of_the_project_not_of_how_they_were_made():
+    """README, docs/, studies/README.md and results/*/README.md: a dated measurement says what ran, on what
+    and at which commit; never which session, helper or person made it (issue 62)."""
+    found = []
+    for doc in ["README.md", "studies/README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+                *sorted(glob.glob(os.path.join(ROOT, "results", "*", "README.md")))]:
+        rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
+        found += [f"{rel}: {m}" for m in making(" ".join(source(rel).split()))]  # (a phrase across lines too)
+    assert not found, found

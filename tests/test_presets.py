@@ -207,6 +207,32 @@ def test_every_in1k_revit_preset_is_the_revit_papers_table_6(capsys):
     assert optim.lr_lambda(100, 10, 4e-3, 1e-5)(0) == 0.1  # without --warmup-lr: lr / warmup steps, as before
 
 
+def test_a_run_no_longer_than_the_default_warmup_gets_5_percent_of_it_and_a_given_one_is_refused(capsys, tmp_path):
+    """Issue 62, item 10: --epochs 3 with the default --warmup-epochs 5 was warmup from its first step to its
+    last (the lr ended at its peak; the cosine and --min-lr never acted). The default becomes 5 % of such a
+    run, as it is of the default run (5 of 100 epochs), and the run says so in one line; a --warmup-epochs
+    given (or a preset's) that is not below --epochs is refused in one line; a longer run keeps 5 epochs."""
+    assert [config(capsys, "--epochs", e)["warmup_epochs"] for e in ("3", "5", "6", "100")] == [0.15, 0.25, 5.0, 5.0]
+    args = resolve(parse_args(get_parser(), ["--epochs", "3", "--min-lr", "1e-5"]), get_parser(), 32)
+    optimizer, scheduler, _, total, warmup = train.optimizer_and_schedule(args, torch.nn.Linear(2, 2), None, [None] * 20)
+    assert (total, warmup) == (60, 3)  # 5 % of 3 epochs of 20 steps
+    lrs = []
+    for _ in range(total):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert max(lrs) == lrs[warmup] == pytest.approx(1e-3) and lrs[-1] < 2e-5  # the peak after the warmup, then the cosine
+    for argv in (["--epochs", "3", "--warmup-epochs", "5"], ["--epochs", "2", "--warmup-epochs", "2"]):
+        assert train.cli(argv + ["--print-config"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--warmup-epochs {argv[3]} is not below --epochs {argv[1]}" in err, err
+    out = tmp_path / "run"
+    assert train.cli(TINY + ["--data", "synthetic", "--epochs", "1", "--max-steps", "20", "--out-dir", str(out)]) == 0
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: warmup")]
+    assert said == ["note: warmup 0.05 epochs (1 of 20 steps), 5 % of the run: the default --warmup-epochs 5 is not below "
+                    "--epochs 1, and would make the whole run warmup; give --warmup-epochs to choose another"], said
+
+
 def test_explicit_flags_override_the_preset(capsys):
     base = config(capsys, "--preset", "c100-bvit-ti")
     cfg = config(capsys, "--preset", "c100-bvit-ti", "--lr", "0.5", "--embed-dim", "96", "--opt", "lamb")

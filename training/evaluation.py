@@ -113,17 +113,38 @@ class EmptyEvaluation(Fail):
 
 
 # ----------------------------------------------------------------------------- after training
+EVAL_DEPTH_LIMIT = 32  # --eval-depths: at most this many times the trained depth (check_eval_depths)
+
+
+def check_eval_depths(args):
+    """The first problem of --eval-depths in a run of resolved flags `args` as one line, else None: a depth
+    beyond EVAL_DEPTH_LIMIT x the trained depth (in the model's unit: registry.trained_depth). An evaluation's
+    time grows with its depth (depth L costs L / trained of the trained depth's evaluation), and so does
+    reViT's memory: its FFN is merged for every step, once per forward (reViT's depth 100000 asked 26 GB of
+    a GPU). 32x takes the studies' 4x and --eval-only's default 8x with room; deeper is a study of its own."""
+    trained = trained_depth(args)
+    most = EVAL_DEPTH_LIMIT * trained
+    over = [d for d in args.eval_depths or [] if d > most]
+    if over:
+        return (f"--eval-depths {over[0]}: at most {EVAL_DEPTH_LIMIT}x the trained depth {trained} ({most}): an "
+                "evaluation's time grows with its depth, and reViT's memory too (its FFN merged for every step); give "
+                f"depths up to {most}")
+    return None
+
+
 def evaluate_depths(args, run, raw_model, ema, val_loader, step):
     """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
     model's unit), "beyond the training horizon" (Training Crossroads), of the weights trained to `step`:
-    one log.jsonl line each (training runs), then depth_report's table, depth_eval.json and figure. `run`:
+    each once (a depth given twice is evaluated once: announce says so), one log.jsonl line each (training runs)
+    and depth_eval.json rewritten after each (write_depth_eval: a failure at a depth keeps the depths before
+    it), then depth_report's table and figure. `run`:
     the run's Run (training/run.py): its device, precision, log and stop, and val_images, the validation
     images of every process (`val_loader` holds this process's share), for its lines. Raises Fail for a depth
-    the model cannot run, Preempted for a stop request (`run.stop`): after the batch in flight (one
+    the model cannot run or has no memory for, Preempted for a stop request (`run.stop`): after the batch in flight (one
     process), or before the next depth (DDP: the processes agree there)."""
     device, amp_ctx, master, stop = run.device, run.amp_ctx, run.master, run.stop
     log_path, images = run.log_path, run.val_images
-    depths, rows = args.eval_depths or [], []
+    depths, rows = list(dict.fromkeys(args.eval_depths or [])), []
     weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
         depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
@@ -146,6 +167,12 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
                                                                        depth=depth, stop=None if ddp else stop)
         except ValueError as e:
             raise Fail(f"--eval-depths {depth}: {e}")
+        except RuntimeError as e:  # (torch.OutOfMemoryError on a GPU; the CPU allocator's is a RuntimeError)
+            if not isinstance(e, torch.OutOfMemoryError) and "can't allocate memory" not in str(e):
+                raise
+            kept = f"; depths {', '.join(str(r['depth']) for r in rows)} are in depth_eval.json" if rows else ""
+            raise Fail(f"--eval-depths {depth}: out of memory ({str(e).strip().splitlines()[0][:160]}){kept}; "
+                       "give smaller depths, or a smaller --eval-batch-size")
         if r is None:
             done = "" if args.eval_only else f", after training to step {step}"
             raise Preempted(stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths "
@@ -157,8 +184,10 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
         if master and not args.eval_only:
             write(log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
+        if master:  # each depth kept before the next starts
+            write_depth_eval(args, raw_model, rows, step, stop.kept())
     if master and rows:
-        depth_report(args, raw_model, rows, step, stop.kept())
+        depth_report(args, raw_model, rows, stop.kept())
 
 
 def epoch_evaluation(log_path, step, prefix=""):
@@ -197,19 +226,24 @@ def reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid=None
     write(os.path.join(args.out_dir, "reconstruction_eval.json"), json.dumps(res, indent=1), stop.kept())
 
 
-def depth_report(args, model, rows, step, kept):
-    """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
-    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}].
-    A write that fails raises Fail saying what the run keeps (`kept`, e.g. Stop.kept())."""
-    print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
-    for r in rows:
-        print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
+def write_depth_eval(args, model, rows, step, kept):
+    """Write OUT/depth_eval.json: the run's depth evaluation so far (rows: [{depth, nfe, val_acc1, val_acc5,
+    val_loss}]). A write that fails raises Fail saying what the run keeps (`kept`, e.g. Stop.kept())."""
     res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
            "model": args.model, "trained_depth": trained_depth(args), "step": step,
            "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
            "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
            "weights": rows[0].get("weights") if rows else None, "results": rows}
     write(os.path.join(args.out_dir, "depth_eval.json"), json.dumps(res, indent=1), kept)
+
+
+def depth_report(args, model, rows, kept):
+    """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json), and write
+    OUT/depth_eval.png if matplotlib happens to be installed (it is optional). A write that fails raises
+    Fail saying what the run keeps (`kept`)."""
+    print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
+    for r in rows:
+        print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -220,7 +254,8 @@ def depth_report(args, model, rows, step, kept):
     ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
     ax.axvline(trained_depth(args), color="gray", linestyle="--", label=f"trained depth {trained_depth(args)}")
     ax.set_xscale("log", base=2)
-    what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
+    solver = getattr(model, "solver", None)
+    what = f"{args.model} {solver}, extend={getattr(model, 'extend', None)}" if solver else args.model
     ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
     ax.legend()
     png = os.path.join(args.out_dir, "depth_eval.png")

@@ -8,6 +8,7 @@ resolved as train.py resolves them. Every error is one line, `train.py: error: .
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -18,12 +19,14 @@ import kernels
 import loopvae
 from presets import PAPER, PRESETS, TIMES
 from training.weights import checkpoint_file, read_weights
+from training.evaluation import check_eval_depths
 from training.exits import Fail
 from training.perceptual import VGG16_FILE
 from training.registry import MODELS, arch_flags, build_model, model_flags
 
 DESCRIPTION = "Train a recurrent ViT: one plain loop for one process, N processes (torchrun) and CPU or GPU."
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
+EPOCHS, WARMUP_EPOCHS = 100, 5.0  # the defaults of --epochs and --warmup-epochs: a warmup of 5 % of the run
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -39,18 +42,31 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit status 2, no usage dump
-        sys.stderr.write(f"train.py: error: {message}\n")
+    """An ArgumentParser whose error is one line on stderr, `PROG: error: ...`, exit status 2 (no usage
+    dump): train.py's, and every tool's that takes numbers (bench.py, studies/, scripts/)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
+
+
+def number(s, kind=float):
+    """argparse type: `s` as a finite `kind` (int or float). ArgumentTypeError for anything else: a
+    fraction given to an integer flag (int('0.5') fails, where int(0.5) would truncate it to 0), and nan
+    or inf (float() takes them; a check written `v < 0` lets NaN through, `v > 0` lets inf through)."""
+    try:
+        v = kind(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (a whole number), got {s!r}" if kind is int
+                                         else f"expected a number, got {s!r}")
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {s!r}")
+    return v
 
 
 def positive(kind):
     def parse(s):
-        try:
-            v = kind(s)
-        except ValueError:
-            article = "an" if kind.__name__[0] in "aeiou" else "a"
-            raise argparse.ArgumentTypeError(f"expected {article} {kind.__name__}, got {s!r}")
+        v = number(s, kind)
         if not v > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
@@ -59,7 +75,7 @@ def positive(kind):
 
 
 def non_negative(s):
-    v = float(s)
+    v = number(s)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
     return v
@@ -73,10 +89,7 @@ def below_one(s):
 
 
 def count(s):
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    v = number(s, int)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
     return v
@@ -104,10 +117,7 @@ SEED_LIMIT = 10 ** 8  # |--seed| below it: every seed data.py derives from it st
 
 def seed(s):
     """--seed: an integer whose magnitude is below SEED_LIMIT (ArgumentTypeError otherwise: one line)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}")
+    v = number(s, int)
     if not -SEED_LIMIT < v < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"must be between {1 - SEED_LIMIT} and {SEED_LIMIT - 1} (every seed of the "
                                          f"data order and augmentation derived from it stays a 64-bit integer), got {s}")
@@ -132,7 +142,7 @@ def diffaug_policy(s):
 
 
 def get_parser():
-    p = Parser(description=DESCRIPTION, formatter_class=HelpFormatter,
+    p = Parser(prog="train.py", description=DESCRIPTION, formatter_class=HelpFormatter,
                usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
     a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
@@ -186,7 +196,7 @@ def get_parser():
       "moeut = sigmoid-gated top-1 of E, no renormalization (MoEUT's sigma-MoE); "
       "remoe = all E experts at hidden ratio 1 on every token, ReLU gates, sparsity controller (ReMoE); "
       "softmoe = patch-count slots split over E full-width experts (Soft-MoE)")
-    a("--lora-rank", type=int, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
+    a("--lora-rank", type=count, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
       "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
     a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the gate-entropy "
       "balance loss mean_k [1 - H(g_k)/log E] (eq. 6; E > 1 only)")
@@ -277,7 +287,7 @@ def get_parser():
       "CIFAR (its files are shuffled), N evenly spaced ones for image folders (sorted by class); a short run "
       "(--max-steps, --eval-depths) spends most of its time on the 10k-image evaluations, which --val-subset 1000 cuts")
     a = p.add_argument_group('optimization').add_argument
-    a("--epochs", type=positive(int), default=100, help="training epochs")
+    a("--epochs", type=positive(int), default=EPOCHS, help="training epochs")
     a("--max-steps", type=positive(int), help="stop after this many optimizer steps; the "
       "warmup + cosine schedule is compressed to end there")
     a("--batch-size", type=positive(int), default=128, help="global batch size (all ranks)")
@@ -286,7 +296,8 @@ def get_parser():
     a("--opt", default="adamw", choices=["adamw", "lamb"], help="optimizer: AdamW or LAMB (DeiT III)")
     a("--lr", type=positive(float), default=1e-3, help="peak learning rate")
     a("--min-lr", type=non_negative, default=1e-5, help="learning rate at the end of the cosine")
-    a("--warmup-epochs", type=non_negative, default=5.0, help="linear warmup, in epochs")
+    a("--warmup-epochs", type=non_negative, default=WARMUP_EPOCHS, help="linear warmup, in epochs, below the run's "
+      "epochs; left out, a run of 5 epochs or fewer gets 5 %% of them, said in its first lines")
     a("--warmup-lr", type=non_negative, help="learning rate of the first warmup step, from which the warmup "
       "rises linearly to --lr (DeiT's --warmup-lr; the reViT paper's Table 6: 1e-6) (default: --lr / the "
       "warmup steps, a ramp from 0)")
@@ -303,7 +314,7 @@ def get_parser():
     a = p.add_argument_group('augmentation').add_argument
     a("--mixup", type=non_negative, default=0.0, help="MixUp alpha, 0 = off")
     a("--cutmix", type=non_negative, default=0.0, help="CutMix alpha, 0 = off")
-    a("--randaug", type=non_negative, default=0, help="RandAugment magnitude (2 ops), 0 = off, at most 30")
+    a("--randaug", type=count, default=0, help="RandAugment magnitude (2 ops), an integer, 0 = off, at most 30")
     a("--reprob", type=below_one, default=0.0, metavar="P", help="random erasing (DeiT's --reprob, timm's pixel "
       "mode): each training image has one rectangle replaced by N(0, 1) noise after normalization with "
       "probability P, e.g. 0.25; 0 = off")
@@ -398,10 +409,14 @@ def resolve(args, p, img_size):
             p.error(f"--stages {args.stages} must divide --depth {args.depth}")
         if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
             args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
+        wrong = check_eval_depths(args)  # (before training, not after hours of it)
+        if wrong:
+            p.error(wrong)
     if args.randaug > 30:
         p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
     if args.min_lr > args.lr:
         p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    resolve_warmup(args, p)
     if args.warmup_lr is not None and (args.warmup_lr > args.lr or not args.warmup_epochs):
         p.error(f"--warmup-lr {args.warmup_lr:g}: " + (f"above --lr {args.lr:g}" if args.warmup_epochs else
                 "--warmup-epochs 0 has no warmup to start"))
@@ -423,8 +438,6 @@ def resolve(args, p, img_size):
         p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
     if args.lora_rank and args.experts != 1:
         p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
-    if args.lora_rank < 0:
-        p.error(f"--lora-rank must be >= 0, got {args.lora_rank}")
     if args.distill and not args.teacher:
         p.error("--distill needs --teacher CKPT, the checkpoint to distill from")
     lone = given(p, ("distill_weight", "distill_temperature", "task_weight")) if not args.teacher else []
@@ -432,6 +445,26 @@ def resolve(args, p, img_size):
         p.error(f"{lone[0]} weighs a distillation term, and there is no --teacher CKPT: add one or leave it out")
     args.distill = args.distill or ("feature" if args.teacher else None)
     return args
+
+
+def short_warmup(epochs):
+    """The warmup (in epochs) of a run of `epochs` that leaves --warmup-epochs at its default: the default
+    where it is shorter than the run, else the default's share of the default run (5 %: 0.15 of 3 epochs)."""
+    return WARMUP_EPOCHS if WARMUP_EPOCHS < epochs else WARMUP_EPOCHS * epochs / EPOCHS
+
+
+def resolve_warmup(args, p):
+    """A warmup at least as long as the run (--epochs 3 with the default --warmup-epochs 5) would leave the
+    lr at its peak at the end, the cosine and --min-lr never acting: a given --warmup-epochs (command line,
+    preset) is refused in one line (p.error); the default is shortened to short_warmup (announce says so).
+    With --max-steps the schedule is compressed, the warmup's share of the run kept."""
+    if args.eval_only or args.warmup_epochs < args.epochs:
+        return
+    if given(p, ["warmup_epochs"]):
+        p.error(f"--warmup-epochs {args.warmup_epochs:g} is not below --epochs {args.epochs}: the whole run would be "
+                "warmup (the lr would end at its peak, the cosine and --min-lr never acting); give a shorter one, e.g. "
+                f"--warmup-epochs {short_warmup(args.epochs):g}, or 0")
+    args.warmup_epochs = short_warmup(args.epochs)
 
 
 STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")

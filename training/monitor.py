@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from presets import PAPER, PRESETS, TIMES
 from training.exits import Fail, Preempted, Stop, stopping, write
+from training.flags import WARMUP_EPOCHS, short_warmup
 
 # ----------------------------------------------------------------------------- around the steps
 CHECK_EVERY = 20  # optimizer steps between the loop's reads of a GPU (loss, non-finite count, DDP stop flag)
@@ -291,6 +292,13 @@ def announce(args, run, model, compiled, distilling):
           + (f", distilling from {args.teacher} ({args.distill})" if distilling else "")
           + (f", Stage 2 from {args.stage2} (--disc {args.disc}, adversarial term from step {args.gan_start})"
              if args.stage2 and not args.eval_only else ""))
+    if not args.eval_only and args.epochs <= WARMUP_EPOCHS and args.warmup_epochs == short_warmup(args.epochs):
+        print(f"note: warmup {args.warmup_epochs:g} epochs ({warmup} of {total_steps} steps), 5 % of the run: the "
+              f"default --warmup-epochs {WARMUP_EPOCHS:g} is not below --epochs {args.epochs}, and would make the whole "
+              "run warmup; give --warmup-epochs to choose another")
+    twice = sorted({d for d in args.eval_depths or [] if args.eval_depths.count(d) > 1})
+    if twice:
+        print(f"note: --eval-depths gives depth {', '.join(map(str, twice))} more than once: each depth is evaluated once")
     if args.resume and not args.eval_only:
         print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
               + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
