@@ -328,9 +328,11 @@ def get_parser():
     a("--task-weight", type=non_negative, default=1.0, help="with --teacher: the task loss's weight; 0 distils from "
       "the teacher's features alone, no labels (the reViT paper's DINOv2 regime, A.3)")
     a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
-    a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
+    a("--device", default="auto", help="auto = cuda when torch sees a CUDA device, else mps when it sees an Apple GPU, "
+      "else cpu; cpu; cuda; mps (Apple silicon, one process: --amp auto is none there, bf16 and fp16 with its "
+      "GradScaler as the installed torch supports them; training/run.py choose_device)")
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
-      help="autocast dtype; auto = bf16 on CUDA, none on CPU")
+      help="autocast dtype; auto = bf16 on CUDA, none on CPU and MPS")
     a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
     a("--compile-scope", choices=list(kernels.SCOPES), help="with --compile: blocks = each distinct "
       "block compiled once, the step loop eager (regional compilation); model = the whole training "

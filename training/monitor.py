@@ -78,7 +78,7 @@ class Monitor:
     images of every process; `save`, its checkpoints.Saver), and everything the loop does between optimizer steps that is
     not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
     instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
-    consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
+    consecutive non-finite steps: every CHECK_EVERY steps on a GPU (CUDA, MPS), every step on the CPU where a read
     costs nothing, at the end of an epoch and before a checkpoint, so that the host queues steps ahead
     of the GPU), the estimated
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
@@ -90,7 +90,7 @@ class Monitor:
         self.ckpt_path, self.log_path, self.val_images = run.ckpt_path, run.log_path, run.val_images
         self.total_steps, self.steps_per_epoch, step = run.total_steps, run.steps_per_epoch, run.start_step
         self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
-        self.check_every = CHECK_EVERY if self.device.type == "cuda" else 1
+        self.check_every = CHECK_EVERY if self.device.type != "cpu" else 1  # (a GPU: CUDA or MPS)
         self.bad_run = torch.zeros((), device=self.device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
         self.pace = []  # (step, time) of the two checks the estimate is measured between (pace_point)
