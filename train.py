@@ -19,7 +19,6 @@ tokenizer: PSNR, SSIM) each epoch, and Ctrl-C / SIGTERM: the step in flight fini
 written, and the run says how to continue (exit 75). Writes OUT/log.jsonl, OUT/ckpt.pt, OUT/args.json.
 """
 import datetime
-import json
 import os
 import signal
 import sys
@@ -32,9 +31,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 import kernels
 from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
-from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping,
-                            write)
-from training.monitor import EpochSums, Monitor, announce, epoch_line, model_log
+from training.exits import INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping
+from training.monitor import EpochSums, Monitor, announce, model_log
 from training.run import Run, choose_device
 
 
@@ -206,10 +204,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
         save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
-        if run.master:
-            write(run.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
-            print(json.dumps(rec))
-            print(epoch_line(epoch, rec, step, total_steps), flush=True)
+        monitor.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard
         if inside:
             break
         epoch += 1

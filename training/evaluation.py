@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import data
 from training.exits import Fail, Preempted, cannot_write, stopping, write
+from training.figures import pyplot
 from training.registry import trained_depth
 
 
@@ -198,8 +199,8 @@ def reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid=None
 
 
 def depth_report(args, model, rows, step, kept):
-    """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png if matplotlib
-    happens to be installed (it is optional). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}].
+    """Print accuracy by depth, write OUT/depth_eval.json, and OUT/depth_eval.png with matplotlib (an
+    optional extra; without it one line says the figure was not drawn: figures.pyplot). rows: [{depth, nfe, val_acc1, val_acc5, val_loss}].
     A write that fails raises Fail saying what the run keeps (`kept`, e.g. Stop.kept())."""
     print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
     for r in rows:
@@ -210,11 +211,9 @@ def depth_report(args, model, rows, step, kept):
            "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
            "weights": rows[0].get("weights") if rows else None, "results": rows}
     write(os.path.join(args.out_dir, "depth_eval.json"), json.dumps(res, indent=1), kept)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    png = os.path.join(args.out_dir, "depth_eval.png")
+    plt = pyplot(png)
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
@@ -223,7 +222,6 @@ def depth_report(args, model, rows, step, kept):
     what = f"{args.model} {res['solver']}, extend={res['extend']}" if res["solver"] else args.model
     ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
     ax.legend()
-    png = os.path.join(args.out_dir, "depth_eval.png")
     try:
         fig.savefig(png, dpi=120, bbox_inches="tight")
     except OSError as e:

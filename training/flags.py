@@ -7,6 +7,7 @@ what a flag left out stands for). Which flags a model reads, and which shape it,
 resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -372,6 +373,13 @@ def get_parser():
       "out-of-range pixels, written to reconstruction_eval.json")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
+    a = p.add_argument_group('logging', 'training/monitor.py; a run\'s curves: python scripts/curves.py OUT').add_argument
+    a("--log-every", type=positive(int), metavar="N", help="also a step record in OUT/log.jsonl every N optimizer "
+      "steps: step, loss (the last micro-batch's), lr, grad_norm (before clipping), img_per_s (timm's "
+      "--log-interval); the device is read at those steps only (default: off, epoch records only)")
+    a("--tensorboard", action="store_true", help="also write log.jsonl's numbers (the step and epoch records) as "
+      "TensorBoard scalars to OUT/tensorboard (torch.utils.tensorboard; the tensorboard package is an optional "
+      "extra: pip install tensorboard)")
     return p
 
 
@@ -561,6 +569,9 @@ def configure(p, argv):
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
+    if args.tensorboard and importlib.util.find_spec("tensorboard") is None:  # (an optional extra)
+        p.error("--tensorboard needs the tensorboard package, which is not installed: pip install tensorboard, or "
+                "leave out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = default_img_size(args)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
