@@ -249,3 +249,16 @@ def test_test_order_option_reverses_shuffles_by_seed_and_refuses_anything_else()
     for bad in ("random", "random:x", "backwards"):
         with pytest.raises(ValueError, match="--test-order"):
             conftest.order_items(list(range(3)), bad)
+
+
+def test_the_quick_tier_is_a_registered_marker_that_keeps_every_models_mathematics():
+    """README's quick tier (-m "not slow") beside the full command CI runs; `slow` is registered in pytest.ini
+    (an unregistered mark would only warn), and no test of the models' own file is left out of the tier."""
+    import configparser
+    ini = configparser.ConfigParser()
+    ini.read(os.path.join(ROOT, "pytest.ini"))
+    assert ini["pytest"]["markers"].strip().startswith("slow:")
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert 'python -m pytest -q -n 2 -m "not slow"' in readme
+    assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
+    assert "mark.slow" not in open(os.path.join(ROOT, "test_models.py")).read()
