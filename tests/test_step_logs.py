@@ -132,6 +132,11 @@ def test_tensorboard_gets_the_numbers_of_log_jsonl(tmp_path, monkeypatch):
     want = [(f"{'epoch' if 'epoch' in r else 'train'}/{k}", v, r["step"]) for r in records(out)
             for k, v in r.items() if k not in ("step", "epoch") and isinstance(v, (int, float))]
     assert seen == want + ["closed"] and ("train/grad_norm", records(out)[0]["grad_norm"], 3) in seen
+    # --eval-only takes --tensorboard (and --log-every) from its command line, not from the checkpoint: on a
+    # machine without the package the run's checkpoint is still evaluated
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1",
+                      "--out-dir", str(tmp_path / "eval")]) == 0
 
 
 def test_tensorboard_without_its_package_is_one_line_before_the_run(tmp_path, monkeypatch, capsys):

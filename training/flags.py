@@ -673,7 +673,8 @@ def configure(p, argv):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid",
+                  "log_every", "tensorboard", "config"}
 # Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
 # a term to it: sec. 3.5, eq. 11) and the data it was trained on.
 STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
