@@ -39,6 +39,7 @@ from analysis import alignment, anytime, loops, ranks, steps
 from training import flags, registry
 from training.weights import read_weights
 from training.exits import Fail, printable_output
+from training.figures import pyplot
 
 
 class Parser(argparse.ArgumentParser):
@@ -146,11 +147,8 @@ def write(res, checkpoint, out_dir):
     for fname, obj in (("cka.json", cka), ("steps.json", steps)):
         with open(os.path.join(out_dir, fname), "w") as f:
             json.dump(obj, f, indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(os.path.join(out_dir, "cka.png"), os.path.join(out_dir, "steps.png"))
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(5 + 0.2 * L, 4 + 0.2 * L))
     im = ax.imshow(torch.tensor(res["cka"]).numpy(), vmin=0, vmax=1, cmap="magma", origin="lower")
@@ -186,11 +184,8 @@ def write_loops(res, checkpoint, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "loops.json"), "w") as f:
         json.dump({"checkpoint": checkpoint, **res}, f, indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(os.path.join(out_dir, "loops.png"))
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, psnrs in res["prefix"].items():
@@ -342,11 +337,8 @@ def main_anytime(args, model, val_set, run):
 def plot_anytime(res, path):
     """anytime.png at `path` from anytime_analysis's dict `res` (nothing without matplotlib): top-1 against
     mean block applications per rule, fixed depth and the oracle; per step the readout's top-1 and residual."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(path)
+    if plt is None:
         return
     fig, ax = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     ax[0].plot([p["applications"] for p in res["fixed"]], [p["top1"] for p in res["fixed"]], "k.-", label="fixed depth")
@@ -372,11 +364,8 @@ def plot_anytime(res, path):
 def plot_alignment(res, path):
     """alignment.png at `path` from alignment.json's dict `res` (nothing without matplotlib): the cross-CKA
     map with its maximum-CKA path and the proportional diagonal."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(path)
+    if plt is None:
         return
     c = torch.tensor([[v if v is not None else float("nan") for v in row] for row in res["cross"]])
     ls, lt = c.shape[0] - 1, c.shape[1] - 1

@@ -19,7 +19,6 @@ tokenizer: PSNR, SSIM) each epoch, and Ctrl-C / SIGTERM: the step in flight fini
 written, and the run says how to continue (exit 75). Writes OUT/log.jsonl, OUT/ckpt.pt, OUT/args.json.
 """
 import datetime
-import json
 import os
 import signal
 import sys
@@ -32,10 +31,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 import kernels
 from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
-from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping,
-                            write)
-from training.monitor import EpochSums, Monitor, announce, epoch_line, model_log
-from training.run import Run
+from training.exits import INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping
+from training.monitor import EpochSums, Monitor, announce, model_log
+from training.run import Run, choose_device
 
 
 def main(argv=None, stop=None):
@@ -205,10 +203,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         if args.data == "imagenet":
             rec["skipped_images"] = sums.total_skipped(ddp)
         save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
-        if run.master:
-            write(run.log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
-            print(json.dumps(rec))
-            print(epoch_line(epoch, rec, step, total_steps), flush=True)
+        monitor.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard
         if inside:
             break
         epoch += 1
@@ -257,13 +252,11 @@ def runtime(args, p, stop):
         except ValueError:
             p.error(f"RANK={os.environ['RANK']!r}, WORLD_SIZE={os.environ['WORLD_SIZE']!r} in the environment: "
                     "expected integers (torchrun sets them); unset them to run one process")
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.device not in ("cpu", "cuda"):
-        p.error(f"--device {args.device}: allowed: auto, cpu, cuda")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device is available; use --device cpu")
-    device = torch.device(f"cuda:{local_rank}" if args.device == "cuda" else "cpu")
+    try:  # auto: cuda, else mps (an Apple GPU), else cpu
+        device = choose_device(args.device, local_rank, ddp)
+    except ValueError as e:
+        p.error(str(e))
+    args.device = device.type
     if args.amp == "auto":
         args.amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
     if args.compile_scope and not args.compile:
@@ -271,7 +264,7 @@ def runtime(args, p, stop):
     if args.eval_ema and not args.ema:
         p.error("--eval-ema needs EMA weights: train with --ema DECAY (--eval-only takes it from the checkpoint)")
     if args.amp == "fp16" and device.type == "cpu":
-        p.error("--amp fp16 needs a CUDA device; use --amp bf16 or none on CPU")
+        p.error("--amp fp16 needs a CUDA or MPS device; use --amp bf16 or none on CPU")
     if args.batch_size % (world * args.grad_accum):
         p.error(f"--batch-size {args.batch_size} is not divisible by the {world} processes x "
                 f"--grad-accum {args.grad_accum}")

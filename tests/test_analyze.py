@@ -191,6 +191,7 @@ def checkpoints(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, depth", [("bvit", 3), ("revit", 4)])
 def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, name, depth):
     ckpt, cifar = checkpoints[name]
@@ -219,6 +220,7 @@ def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, nam
     assert per_step["top1"] == pytest.approx(own)
 
 
+@pytest.mark.slow
 def test_analyze_at_another_depth(checkpoints, tmp_path):
     ckpt, _ = checkpoints["revit"]
     assert analyze.cli(["--resume", ckpt, "--out-dir", str(tmp_path), "--num-images", "8", "--depth", "6"]) == 0
@@ -234,6 +236,7 @@ def one_error_line(capsys, argv):
     return err[0]
 
 
+@pytest.mark.slow
 def test_bad_checkpoints_are_one_line_and_exit_2(tmp_path, capsys, checkpoints):
     out = ["--out-dir", str(tmp_path / "o")]
     assert "no such file" in one_error_line(capsys, ["--resume", str(tmp_path / "nope.pt")] + out)
@@ -250,6 +253,7 @@ def test_bad_checkpoints_are_one_line_and_exit_2(tmp_path, capsys, checkpoints):
     assert "--num-images" in one_error_line(capsys, ["--resume", checkpoints["bvit"][0], "--num-images", "0"] + out)
 
 
+@pytest.mark.slow
 def test_the_script_exits_2_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "analyze.py"), "--resume", str(tmp_path / "no.pt"),
                         "--out-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
@@ -286,6 +290,7 @@ def test_loop_interventions_at_init_change_nothing_and_otherwise_match_a_hand_co
     assert 0 <= min(r["monotone"].values()) and max(r["most_sensitive"].values()) <= 2
 
 
+@pytest.mark.slow
 def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path):
     import json
     import analyze
@@ -356,6 +361,7 @@ def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutat
         assert len(d["random"]) == 3 and d["displacement"] > 0
 
 
+@pytest.mark.slow
 def test_analyze_teacher_writes_alignment_and_refuses_what_it_cannot_align(tmp_path, capsys):
     cifar = fake_cifar(tmp_path / "data")
     d = TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1"]

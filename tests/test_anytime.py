@@ -14,6 +14,8 @@ import train
 from test_train import TINY, fake_cifar
 from analysis import anytime
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 KW = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, num_heads=2)
 
 

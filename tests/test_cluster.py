@@ -24,6 +24,8 @@ from training.flags import get_parser, parse_args
 from training import checkpoints, evaluation, exits, optim, registry
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 SYNTH = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
          "--val-subset", "32", "--eval-batch-size", "32", "--data", "synthetic"]
 

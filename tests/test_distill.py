@@ -12,6 +12,8 @@ import revit
 import train
 from test_train import TINY, fake_cifar, load
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 KW = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=2, num_heads=2)
 
 

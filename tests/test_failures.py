@@ -19,6 +19,8 @@ from training import evaluation, exits
 from test_folders import images
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 SYNTH = TINY + ["--data", "synthetic", "--max-steps", "4", "--epochs", "1"]
 
 

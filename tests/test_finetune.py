@@ -18,6 +18,8 @@ from training.registry import arch_flags
 import train
 from test_train import TINY, fake_cifar
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
 needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
 FOLDER = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "64", "--device", "cpu", "--workers", "0",

@@ -1,9 +1,13 @@
 """A researcher's first day (issue 41): what a short run prints and spends, outside a terminal too."""
 import json
 
+import pytest
+
 from test_train import TINY, fake_cifar
 import train
 from training import evaluation
+
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
 
 
 def test_a_depth_is_evaluated_once_and_the_log_counts_toward_the_runs_end(tmp_path, monkeypatch, capsys):

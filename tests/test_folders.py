@@ -98,6 +98,7 @@ def test_tiny_imagenet_val_layout_is_recognized(tmp_path):
     assert labels_of(va, classes) == truth
 
 
+@pytest.mark.slow
 @needs_sample
 @pytest.mark.parametrize("case, says", [
     ("val class not in train", "class folder nzzz is not in train/"),
@@ -149,6 +150,7 @@ def truncate_one(root):
     return victim
 
 
+@pytest.mark.slow
 @needs_sample
 def test_a_truncated_jpeg_is_skipped_named_and_counted_with_worker_processes(tmp_path, capsys):
     root = folder(tmp_path / "d")
@@ -161,6 +163,7 @@ def test_a_truncated_jpeg_is_skipped_named_and_counted_with_worker_processes(tmp
     assert rec["skipped_images"] == 1 and rec["step"] == 3  # 12 images, batch 4: the whole epoch
 
 
+@pytest.mark.slow
 @needs_sample
 def test_past_max_bad_images_the_run_stops_naming_the_file_and_keeps_the_checkpoint(tmp_path, capsys):
     root = folder(tmp_path / "d")
@@ -210,6 +213,7 @@ def framed(side=128, frame=8):
     return Image.fromarray(a)
 
 
+@pytest.mark.slow
 def test_eval_crop_ratio_1_keeps_the_whole_image_and_0_875_cuts_its_border():
     """Resize the short side to img_size / ratio, then the center crop of img_size (DeiT III's
     --eval-crop-ratio): at 1.0 (the reViT paper's Table 6) the frame is in the picture, at 0.875 (56 px
@@ -225,6 +229,7 @@ def test_eval_crop_ratio_1_keeps_the_whole_image_and_0_875_cuts_its_border():
     assert v2.Resize not in cifar and v2.CenterCrop not in cifar
 
 
+@pytest.mark.slow
 def test_eval_crop_ratio_reaches_the_validation_transform_and_bad_values_are_one_line(tmp_path, capsys):
     from test_presets import fake_imagenet
     root = fake_imagenet(tmp_path / "in")
@@ -310,6 +315,7 @@ def test_label_files_as_spreadsheets_write_them(tmp_path):
 
 
 # ----------------------------------------------------------------------------- a batch or an epoch with nothing in it (issue 24)
+@pytest.mark.slow
 @needs_sample
 def test_a_step_whose_only_image_is_undecodable_makes_no_optimizer_step(tmp_path, capsys):
     root = folder(tmp_path / "d")  # 12 training images
@@ -324,6 +330,7 @@ def test_a_step_whose_only_image_is_undecodable_makes_no_optimizer_step(tmp_path
     assert {float(s["step"]) for s in ck["optimizer"]["state"].values()} == {11.0}  # 12 steps, one without an image
 
 
+@pytest.mark.slow
 @needs_sample
 def test_a_validation_set_without_a_usable_image_is_one_line_after_the_epoch_is_saved(tmp_path, capsys):
     root = folder(tmp_path / "d")
@@ -383,6 +390,7 @@ def test_symbolic_links_are_followed_but_no_image_counts_twice_or_under_another_
     assert got == [("1.png", "a"), ("2.png", "a"), ("3.png", "b"), ("4.png", "b")] and len(va) == 2
 
 
+@pytest.mark.slow
 def test_eval_only_needs_the_class_names_only(tmp_path, capsys):
     """--eval-only of an image-folder checkpoint reads val/ alone: train/ may be gone, and the
     training set need not hold one training batch; the class names come from the checkpoint."""

@@ -385,3 +385,16 @@ def test_the_docs_speak_of_the_project_not_of_how_they_were_made():
         rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
         found += [f"{rel}: {m}" for m in making(" ".join(source(rel).split()))]  # (a phrase across lines too)
     assert not found, found
+
+
+def test_the_quick_tier_is_a_registered_marker_that_keeps_every_models_mathematics():
+    """README's quick tier (-m "not slow") beside the full command CI runs; `slow` is registered in pytest.ini
+    (an unregistered mark would only warn), and no test of the models' own file is left out of the tier."""
+    import configparser
+    ini = configparser.ConfigParser()
+    ini.read(os.path.join(ROOT, "pytest.ini"))
+    assert ini["pytest"]["markers"].strip().startswith("slow:")
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert 'python -m pytest -q -n 2 -m "not slow"' in readme
+    assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
+    assert "mark.slow" not in open(os.path.join(ROOT, "test_models.py")).read()

@@ -151,6 +151,7 @@ TINY_RUN = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device",
             "--workers", "0", "--val-subset", "64", "--eval-batch-size", "64"]
 
 
+@pytest.mark.slow
 def test_two_process_ddp_equals_one_process_with_same_global_batch(tmp_path):
     common = TINY_RUN + ["--data", "synthetic", "--batch-size", "16", "--max-steps", "3",
                          "--label-smoothing", "0.1"]
@@ -168,6 +169,7 @@ def test_two_process_ddp_equals_one_process_with_same_global_batch(tmp_path):
     assert moved > 0  # the runs trained something
 
 
+@pytest.mark.slow
 @needs_cifar
 def test_short_run_on_real_cifar_lowers_the_loss(tmp_path):
     out = tmp_path / "run"
@@ -191,6 +193,7 @@ def test_short_run_on_real_cifar_lowers_the_loss(tmp_path):
 
 # Two cases through a real `python train.py` process (a data error, an argparse error); the full list
 # of bad inputs (--depth 0, --patch-size 5, ...) is checked in-process in tests/test_train.py.
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, says", [
     (["--data", "cifar100", "--data-dir", "/nonexistent/rvits"], "/nonexistent/rvits"),
     (["--model", "nosuch"], "--model"),

@@ -22,6 +22,8 @@ from training import exits, optim
 from test_loopvae_train import TINY, records
 from test_train import fake_cifar
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 STAGE2 = ["--max-steps", "6", "--gan-start", "3", "--r1-every", "2", "--epochs", "1"]
 TERMS = ("d_loss", "g_loss", "gan_weight", "r1")
 

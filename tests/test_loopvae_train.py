@@ -25,6 +25,8 @@ from training import exits, monitor, optim, perceptual
 import data
 from test_train import fake_cifar
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 # width 32 (32 GroupNorm groups), one block, two scales (1 and 2 passes): 8 steps per epoch of 64 images
 TINY = ["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--loops", "1,2", "--latent-dim", "4",
         "--device", "cpu", "--workers", "0", "--batch-size", "8", "--eval-batch-size", "32", "--epochs", "2",

@@ -102,6 +102,7 @@ def test_dense_folders_read_ade20k_and_nyu_layouts(tmp_path):
         data.DenseFolder(str(tmp_path / "nyu"), "nyu", True, 24)
 
 
+@pytest.mark.slow
 def test_probe_py_runs_each_probe_on_a_checkpoint_and_refuses_bad_input(tmp_path, capsys):
     cifar = fake_cifar(tmp_path / "data", n_train=64, n_test=32)
     assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1",

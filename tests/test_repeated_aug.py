@@ -98,6 +98,7 @@ def test_the_copies_of_an_image_are_augmented_differently_on_both_cpu_loaders():
             assert not torch.equal(x[k], x[k + 1]) and not torch.equal(x[k + 1], x[k + 2]), type(loader)
 
 
+@pytest.mark.slow
 def test_repeated_aug_reaches_every_training_loader(tmp_path):
     """build_loaders' three training paths (data.py's docstring) all sample with --repeated-aug."""
     p = get_parser()
@@ -113,6 +114,7 @@ def test_repeated_aug_reaches_every_training_loader(tmp_path):
         assert len(loader.sampler) == (256 if ds is cifar else len(ds))  # 300 images: 256 slots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, says", [("1", "1 copy is no repetition"), ("-1", "must be >= 0"),
                                          ("two", "expected an integer")])
 def test_a_bad_repeated_aug_is_one_line_exit_2(capsys, value, says):

@@ -18,6 +18,8 @@ import train
 from training import exits, flags, optim
 from test_train import ROOT, TINY, free_port, load, run
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 SYNTH = TINY + ["--data", "synthetic", "--max-steps", "4", "--epochs", "1"]
 
 

@@ -129,6 +129,7 @@ def test_the_structured_init_claims_come_out_either_way(tmp_path, case):
     assert "| init-structured | 2 | 8 |" in summarize_mini.summary(runs)["mini-table"]
 
 
+@pytest.mark.slow
 def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
     env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit srvit-r1", JOBS="2", DATA=data_dir,
@@ -180,6 +181,7 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert r.returncode == 1 and "FAILED bvit-ds seed 0" in r.stderr  # a failed run fails the script
 
 
+@pytest.mark.slow
 def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(tmp_path))
@@ -192,6 +194,7 @@ def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, cap
     assert "Seed noise: unknown" in summarize_mini.summary(runs)["mini-verdicts"]
 
 
+@pytest.mark.slow
 def test_gpu_run_dry_run_compiles_at_tiny_width_and_passes_with_only_the_repository_and_gpu_data(tmp_path):
     """The window on a CPU: the check of the compiled path (gpu_check: eager, blocks and the whole model,
     compiled), the CIFAR preset, the 224-px smoke; each step's status, seconds and exit delay in
@@ -215,6 +218,7 @@ def test_gpu_run_dry_run_compiles_at_tiny_width_and_passes_with_only_the_reposit
         "eager", "blocks", "model"}
 
 
+@pytest.mark.slow
 def test_the_window_fits_its_limit_and_every_wait_inside_a_step_fits_the_step():
     """The real plan: the step limits, each with the most a stop adds (scripts/child.py), fit WINDOW_S,
     which fits a 570 s command; the figures that matter come first; a step's own budget (gpu_check
@@ -231,6 +235,7 @@ def test_the_window_fits_its_limit_and_every_wait_inside_a_step_fits_the_step():
     assert 'compile_for_training(model, "blocks", device)' in src
 
 
+@pytest.mark.slow
 def test_a_child_that_never_exits_costs_its_limit_and_no_more_and_takes_its_children_along(tmp_path):
     """scripts/child.py, which runs every step of a GPU window and every study run: a stand-in child
     that ignores SIGTERM and has started a grandchild, past its limit, is stopped within the limit +
@@ -256,6 +261,7 @@ def test_a_child_that_never_exits_costs_its_limit_and_no_more_and_takes_its_chil
     assert r["status"] == "ok" and r["last_line"] == "done" and r["exit_delay_s"] < 5
 
 
+@pytest.mark.slow
 def test_a_concurrency_probe_that_hangs_costs_its_limit_and_the_study_goes_on(tmp_path):
     """gpu_study's probe started compiled children with no limit (communicate() without a timeout):
     a child that never exits held the whole window. Now a round of probes has a limit and a failed
@@ -271,6 +277,7 @@ def test_a_concurrency_probe_that_hangs_costs_its_limit_and_the_study_goes_on(tm
     assert gpu_study.PROBE_COUNTS == (1, 4)  # few copies: each one compiles
 
 
+@pytest.mark.slow
 def test_study_arms_compile_the_whole_forward_only_where_its_graph_is_short():
     """Every study arm has 12 block applications (6 for srvit-r1: matched FLOPs), as c100-gpu-bvit-ti,
     whose whole-model compile gpu_check.py measures first in the window; a longer graph (e.g. SR-ViT
@@ -281,6 +288,7 @@ def test_study_arms_compile_the_whole_forward_only_where_its_graph_is_short():
     assert gpu_study.scope_flags(48) == ["--compile-scope", "blocks"]
 
 
+@pytest.mark.slow
 def test_gpu_check_fails_loudly_when_the_whole_model_graph_skips_recompiles_or_syncs():
     good = {"cudagraph_skips": 0, "recompiles": 0, "syncs_per_step": 0.0}
     assert gpu_check.failures(good, cuda=True) == [] and gpu_check.failures({**good, "cudagraph_skips": 2}, False) == []
@@ -289,11 +297,13 @@ def test_gpu_check_fails_loudly_when_the_whole_model_graph_skips_recompiles_or_s
     assert len(bad) == 3 and "CUDA-graph skip" in bad[0] and "recompiles" in bad[1] and "syncs" in bad[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["studies/reproduce_mini.sh", "scripts/gpu_run.sh", "studies/gpu_study.sh"])
 def test_scripts_parse(script):
     assert subprocess.run(["bash", "-n", os.path.join(ROOT, script)]).returncode == 0
 
 
+@pytest.mark.slow
 def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys):
     runs = tmp_path / "runs"
     fake_run(runs, "vit", 0, 33.0, model="vit")
@@ -347,6 +357,7 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
 DRY_ARMS = ["vit", "bvit", "odevit-rk4", "revit-e4", "srvit-r2", "revit-e4+feature"]
 
 
+@pytest.mark.slow
 def test_gpu_study_dry_run_runs_each_kind_of_arm_once_then_skips_what_is_done(tmp_path):
     """One arm of each kind shrunk to 2 CPU steps: each gives a result line with every field the
     summary needs, the distilled arm trains after its teacher, at most 8 small files come back, and
@@ -411,6 +422,7 @@ def test_gpu_study_starts_only_runs_that_fit_the_budget_in_claim_order():
     assert gpu_study.estimate_s("bvit-wide", per_run, gflops, {"bvit-wide": 5_000.0}, 50) < wide  # measured wins
 
 
+@pytest.mark.slow
 def test_gpu_study_concurrency_probe_measures_and_picks_the_fewest_runs_near_the_best():
     assert gpu_study.choose_jobs({1: 10_000, 2: 18_000, 4: 30_000, 8: 31_000}) == 4
     assert gpu_study.choose_jobs({1: 10_000, 2: 9_000}) == 1
@@ -428,6 +440,7 @@ def gpu_line(arm, seed, top1, depth=12, **kw):
             "torch": "2.11.0", "gpu": "NVIDIA H200", "date": "2026-12-01", "command": "bash studies/gpu_study.sh", **kw}
 
 
+@pytest.mark.slow
 def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     results = tmp_path / "results"
     results.mkdir()
@@ -459,6 +472,7 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     assert readme.read_text() == before and "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
     """Code and docs cite papers (title, arXiv id, section) and the repository's own files, never the
     project documents that do not travel with it (the interface spec, research notes)."""
@@ -475,6 +489,7 @@ def test_the_repository_stands_alone_citing_papers_not_files_outside_it():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow
 def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cuda(tmp_path):
     """A distilled arm whose teacher (the vit run of its seed) finished in an earlier window: its
     checkpoint is not on the fresh machine, so the job trains the teacher first."""
@@ -494,6 +509,7 @@ def test_gpu_study_retrains_a_finished_teacher_for_a_distilled_arm_and_needs_cud
             "gpu_study.sh: error: no CUDA device: the study trains on a GPU; --dry-run runs every arm shrunk on the CPU"]
 
 
+@pytest.mark.slow
 def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
     """The quick commands (in README.md and docs/models.md) parse as train.py commands, and every
     number the check compares is a number in a table of the file FILES names (README's first run,
@@ -519,6 +535,7 @@ def test_check_readme_finds_each_command_and_number_in_readme_and_docs():
         check_readme.document(os.path.join(ROOT, "docs", "nosuch.md"))
 
 
+@pytest.mark.slow
 def test_check_readme_lists_and_writes_back_finished_runs(tmp_path, capsys):
     """A finished run in WORK is reused (no training here); --readme writes its numbers and provenance
     into the cells of README (the first run) and docs/results.md beside it (the short runs); a shortened
@@ -578,6 +595,7 @@ def heading_anchors(text):
     return anchors
 
 
+@pytest.mark.slow
 def test_readme_and_docs_links_reach_files_and_headings_that_exist():
     """Every relative link and image of README.md and docs/*.md (inline or `[name]: target`) names a file
     of the repository and, after '#', a heading of that file; README keeps CI's test command and stays a
@@ -680,6 +698,7 @@ def test_summarize_loopvae_per_image_and_scale_free_rules_come_out_either_way(tm
     assert sl.cost_row(led(2e6, 21.0), led(1e6, 10.0))[3] == "cannot tell"  # 2.1x vs 2.0x: within the margin
 
 
+@pytest.mark.slow
 def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_markers(tmp_path, monkeypatch, capsys):
     import summarize_loopvae
     root = tmp_path / "runs"
@@ -740,6 +759,7 @@ def marked_block(text, name):
     return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
 
 
+@pytest.mark.slow
 def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(tmp_path, monkeypatch, capsys):
     """keep_results.py copies finished runs without checkpoints; summarize_loopvae on the kept study
     (results/loopvae) gives docs/results.md's and docs/models.md's tables as they stand."""
@@ -806,6 +826,7 @@ def fake_teacher_study(root, agree):
             (d / "alignment.json").write_text(json.dumps(align))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agree", [True, False])
 def test_the_second_regimes_claims_come_out_either_way(tmp_path, agree):
     import summarize_teacher as st
@@ -837,6 +858,7 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
     assert st.claims(runs)[1][3] == "not run"
 
 
+@pytest.mark.slow
 def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
     """results/revit-teacher and results/mini (studies/keep_results.py): the second regime's and anytime
     inference's summaries rebuilt from the kept files (every measurement cached) are docs/results.md's and

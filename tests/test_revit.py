@@ -303,6 +303,7 @@ def test_flop_count_matches_torch_flop_counter_on_materialized_graph():
 
 
 # ----------------------------------------------------------------------------- train.py
+@pytest.mark.slow
 def test_train_revit_logs_regularizers_and_gates(tmp_path):
     # one process keeps this fast; that DDP needs no find_unused_parameters is the gradient test
     out = tmp_path / "run"

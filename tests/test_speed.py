@@ -168,6 +168,7 @@ print("COMPILED odevit")
 """
 
 
+@pytest.mark.slow
 def test_regional_compilation_does_not_recompile_across_steps_blocks_or_depths():
     env = {**os.environ, "TORCH_LOGS": "recompiles"}
     r = subprocess.run([sys.executable, "-c", RECOMPILE_CHECK], capture_output=True, text=True, env=env,
@@ -198,6 +199,7 @@ def tiny_train(out, *extra, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
 
 
+@pytest.mark.slow
 def test_whole_model_training_path_equals_the_blocks_path_and_other_depths_do_not_recompile(tmp_path):
     """--compile-scope model (one graph for the training forward; CUDA graphs on CUDA) against the
     regional path: the same weights after 4 steps (drop path off: inductor draws other random numbers
@@ -397,6 +399,7 @@ def alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_a_hung_compile_worker_pool_does_not_keep_a_finished_run_from_exiting(tmp_path):
     """The first H200 run: every first-time --compile process finished and then never exited, its
     main thread in inductor's atexit shutdown of the compile-worker pool, waiting for the pool's
@@ -439,6 +442,7 @@ print("LAST LINE", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_release_compile_workers_ends_the_real_inductor_pool_of_this_torch_within_seconds():
     """Version skew (the GPU machine runs torch 2.11, the suite 2.14): kernels.release_compile_workers
     uses private inductor names. Against the real SubprocPool of the installed torch (started, a job

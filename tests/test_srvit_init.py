@@ -309,6 +309,7 @@ def test_the_init_base_flag_reaches_the_model_and_is_refused_where_it_would_not_
 
 
 # ----------------------------------------------------------------------------- train.py
+@pytest.mark.slow
 def test_train_smoke_srvit_with_structured_init(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", "srvit", "--recursions", "2",

@@ -24,6 +24,8 @@ import data
 import train
 from training import monitor
 
+pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 TINY = ["--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu", "--workers", "0",
         "--val-subset", "32", "--eval-batch-size", "32", "--batch-size", "8"]

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import data
 from training.exits import Fail, Preempted, cannot_write, stopping, write
+from training.figures import pyplot
 from training.registry import trained_depth
 
 
@@ -238,17 +239,16 @@ def write_depth_eval(args, model, rows, step, kept):
 
 
 def depth_report(args, model, rows, kept):
-    """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json), and write
-    OUT/depth_eval.png if matplotlib happens to be installed (it is optional). A write that fails raises
+    """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json), and draw
+    OUT/depth_eval.png with matplotlib (an optional extra; without it one line says the figure was not
+    drawn: figures.pyplot). A write that fails raises
     Fail saying what the run keeps (`kept`)."""
     print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
     for r in rows:
         print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    png = os.path.join(args.out_dir, "depth_eval.png")
+    plt = pyplot(png)
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["depth"] for r in rows], [r["val_acc1"] for r in rows], "o-")
@@ -258,7 +258,6 @@ def depth_report(args, model, rows, kept):
     what = f"{args.model} {solver}, extend={getattr(model, 'extend', None)}" if solver else args.model
     ax.set(xlabel="depth at evaluation", ylabel="val top-1 (%)", title=f"{what}: accuracy vs depth")
     ax.legend()
-    png = os.path.join(args.out_dir, "depth_eval.png")
     try:
         fig.savefig(png, dpi=120, bbox_inches="tight")
     except OSError as e:

@@ -7,6 +7,7 @@ what a flag left out stands for). Which flags a model reads, and which shape it,
 resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -152,6 +153,10 @@ def get_parser():
       "parameters, time on 2 CPU cores and on one H200, what it reproduces) and exit; TEXT keeps those whose name, "
       "model or description contain it (cpu: the ones timed on a CPU; gpu: on a GPU); a preset's name: all of it")
     a("--print-config", action="store_true", help="print the resolved configuration (JSON) and exit")
+    a("--config", metavar="FILE", help="take the flags from a JSON file: a run's args.json, --print-config's output "
+      "or a file of your own ({\"model\": \"revit\", \"lr\": 0.002, ...}, keys as in args.json); flags on the command "
+      "line win, and so does what they set (--size: the width, heads and depth); it wins over --preset (its own "
+      "\"preset\" applies first). Its out_dir and resume are not taken: where its run was written (read_config)")
     a("--seed", type=seed, default=0, help="initial weights, data order and augmentation: an integer from "
       f"{1 - SEED_LIMIT} to {SEED_LIMIT - 1}")
     a = p.add_argument_group('model').add_argument
@@ -339,9 +344,11 @@ def get_parser():
     a("--task-weight", type=non_negative, default=1.0, help="with --teacher: the task loss's weight; 0 distils from "
       "the teacher's features alone, no labels (the reViT paper's DINOv2 regime, A.3)")
     a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
-    a("--device", default="auto", help="auto (cuda when available), cpu, cuda")
+    a("--device", default="auto", help="auto = cuda when torch sees a CUDA device, else mps when it sees an Apple GPU, "
+      "else cpu; cpu; cuda; mps (Apple silicon, one process: --amp auto is none there, bf16 and fp16 with its "
+      "GradScaler as the installed torch supports them; training/run.py choose_device)")
     a("--amp", default="auto", choices=["auto", "none", "bf16", "fp16"],
-      help="autocast dtype; auto = bf16 on CUDA, none on CPU")
+      help="autocast dtype; auto = bf16 on CUDA, none on CPU and MPS")
     a("--compile", action="store_true", help="torch.compile the model (before DDP); see --compile-scope")
     a("--compile-scope", choices=list(kernels.SCOPES), help="with --compile: blocks = each distinct "
       "block compiled once, the step loop eager (regional compilation); model = the whole training "
@@ -381,6 +388,13 @@ def get_parser():
       "out-of-range pixels, written to reconstruction_eval.json")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
+    a = p.add_argument_group('logging', 'training/monitor.py; a run\'s curves: python scripts/curves.py OUT').add_argument
+    a("--log-every", type=positive(int), metavar="N", help="also a step record in OUT/log.jsonl every N optimizer "
+      "steps: step, loss (the last micro-batch's), lr, grad_norm (before clipping), img_per_s (timm's "
+      "--log-interval); the device is read at those steps only (default: off, epoch records only)")
+    a("--tensorboard", action="store_true", help="also write log.jsonl's numbers (the step and epoch records) as "
+      "TensorBoard scalars to OUT/tensorboard (torch.utils.tensorboard; the tensorboard package is an optional "
+      "extra: pip install tensorboard)")
     return p
 
 
@@ -525,25 +539,111 @@ def resolve_loopvae(args, p, img_size):
 
 
 def parse_args(p, argv=None):
-    """Parse argv; with --preset NAME, parse again with the preset's flags as the defaults, so the
-    flags given on the command line override them. --list-presets describes them and exits. Records
-    on `p` which flags the command line or the preset gave (`p.given`, their dests): a value that
-    came from a checkpoint, or a default, is never refused as if someone had given it (`given`)."""
+    """Parse argv; with --preset NAME and --config FILE, parse again with the preset's flags, then the
+    file's (read_config), as the defaults, so the flags given on the command line override them (and
+    the flags LINKED to those: --size sets the depth a file gives). --list-presets describes them and
+    exits. Records on `p` which flags the command line, the preset or the file gave (`p.given`, their
+    dests; of the file's, those that differ from the default they replace): a value that came from a
+    checkpoint, or a default, is never refused as if someone had given it (`given`)."""
     args = p.parse_args(argv)
     if args.list_presets is not None:
         list_presets(args.list_presets)
         sys.exit(0)
-    if args.preset is not None:
-        if args.preset not in PRESETS:
-            p.error(f"--preset {args.preset} is unknown; allowed: {', '.join(PRESETS)}")
-        p.set_defaults(**PRESETS[args.preset][1])
+    config = read_config(p, args.config) if args.config else {}
+    preset = args.preset if args.preset is not None else config.get("preset")
+    if preset is not None:
+        if preset not in PRESETS:
+            p.error(f"--preset {preset} is unknown{f' (in --config {args.config})' if args.preset is None else ''}; "
+                    f"allowed: {', '.join(PRESETS)}")
+        p.set_defaults(**PRESETS[preset][1])
+    actions = {a.dest: a for a in p._actions}
+    below = {k: parsed_default(actions[k], p.get_default(k)) for k in config}  # what the file's values replace
+    p.set_defaults(**config)
+    if preset is not None or config:
         args = p.parse_args(argv)
     unset = object()
     probe = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=probe)  # argparse fills no default where an attribute exists
     p.typed = {k for k, v in vars(probe).items() if v is not unset}  # on the command line
-    p.given = p.typed | set(PRESETS[args.preset][1] if args.preset else ())
+    for k in linked(p.typed) & set(config):  # set through a flag on the command line (--size: the depth)
+        setattr(args, k, below[k])
+    readers = model_flags()  # a file's flag of another model (an args.json holds every flag): a note, not refused
+    other = sorted(k for k, v in config.items() if k in readers and args.model not in readers[k] and v != below[k])
+    if other:
+        print(f"note: --config {args.config}: {', '.join(f'{k} {config[k]}' for k in other)}: not read by --model "
+              f"{args.model} (flags of other models)", file=sys.stderr)
+    p.given = p.typed | set(PRESETS[preset][1] if preset else ()) | {
+        k for k, v in config.items() if v != below[k] and k not in linked(p.typed) and k not in other}
     return args
+
+
+# Keys of a --config file that are a command's actions, not a run's flags (--print-config's output holds
+# them), or what train.py derives from a checkpoint and args.json records beside the flags (checkpoint_args):
+# left out. And where the run that wrote an args.json lives and what it continued: not taken.
+CONFIG_ACTIONS = ("config", "print_config", "list_presets", "model_img_size", "model_classes")
+CONFIG_PLACE = ("out_dir", "resume")
+
+
+def read_config(p, path):
+    """--config FILE: the flags of the JSON object in `path` (a run's args.json, --print-config's output,
+    or a user's file; a key is a flag's dest, embed_dim, or its name, --embed-dim), each value checked by
+    its flag's own type and choices, as {dest: value}. Left out: CONFIG_ACTIONS, and CONFIG_PLACE (a note
+    on stderr names those the file set: a new run goes to its own --out-dir, never into another run's).
+    p.error (one line, exit 2) for a file that cannot be read, is not a JSON object, has keys that are
+    not flags (all named) or a value its flag refuses, and for a flag rvits cut (CUT_FLAGS) that the file
+    sets (an older run's args.json holds them unset: left out)."""
+    fix = "give a JSON object of train.py's flags (a run's args.json, or --print-config's output)"
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except OSError as e:
+        p.error(f"--config {path}: {e.strerror}; {fix}")
+    except ValueError as e:  # (json.JSONDecodeError; a file that is not UTF-8 too)
+        p.error(f"--config {path}: not JSON ({getattr(e, 'msg', e)}, line {getattr(e, 'lineno', '?')}); {fix}")
+    if not isinstance(raw, dict):
+        p.error(f"--config {path}: a JSON {type(raw).__name__}, not an object of flags; {fix}")
+    actions = {a.dest: a for a in p._actions if a.dest != "help"}
+    config = {k.lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    cut = [k for k in CUT_FLAGS if config.get(k)]
+    if cut:
+        p.error(f"--config {path}: {', '.join(cut)}: set in the file, and rvits no longer has {'them' if len(cut) > 1 else 'it'} "
+                "(issue 51); remove the key, or use the rvits of commit f4ca284 or earlier for that run")
+    unknown = [k for k in raw if k.lstrip("-").replace("-", "_") not in actions and k not in CUT_FLAGS + CONFIG_ACTIONS]
+    if unknown:
+        p.error(f"--config {path}: {', '.join(map(str, unknown))}: not flags of train.py (python train.py --help "
+                f"lists them); remove {'them' if len(unknown) > 1 else 'it'} from the file")
+    left = {k: config.pop(k) for k in CONFIG_PLACE if config.get(k) is not None}
+    if left:
+        print(f"note: --config {path}: not taken: {', '.join(f'{k} {v}' for k, v in left.items())} (where the run "
+              "that wrote it lives; give --out-dir or --resume on the command line)", file=sys.stderr)
+    return {k: config_value(p, actions[k], v, f"--config {path}: {k}") for k, v in config.items()
+            if k not in CONFIG_ACTIONS + CONFIG_PLACE + CUT_FLAGS}
+
+
+def parsed_default(action, default):
+    """A flag's default as parse_args leaves it: a text default goes through the flag's type (argparse does)."""
+    return action.type(default) if isinstance(default, str) and action.type else default
+
+
+def config_value(p, action, v, where):
+    """The value `v` of a --config file for the flag of `action`, parsed as its command-line text would be
+    (its type and choices; a list is the comma-separated text): p.error (one line, `where`) if refused."""
+    on_off = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
+    if v is None:
+        return None
+    if isinstance(action, on_off) != isinstance(v, bool) or isinstance(v, dict):
+        p.error(f"{where}: {json.dumps(v)} is not a value of {action.option_strings[0]}"
+                + (" (true or false)" if isinstance(action, on_off) else ""))
+    if isinstance(action, on_off):
+        return v
+    text = ",".join(map(str, v)) if isinstance(v, list) else str(v)
+    try:
+        value = action.type(text) if action.type else text
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+        p.error(f"{where}: {e}")
+    if action.choices is not None and value not in action.choices:
+        p.error(f"{where}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
 
 
 def given(p, names):
@@ -592,6 +692,9 @@ def configure(p, argv):
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
+    if args.tensorboard and importlib.util.find_spec("tensorboard") is None:  # (an optional extra)
+        p.error("--tensorboard needs the tensorboard package, which is not installed: pip install tensorboard, or "
+                "leave out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = default_img_size(args)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
@@ -603,7 +706,8 @@ def configure(p, argv):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid"}
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid",
+                  "log_every", "tensorboard", "config"}
 # Flags that --resume also takes from its checkpoint unless given: where the data is, as --eval-only and
 # --stage2 take it (the command line's --data-dir wins, then the checkpoint's, then $RVITS_DATA, then ./data).
 RESUME_FLAGS = {"data_dir"}

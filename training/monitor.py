@@ -1,13 +1,15 @@
 """What the loop does around its steps, and the run's lines (how a run ends: training/exits.py).
 
 - Monitor: the progress bar, the estimated time (pace_point, estimate_line), the reads of the device
-  (loss, non-finite steps), the stop requests and the --save-every checkpoints;
+  (loss, non-finite steps), the stop requests and the --save-every checkpoints, the step records of
+  --log-every and the epoch records (log.jsonl, and TensorBoard with --tensorboard);
   EpochSums: an epoch's running sums (kept in a mid-epoch checkpoint).
 - The run's lines: announce (its first lines and args.json), epoch_line, model_log (the model's
   values in log.jsonl).
 """
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -32,6 +34,7 @@ class EpochSums:
 
     def __init__(self, progress, device):
         self.t_spent, self.images = progress.get("time", 0.0), progress.get("imgs", 0)
+        self.images_at_start = self.images  # (a step record's rate counts from here: Monitor.step_record)
         self.skipped = progress.get("skipped", 0)
         self.loss_sum = torch.tensor(progress.get("loss_sum", 0.0), device=device, dtype=torch.float64)
         self.steps = torch.tensor(float(progress.get("steps", 0)), device=device, dtype=torch.float64)
@@ -79,11 +82,15 @@ class Monitor:
     images of every process; `save`, its checkpoints.Saver), and everything the loop does between optimizer steps that is
     not training: the progress bar (on a terminal; written to a file, a line every tenth of the epoch
     instead), the loader-bottleneck note, the host's reads of the device (the loss and the count of
-    consecutive non-finite steps: every CHECK_EVERY steps on a GPU, every step on the CPU where a read
+    consecutive non-finite steps: every CHECK_EVERY steps on a GPU (CUDA, MPS), every step on the CPU where a read
     costs nothing, at the end of an epoch and before a checkpoint, so that the host queues steps ahead
     of the GPU), the estimated
     time (after the first 10 steps or 30 s, then again after every epoch at that epoch's pace), the
-    stop requests (a checkpoint, then Preempted) and the --save-every checkpoints."""
+    stop requests (a checkpoint, then Preempted) and the --save-every checkpoints. With --log-every N, a
+    step record in log.jsonl every N optimizer steps (step_record): its values come in the same read of
+    the device as the checks', made at those steps too, so the steps between two records and checks
+    queue on the device without a host sync, as before; the epoch records (log_epoch) and, with
+    --tensorboard, both as TensorBoard scalars (rank 0 writes them)."""
 
     def __init__(self, args, run, save, scheduler):
         self.args, self.run, self.save, self.scheduler = args, run, save, scheduler
@@ -91,12 +98,16 @@ class Monitor:
         self.ckpt_path, self.log_path, self.val_images = run.ckpt_path, run.log_path, run.val_images
         self.total_steps, self.steps_per_epoch, step = run.total_steps, run.steps_per_epoch, run.start_step
         self.step, self.done = step, 0  # the last optimizer step finished, and which of its epoch's it was
-        self.check_every = CHECK_EVERY if self.device.type == "cuda" else 1
+        self.check_every = CHECK_EVERY if self.device.type != "cpu" else 1  # (a GPU: CUDA or MPS)
         self.bad_run = torch.zeros((), device=self.device)  # consecutive non-finite steps, counted on the device
         self.waited, self.probe = 0.0, (step, time.perf_counter())  # time spent waiting for batches, from here
         self.pace = []  # (step, time) of the two checks the estimate is measured between (pace_point)
         self.origin = self.probe  # where this process's steps start: the first ones warm up (pace_point)
         self.tty = sys.stderr.isatty()
+        self.log_every, self.lr = getattr(args, "log_every", None), scheduler.get_last_lr()[0]
+        self.mark = (None, 0, 0.0)  # (EpochSums, its images, time) at the last step record (step_record)
+        self.writer = tensorboard_writer(os.path.dirname(self.log_path)) if getattr(args, "tensorboard", False) \
+            and self.master else None
 
     def epoch(self, epoch, first, left, loader):
         """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
@@ -141,6 +152,8 @@ class Monitor:
         i = done - 1 - self.first  # this epoch's steps since the start (or the resume)
         if bad is not None:
             self.bad_run = (self.bad_run + 1) * bad
+        lr, self.lr = self.lr, self.scheduler.get_last_lr()[0]  # the rate this step used; the next one's
+        record = self.log_every and step % self.log_every == 0  # (a host value: no read)
         self.bar.update()
         if self.master and step == probe[0] + 50 and self.waited > 0.2 * (time.perf_counter() - probe[1]):
             self.note(f"note: the data loader is the bottleneck: {self.waited / (time.perf_counter() - probe[1]):.0%} "
@@ -148,10 +161,14 @@ class Monitor:
                       "leave out per-image augmentations (CIFAR then uses the batched loader)")
         saving = args.save_every and step % args.save_every == 0 and done < self.steps_per_epoch \
             and step < self.total_steps
-        if not (i % self.check_every == 0 or i == self.left - 1 or saving or (self.stop and not self.ddp)):
+        if not (record or i % self.check_every == 0 or i == self.left - 1 or saving or (self.stop and not self.ddp)):
             return  # (one process reads its signal flag every step: a host list, no sync)
-        last_loss, nonfinite = torch.stack([loss.detach().float(), self.bad_run]).tolist()
+        norm = getattr(self.scheduler.optimizer, "grad_norm", None) if record and bad is not None else None
+        values = [loss.detach().float(), self.bad_run] + ([norm.float()] if norm is not None else [])
+        last_loss, nonfinite, *grad_norm = torch.stack(values).tolist()  # one read of the device
         now = time.perf_counter()  # (the device has caught up: a synced time)
+        if record and self.master:
+            self.step_record(step, last_loss, lr, grad_norm[0] if grad_norm else None, sums, now)
         if self.master and pace_point(self.pace, step, now, self.origin):
             self.pace.append((step, now))
             if len(self.pace) == 2 and step < self.total_steps:  # (nothing to estimate at the last step)
@@ -176,6 +193,45 @@ class Monitor:
             if stopped or stopping(self.stop, self.ddp, self.device):  # (or the request came during the save)
                 self.bar.close()
                 raise Preempted(self.stop.line(f"after step {step} of {self.total_steps}"))
+
+    def step_record(self, step, loss, lr, grad_norm, sums, now):
+        """--log-every's record of optimizer step `step` in log.jsonl, and with --tensorboard its scalars
+        (train/...): {"step", "loss": the last micro-batch's training loss on rank 0 (nanoGPT's), "lr": the
+        learning rate the step used, "grad_norm": the global gradient norm before clipping (optim.optimizer_step;
+        null for a step not taken), "img_per_s": images of all processes per second of wall time since the
+        previous record or the epoch's start, whichever is later (the epoch's evaluation is not counted)}.
+        A non-finite value is null (JSON has no NaN). An epoch record is told apart by its "epoch" key. `now`:
+        a time read after the device caught up (perf_counter, s)."""
+        if self.mark[0] is not sums:  # the epoch's first record: its rate from the epoch's start
+            self.mark = (sums, sums.images_at_start, self.t_epoch)
+        _, images, t = self.mark
+        self.mark = (sums, sums.images, now)
+        rec = {"step": step, "loss": finite(loss), "lr": lr, "grad_norm": finite(grad_norm),
+               "img_per_s": (sums.images - images) / max(now - t, 1e-9)}
+        write(self.log_path, json.dumps(rec) + "\n", self.stop.kept(), append=True)
+        self.scalars("train", rec)
+
+    def log_epoch(self, rec):
+        """An epoch's record `rec` (rank 0): appended to log.jsonl, printed with its line (epoch_line), and with
+        --tensorboard its numbers as scalars (epoch/...) at its step; the writer closes after the run's last."""
+        if not self.master:
+            return
+        write(self.log_path, json.dumps(rec) + "\n", self.stop.kept(), append=True)
+        print(json.dumps(rec))
+        print(epoch_line(rec["epoch"], rec, rec["step"], self.total_steps), flush=True)
+        self.scalars("epoch", rec)
+        if self.writer is not None and rec["step"] >= self.total_steps:
+            self.writer.close()
+            self.writer = None
+
+    def scalars(self, group, rec):
+        """The numbers of the log record `rec` as TensorBoard scalars GROUP/KEY at its step (--tensorboard)."""
+        if self.writer is None:
+            return
+        for k, v in rec.items():
+            if k not in ("step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.writer.add_scalar(f"{group}/{k}", v, rec["step"])
+        self.writer.flush()
 
     def fail(self, why, sums):
         """End the run in the middle of a step for `why`, a problem the user fixes (e.g. more undecodable
@@ -232,6 +288,18 @@ class Monitor:
             line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
             self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
         self.note(f"epoch {self.epoch_no}: evaluating on {self.val_images} validation images")
+
+
+def finite(v):
+    """`v` (a float or None) for a JSON record: None where it is not finite."""
+    return v if v is not None and math.isfinite(v) else None
+
+
+def tensorboard_writer(out_dir):
+    """torch.utils.tensorboard's SummaryWriter writing to OUT/tensorboard (`tensorboard --logdir OUT`); the
+    tensorboard package is an optional extra (flags.configure refuses --tensorboard without it)."""
+    from torch.utils.tensorboard import SummaryWriter
+    return SummaryWriter(os.path.join(out_dir, "tensorboard"))
 
 
 def pace_point(pace, step, now, origin=(0, 0.0)):

@@ -44,9 +44,12 @@ def optimizer_step(model, optimizer, scaler, clip_grad):
     finite, in which case the update was skipped on the device (weights, moments and step counts
     keep their values): the optimizer reads `found_inf` as it does from GradScaler (torch's fused
     AdamW, optim.Lamb). The gradients are cleared either way. The host used to read the norm
-    (`if torch.isfinite(gnorm)`) and so could never queue work ahead of the GPU."""
+    (`if torch.isfinite(gnorm)`) and so could never queue work ahead of the GPU. The norm before
+    clipping stays on the device as `optimizer.grad_norm` (0-d), for --log-every's step records
+    (monitor.Monitor.step_record), which read it at their steps only."""
     scaler.unscale_(optimizer)
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad or float("inf"))
+    optimizer.grad_norm = gnorm.detach()
     bad = (~torch.isfinite(gnorm)).float()
     if scaler.is_enabled():  # fp16: GradScaler skips an overflowed step by the same mechanism
         scaler.step(optimizer)

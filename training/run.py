@@ -4,6 +4,33 @@ monitor, the checkpoint, the evaluations, the first lines) instead of long lists
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+DEVICES = ("auto", "cpu", "cuda", "mps")  # --device's choices
+
+
+def choose_device(name, local_rank=0, ddp=False):
+    """--device `name` as the torch.device this process trains on: cuda (GPU `local_rank`, torchrun's
+    LOCAL_RANK), mps (an Apple GPU, through torch's Metal backend: torch.backends.mps), cpu, or auto =
+    cuda where torch sees a CUDA device, else mps where it sees an Apple GPU, else cpu (timm and nanoGPT
+    pick the same way). Raises ValueError, one line naming the flag and what to do, for a name not in
+    DEVICES, for a device torch does not see, and for mps under torchrun (`ddp`: torch's process groups
+    have no MPS backend: NCCL is CUDA's, gloo the CPU's)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() and not ddp \
+            else "cpu"
+    if name not in DEVICES:
+        raise ValueError(f"--device {name}: allowed: {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("--device mps: torch sees no Apple GPU (torch.backends.mps.is_available() is False: not "
+                         "Apple silicon with macOS 12.3+, or a torch built without MPS); use --device cpu")
+    if name == "mps" and ddp:
+        raise ValueError("--device mps: one process only (torch's process groups have no MPS backend); run "
+                         "train.py without torchrun, or use --device cpu")
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
+
 
 @dataclass
 class Run:
