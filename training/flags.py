@@ -636,7 +636,10 @@ def config_value(p, action, v, where):
                 + (" (true or false)" if isinstance(action, on_off) else ""))
     if isinstance(action, on_off):
         return v
-    text = ",".join(map(str, v)) if isinstance(v, list) else str(v)
+    # a whole float is written as an integer (a preset's randaug=9.0, an older args.json's 0.0), so an
+    # integer flag takes it; a float flag reads the same value either way
+    whole = lambda x: str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)  # noqa: E731
+    text = ",".join(map(whole, v)) if isinstance(v, list) else whole(v)
     try:
         value = action.type(text) if action.type else text
     except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
