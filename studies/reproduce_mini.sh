@@ -42,6 +42,11 @@ MOE="revit-lory revit-smear revit-deepseek revit-qwen3 revit-moeut revit-remoe r
 # reViT's elastic depth, the paper's second stage (A.2-A.3): revit-eN continued with depth dropout 0.3, and
 # its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
 ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
+# The reViT paper's Fig. 2 (sec. 4.4, A.2-A.3; presets.fig2_arms): two students of the vit arm of the same seed
+# (its final features alone), the depth-only gate and the feature-only gate (smear), at L = 6, then the same
+# elastic-depth stage for both. ARMS=fig2 runs vit (skipped when done) and these four; the probes at each depth
+# afterwards: python studies/summarize_fig2.py OUT (studies/README.md).
+FIG2="revit-e4-fig2 revit-smear-fig2 revit-e4-fig2-elastic revit-smear-fig2-elastic"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
@@ -50,14 +55,16 @@ LOOPVAE="loopvae-global loopvae-scale loopvae-none loopvae-unlooped loopvae-gan 
 ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 if [ "$ARMS" = init ]; then ARMS=$INIT; fi
+if [ "$ARMS" = fig2 ]; then ARMS="vit $FIG2"; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
-  case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;;
+  case "$1" in *+feature|*+feature-only|*+logits|*-fig2) echo vit ;; loopvae-gan) echo loopvae-global ;;
+    *-fig2-elastic) echo "${1%-elastic}" ;;
     revit-e*-elastic|revit-e*-cont) echo "${1%-*}" ;; esac
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $ELASTIC $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $LOOPVAE, loopvae, init (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $FIG2 $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $FIG2 $LOOPVAE, loopvae, init, fig2 (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call
@@ -83,10 +90,13 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     echo "FAILED $arm seed $2: it starts from the $src arm of seed $2, which has not finished ($OUT/$src/seed$2); run it first" >&2
     return 1
   fi
-  if [ "$src" = vit ]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
+  case "$arm" in *-fig2|*-fig2-elastic) flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt") ;; esac  # (the objective: the preset's)
+  if [ "$src" = vit ] && [[ "$arm" == *+* ]]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
     local kind=${arm#*+}
     flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${kind%-only}")
     if [ "$kind" = feature-only ]; then flags+=(--task-weight 0); fi
+  elif [ "$src" = vit ]; then  # a Fig. 2 student: its teacher above
+    :
   elif [ "$src" = loopvae-global ]; then  # Stage 2 of the global arm's Stage-1 run of the same seed
     flags+=(--stage2 "$OUT/loopvae-global/seed$2")
   elif [ -n "$src" ]; then  # revit-eN-elastic / -cont: the continuation of revit-eN's run of the same seed

@@ -180,6 +180,32 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert r.returncode == 1 and "FAILED bvit-ds seed 0" in r.stderr  # a failed run fails the script
 
 
+def test_reproduce_mini_fig2_trains_the_teacher_then_both_students_of_it_then_their_elastic_stages(tmp_path):
+    """ARMS=fig2 (the reViT paper's Fig. 2): vit, the two students distilled from that seed's vit (not seed 0's,
+    which the presets name), then each student's elastic stage from that student, with the same teacher; an elastic
+    stage whose student has not finished is refused before anything runs."""
+    data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
+    out = tmp_path / "fig2"
+    env = dict(os.environ, OUT=str(out), SEEDS="1", ARMS="fig2", JOBS="1", DATA=data_dir, EXTRA="--max-steps 1 "
+               "--batch-size 8 --val-subset 16 --eval-batch-size 16 --embed-dim 16 --num-heads 2 --eval-depths 6")
+    script = os.path.join(ROOT, "studies", "reproduce_mini.sh")
+    r = subprocess.run(["bash", script], env=dict(env, ARMS="revit-smear-fig2-elastic"), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "starts from the revit-smear-fig2 arm of seed 1" in r.stderr, r.stderr
+    r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "5 run(s) to do" in r.stdout and r.stdout.index("done vit seed 1") < r.stdout.index("done revit-e4-fig2 seed 1")
+    args = lambda arm: json.loads((out / arm / "seed1" / "args.json").read_text())  # noqa: E731
+    teacher = f"{out}/vit/seed1/ckpt.pt"
+    for gate, routing in (("e4", "depth"), ("smear", "smear")):
+        student, elastic = args(f"revit-{gate}-fig2"), args(f"revit-{gate}-fig2-elastic")
+        assert (student["teacher"], student["task_weight"], student["routing"], student["depth_dropout"]) == \
+            (teacher, 0.0, routing, 0.0)
+        assert (elastic["teacher"], elastic["task_weight"], elastic["routing"], elastic["depth_dropout"]) == \
+            (teacher, 0.0, routing, 0.3)
+        assert elastic["finetune"] == f"{out}/revit-{gate}-fig2/seed1/ckpt.pt"
+
+
 def test_summarize_refuses_an_empty_folder_and_skips_a_damaged_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(tmp_path))
