@@ -16,8 +16,12 @@ the pairs ran on different ones. ">": agree when the interval lies above 0, disa
 +-margin, disagree when wholly outside. Else (and with fewer than 2 pairs) "cannot tell".
 Standard library only.
 """
+import json
 import math
+import os
 import statistics
+import subprocess
+import dataclasses
 from dataclasses import dataclass
 
 KINDS = (">", "<=", "~")
@@ -38,8 +42,9 @@ class Claim:
     registered: "YYYY-MM-DD HH:MM commit" (UTC; the commit that first wrote the claim). exploratory:
     registered after runs it judges (stands apart). metric: the score ("top-1", "linear probe top-1",
     "mosaic mIoU", ...). depth_b: b's evaluation depth when it differs from a's (a claim about one arm at
-    two depths). gate: ((log.jsonl key, ">=" or "<=", threshold), ...), the signature's thresholds on arm
-    a's last epoch (engaged()); empty when the signature is read by hand or there is none.
+    two depths). gate: ((log.jsonl key, ">=" or "<=", threshold), ...), the signature's thresholds on the
+    last epoch (signals(), engaged()) of arm `gated` (default: a); empty when the signature is read by hand or
+    there is none.
     """
     key: str
     paper: str
@@ -59,6 +64,7 @@ class Claim:
     metric: str = "top-1"
     depth_b: float | None = None
     gate: tuple = ()
+    gated: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -112,6 +118,50 @@ def verdict(kind, margin, a, b, cpus=None):
     return "agree" if -margin < lo and hi < margin else "disagree" if lo > margin or hi < -margin else "cannot tell"
 
 
+# Where each study's kept runs are (results/, studies/keep_results.py): study -> folder of ARM/seed<k>/.
+KEPT = {"mini": "results/mini", "anytime": "results/mini", "init": "results/init", "revit": "results/revit",
+        "teacher": "results/revit-teacher", "loopvae": "results/loopvae", "fig2": "results/revit-fig2",
+        "gpu": "results/gpu/results.jsonl"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def kept_runs(study, root=ROOT):
+    """[(arm, seed, commit, date)] of the kept runs of `study` (KEPT): done.json's commit and commit_date
+    (UTC "YYYY-MM-DD HH:MM"), or a GPU result line's commit and date (a day)."""
+    path = os.path.join(root, KEPT[study])
+    if path.endswith(".jsonl"):
+        lines = [json.loads(ln) for ln in open(path) if ln.strip()] if os.path.isfile(path) else []
+        return [(r["arm"], r["seed"], r.get("commit", "?"), r.get("date", "?")) for r in lines]
+    runs = []
+    for arm in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        for seed in sorted(os.listdir(os.path.join(path, arm))) if os.path.isdir(os.path.join(path, arm)) else []:
+            done = os.path.join(path, arm, seed, "done.json")
+            if os.path.isfile(done):
+                d = json.load(open(done))
+                runs.append((arm, int(seed[4:]), d.get("commit", "?"), d.get("commit_date", "?")))
+    return runs
+
+
+def older(commit, date, registered, git=ROOT):
+    """Whether a run of code `commit` (committed at `date`, UTC "YYYY-MM-DD[ HH:MM]") is older than a claim
+    `registered` ("YYYY-MM-DD HH:MM commit"). With git history (`git`: a repository folder; None: none) and
+    both commits in it: the run's commit is a strict ancestor of the registration's. Else by date: the run's
+    date before the registration's (to the day when the run records only a day)."""
+    when, reg = registered[:16], registered[17:].split()[0] if len(registered) > 17 else ""
+    run = commit.split("+")[0]
+    if git and reg and run not in ("", "?", "unknown") and os.path.exists(os.path.join(git, ".git")):
+        git_ = lambda *a: subprocess.run(["git", *a], cwd=git, capture_output=True, text=True)  # noqa: E731
+        try:
+            full = [git_("rev-parse", "--verify", "--quiet", f"{c}^{{commit}}") for c in (run, reg)]
+            if all(f.returncode == 0 for f in full):
+                return full[0].stdout != full[1].stdout and git_("merge-base", "--is-ancestor", run, reg).returncode == 0
+        except OSError:  # no git program: by date
+            pass
+    if date in ("", "?", "unknown"):
+        return True  # a run that says nothing of its date cannot show it came after
+    return date < when[:len(date)]
+
+
 def engaged(claim, record):
     """Whether the claim's mechanism is at work: every (key, op, threshold) of claim.gate holds on
     `record` (arm a's last epoch of log.jsonl, averaged over seeds by the caller). True when the claim has
@@ -127,15 +177,142 @@ def engaged(claim, record):
 CLAIMS: list[Claim] = []
 
 
+
+def signals(record):
+    """The mechanism signatures' measured values of one run's last epoch (log.jsonl): its own keys, and
+    mix_dev = max_r |w_r - 1/R| of SR-ViT's mean mixture weights (mix_weights)."""
+    out = dict(record)
+    w = record.get("mix_weights")
+    if w:
+        out["mix_dev"] = max(abs(x - 1 / len(w)) for x in w)
+    return out
+
+
+# --- The claims registered before this registry existed, each with the date and commit its words and arms were first
+# written (`git log -S`, UTC). A margin chosen for this registry (2026-12-04) is newer than the runs it judges: those
+# claims are exploratory on the kept runs and confirmatory on the seeds run after it.
+NOW = "2026-12-04 18:40 REGISTRY"  # (the commit that registers them: studies/claims.py's log)
+CROSSROADS = "Training Crossroads"
+ONE_POINT = ("the paper gives no number (only its abstract was available); 1 point is the smallest difference three "
+             "paired seeds of this protocol resolve (the 2-seed spreads of results/mini: 0.1-1.3 points)")
+REVIT_E4 = (("bal_loss", ">=", 0.1), ("div_loss", "<=", 0.7))
+REVIT_E4_WORDS = ("the experts are at work: at the end, eq. 6 term (1 - H(g_t)/log E, mean over steps) >= 0.1 (gates away "
+                  "from uniform) and eq. 9 term (mean squared cosine between experts) <= 0.7 (distinct experts)")
+SRVIT = (("mix_dev", ">=", 0.05),)
+SRVIT_WORDS = ("the recursions are mixed unevenly: the mean mixture weight of some recursion at least 0.05 from 1/R "
+               "(log.jsonl mix_weights; the per-token spread is not logged)")
+DS = (("stage0_loss", "<=", 3.6),)
+DS_WORDS = "the first stage's readout classifies: its training loss at the end <= 3.6 (ln 100 = 4.6 is chance)"
+CLAIMS += [
+    # Training Crossroads (abstract) and SoftMoR, the CPU study (studies/summarize_mini.py's CLAIMS until 2026-12-04)
+    Claim("matched-flops", CROSSROADS, "abstract", "matched FLOPs: the untied ViT beats bViT", "mini", "vit", "bvit", 1,
+          ">", None, "", 3, None, "2026-11-30 09:44 e9b7d1a"),
+    Claim("matched-params", CROSSROADS, "abstract", "matched parameters: the wider bViT beats the narrow untied ViT",
+          "mini", "bvit-wide", "vit-narrow", 1, ">", None, "", 3, None, "2026-11-30 09:44 e9b7d1a"),
+    Claim("ds-beyond-horizon", CROSSROADS, "abstract", "deep supervision degrades gracefully beyond the horizon where "
+          "naive recurrence collapses (4x depth)", "mini", "bvit-ds", "bvit", 4, ">", None, "", 3, DS_WORDS,
+          "2026-11-30 09:44 e9b7d1a", gate=DS),
+    Claim("ds-nominal", CROSSROADS, "abstract", "deep supervision does not improve nominal accuracy (trained depth)",
+          "mini", "bvit-ds", "bvit", 1, "<=", 1.0, ONE_POINT, 3, DS_WORDS, NOW, exploratory=True, gate=DS),
+    Claim("rk4-vs-euler", CROSSROADS, "abstract", "solver order at equal NFE: RK4 is no uniform gain over Euler", "mini",
+          "odevit-rk4", "odevit-euler", 1, "<=", 1.0, ONE_POINT, 3, None, NOW, exploratory=True),
+    Claim("heun-vs-euler", CROSSROADS, "abstract", "solver order at equal NFE: Heun is no uniform gain over Euler",
+          "mini", "odevit-heun", "odevit-euler", 1, "<=", 1.0, ONE_POINT, 3, None, NOW, exploratory=True),
+    Claim("srvit-r2", "SoftMoR", "abstract", "R=2 recursions beat R=1", "mini", "srvit-r2", "srvit-r1", 1, ">", None,
+          "", 3, SRVIT_WORDS, "2026-11-30 09:44 e9b7d1a", gate=SRVIT),
+    # The structured-init claims (issue 50): 8x8 patches, every arm on PyTorch's default base init
+    Claim("init-structured-vs-pytorch", "structured init", "small datasets (a reproduction with its code: CIFAR-100 "
+          "73.40 vs 67.95)", "structured init beats PyTorch's default init", "init", "init-structured",
+          "init-pytorch", 1, ">", None, "", 3, None, "2026-12-03 07:20 02dfb3d"),
+    Claim("init-structured-vs-mimetic", "structured init", "its earlier version: 70.46 vs 70.40", "structured init is "
+          "not worse than mimetic init", "init", "init-mimetic", "init-structured", 1, "<=", 0.5,
+          "the paper's own pair differs by 0.06 points, which it calls a match; 0.5 points, half of ONE_POINT's "
+          "resolution, is the most a match can lose here", 3, None, NOW, exploratory=True),
+    # reViT, supervised at its paper's protocol (Tables 3, 5, 10; results/revit): E=4's experts must be at work
+    Claim("revit-e4-vs-e1", "reViT", "Table 5 (S/16: 78.2 vs 70.6)", "E=4 depth-programmed experts beat E=1, both at "
+          "fixed depth", "revit", "revit-e4", "revit-e1", 1, ">", None, "", 3, REVIT_E4_WORDS,
+          "2026-11-30 09:44 e9b7d1a", gate=REVIT_E4),
+    *[Claim(f"revit-e4-vs-{arm}", "reViT", f"Table 3, U = 1 (78.2 vs {top1})", f"at U = 1, reViT E=4 beats {name}",
+            "revit", "revit-e4", f"revit-{arm}", 1, ">", None, "", 3, REVIT_E4_WORDS, "2026-12-03 06:40 eb32335",
+            gate=REVIT_E4)
+      for arm, name, top1 in (("deepseek", "DeepSeek-V3", "70.6"), ("qwen3", "Qwen3", "68.6"), ("moeut", "MoEUT", "67.8"),
+                              ("remoe", "ReMoE", "70.1"), ("softmoe", "Soft-MoE", "69.2"))],
+    *[Claim(f"revit-{arm}-near-e4", "reViT", f"Table 3, U = 1 (78.2 vs {top1})", f"{name} lands near reViT E=4",
+            "revit", "revit-e4", f"revit-{arm}", 1, "~", 0.5, "Table 3 calls 77.9 and 77.7 against 78.2 close: 0.5 "
+            "points, the larger gap", 3, REVIT_E4_WORDS, NOW, exploratory=True, gate=REVIT_E4)
+      for arm, name, top1 in (("lory", "Lory", "77.9"), ("smear", "SMEAR", "77.7"))],
+    Claim("revit-e4-vs-lora", "reViT", "Table 10 (78.2 vs 77.6)", "reViT E=4 at least matches layer-wise LoRA",
+          "revit", "revit-lora", "revit-e4", 1, "<=", 0.5, "Table 10's E=4 leads by 0.6; 'at least matches': LoRA does "
+          "not lead by more than the 0.5 points Table 3 calls close", 3, REVIT_E4_WORDS, NOW, exploratory=True,
+          gate=REVIT_E4, gated="revit-e4"),
+    Claim("revit-distill-control", "ours", "our control (sec. 3.2's objective with the task loss)", "final-feature "
+          "distillation from a trained teacher beats supervised training alone", "revit", "revit-e4+feature",
+          "revit-e4", 1, ">", None, "", 3, None, "2026-11-30 15:24 cbfa50c"),
+    # Our fixed-depth-continuation comparison of elastic depth (ours, not the paper's Fig. 2: fig2-* below)
+    Claim("elastic-keeps-1x", "ours", "our comparison (the paper's Fig. 2 is fig2-*)", "elastic depth keeps the "
+          "fixed-depth top-1 at the trained depth", "revit", "revit-e4-elastic", "revit-e4-cont", 1, "~", 1.0,
+          ONE_POINT, 3, REVIT_E4_WORDS, NOW, exploratory=True, gate=REVIT_E4),
+    *[Claim(f"elastic-beats-{k}x", "ours", "our comparison (the paper's Fig. 2 is fig2-*)", f"elastic depth degrades "
+            f"less than fixed depth at {k} x the trained depth", "revit", "revit-e4-elastic", "revit-e4-cont", k, ">",
+            None, "", 3, REVIT_E4_WORDS, "2026-12-03 06:40 eb32335", gate=REVIT_E4) for k in (0.5, 2)],
+    # The GPU study's own init claim (its recipe trains with timm's init)
+    Claim("gpu-init-structured-vs-timm", "structured init", "abstract", "structured attention init beats the default "
+          "(timm) init", "gpu", "vit+structured", "vit", 1, ">", None, "", 3, None, "2026-11-30 10:47 fdcc93e"),
+    # reViT's second regime (results/revit-teacher): the students do specialize (eq. 6 term 0.40-0.43 at the end)
+    Claim("teacher-keeps-95", "reViT", "sec. 1, 4.2 (E=8 'retains nearly all' of its teacher's linear probe)",
+          "the distilled E=4 student keeps >= 95 % of its teacher's linear-probe top-1", "teacher",
+          "revit-e4+feature-only", "0.95 x vit", 1, ">", None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c",
+          metric="linear probe top-1", gate=REVIT_E4),
+    Claim("teacher-rho", "reViT", "App. D (rho 0.969 at E=1 -> 0.999 at E=8)", "E=4 aligns closer to proportional "
+          "teacher depth than E=1: a higher rho", "teacher", "revit-e4+feature-only", "revit-e1+feature-only", 1, ">",
+          None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="rho", gate=REVIT_E4),
+    Claim("teacher-mad", "reViT", "App. D (MAD 1.54 at E=1 -> 0.23 at E=8)", "E=4 aligns closer to proportional "
+          "teacher depth than E=1: a lower MAD", "teacher", "revit-e1+feature-only", "revit-e4+feature-only", 1, ">",
+          None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="MAD (layers)", gate=REVIT_E4,
+          gated="revit-e4+feature-only"),
+    Claim("teacher-deletions", "reViT", "App. D", "most expert deletions cost less teacher CKA than matched random "
+          "gate changes", "teacher", "revit-e4+feature-only", "1/2", 1, ">", None, "", 3, REVIT_E4_WORDS,
+          "2026-12-01 22:13 931e04c", metric="fraction of deletions costing less", gate=REVIT_E4),
+    Claim("teacher-permutations", "reViT", "App. D (E=4 0.793 -> 0.208 on average)", "every non-identity permutation "
+          "of E=4's gate columns reduces teacher CKA", "teacher", "revit-e4+feature-only", "its best permutation", 1,
+          ">", None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="teacher CKA", gate=REVIT_E4),
+    # Anytime inference (ours: no paper states them; results/mini)
+    Claim("anytime-ds-60", "ours", "issue 40", "with deep supervision (bvit-ds), per-image exit keeps full-depth top-1 "
+          "at no more than 60 % of the block applications", "anytime", "60 %", "bvit-ds", 1, ">", None, "", 3,
+          DS_WORDS, "2026-12-01 22:28 b5662e4", metric="% of the trained depth's blocks", gate=DS, gated="bvit-ds"),
+    *[Claim(f"anytime-exit-{arm}", "ours", "issue 40", "the best exit rule beats fixed-depth truncation at equal "
+            "compute (held out)", "anytime", arm, "fixed-depth truncation", 1, ">", None, "", 3, None,
+            "2026-12-01 22:28 b5662e4", metric="held-out top-1 gain") for arm in
+      ("bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler")],
+    # LoopVAE (arXiv 2609.11516; results/loopvae): written after the first study's runs they judge (4a9b6d4, 3801a10)
+    *[Claim(f"loopvae-sharing-{pre}{other}", "LoopVAE", "Table 2 (Transformer core, ImageNet-256: 31.16 vs "
+            f"{'30.41' if other == 'scale' else '31.04'} dB)", f"sharing: global beats {other}", "loopvae",
+            f"loopvae-{pre}global", f"loopvae-{pre}{other}", 1, ">", None, "", 3, "each pass updates the features: "
+            "the loop interventions' relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
+            exploratory=True, metric="PSNR (dB)") for pre, other in (("", "scale"), ("", "none"), ("vit-", "none"))],
+    *[Claim(f"loopvae-{n}", "LoopVAE", where, words, "loopvae", "loopvae-global", "loopvae-scale", 1, ">", None, "",
+            3, "each pass updates the features: relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
+            exploratory=True, metric="PSNR per image and stage (summarize_loopvae.py)")
+      for n, where, words in (("2", "sec. 4.4", "completing the schedule: PSNR rises with every pass kept"),
+                              ("3", "sec. 4.4", "every bypassed pass loses PSNR; the most sensitive is not the last"),
+                              ("4", "sec. 4.4", "the pass that changes the features least costs more than a larger-update "
+                                            "pass"),
+                              ("5", "sec. 4.4", "truncation is not early exit"),
+                              ("6", "sec. 4.7", "looping costs more per MAC: the latency ratio exceeds the MAC ratio"))],
+    Claim("loopvae-6b", "LoopVAE", "sec. 4.7 (its cost table compares models at their own quality)", "at matched "
+          "quality, the unlooped hierarchy reaches the global arm's PSNR in less time", "loopvae", "loopvae-global",
+          "loopvae-unlooped", 1, "<=", 0.3, "0.3 dB, the smallest PSNR difference the paper's Table 2 reads as a "
+          "difference (31.16 vs 30.41: 0.75; 31.16 vs 31.04: 0.12 it calls comparable)", 3, None,
+          "2026-12-02 01:32 3801a10", exploratory=True, metric="PSNR (dB)"),
+]
+
 # The reViT paper's Fig. 2 (sec. 4.4; A.2-A.3), in our second regime (presets.fig2_arms, L = 6): the depth-only gate
 # (revit-e4-fig2-elastic) and the feature-only gate (revit-smear-fig2-elastic), both students of the same seed's vit
 # by its final features alone, then elastic depth; scored by frozen probes (probe.py --depth) at relative depths
 # 2/3, 1, 4/3 and 2 of L (the paper's 8, 12, 16, 24 for L = 12). The linear probe (CIFAR-100, top-1 in points) is the
 # analogue of its ImageNet probe, our mosaic segmentation (mIoU in points) of its ADE20k one.
-REVIT_E4_ENGAGED = (("bal_loss", ">=", 0.1), ("div_loss", "<=", 0.7))
-REVIT_E4_SIGNATURE = ("the experts are at work: at the end, eq. 6 term (1 - H(g_t)/log E, mean over steps) >= 0.1 (gates "
-                      "away from uniform) and eq. 9 term (mean squared cosine between experts) <= 0.7 (distinct experts)")
-FIG2 = "2026-12-04 17:50 FIG2-READY"  # (the commit whose message says FIG2-READY: the runs start from it)
+REVIT_E4_ENGAGED, REVIT_E4_SIGNATURE = REVIT_E4, REVIT_E4_WORDS
+FIG2 = "2026-12-04 18:02 6245914"  # (the commit whose message says FIG2-READY: the runs start from it)
 NEAR = ("the paper calls a 0.2 mIoU drop (44.9 at L=16 -> 44.7 at L=24) 'near its best' beside a 4.6-point gain from L=8 "
         "to 16; 1 point is about a tenth of our linear probe's gain between depths and the smallest step its seed spread "
         "(0.55-1.07 points over 2 seeds, results/revit-teacher) lets 3 seeds resolve")

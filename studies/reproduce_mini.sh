@@ -27,7 +27,7 @@ SEEDS=${SEEDS:-"0 1"}
 JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
-# done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
+# done.json records where a run ran: the commit (+changes when the tree differs), its date (UTC) and the CPU model,
 # as studies/gpu_study.py stamps its results (scripts/provenance.py)
 where() { python -c "import sys; sys.path.insert(0, 'scripts'); import provenance; print(provenance.$1())" | tr -d '"\\'; }
 CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
@@ -105,8 +105,9 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     flags+=(--init "${arm#*+}")
   fi
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
-  local commit
+  local commit date
   commit=$(where commit)
+  date=$(where commit_date)
   mkdir -p "$dir"
   # wall time: what earlier calls spent (partial.json), plus, when a call was killed with its run (a
   # session's end: running.json left behind), its time up to the run's last line in train.log
@@ -125,7 +126,7 @@ print(p)" "$dir" 2>/dev/null || echo 0)
   local wall=$(( SECONDS - t0 + prior ))
   rm -f "$dir/running.json"
   if [ $rc -eq 0 ]; then
-    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
+    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"commit_date\": \"$date\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
     local top1 left  # the last epoch's top-1 (a classifier) or PSNR (LoopVAE)
     top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(f\"top-1 {r['val_acc1']:.2f} %\" if 'val_acc1' in r else f\"PSNR {r['val_psnr']:.2f} dB\")" \

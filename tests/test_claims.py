@@ -131,3 +131,30 @@ def test_fig2_claims_are_judged_by_the_rule_and_read_not_engaged_when_the_expert
         r["last"]["bal_loss"] = 0.01  # near-uniform gates: eq. 6 term under 0.1
     assert summarize_fig2.judge(by_key["fig2-ahead-at-L"], runs)[2] == "not engaged at this scale"
     assert summarize_fig2.judge(by_key["fig2-feature-only-flat"], runs)[2] == "agree"  # ungated (the control)
+
+
+def violations(registry, root=claims.ROOT, git=claims.ROOT):
+    """(claim, arm, seed) of every kept run older than a confirmatory claim that judges it."""
+    return [(c.key, arm, seed) for c in registry if not c.exploratory
+            for arm, seed, commit, date in claims.kept_runs(c.study, root)
+            if arm in (c.a, c.b, c.gated) and claims.older(commit, date, c.registered, git)]
+
+
+def test_no_kept_run_is_older_than_a_confirmatory_claim_that_judges_it():
+    """Issue 63: a claim is registered before its runs, or it is exploratory. Checked by git ancestry where the
+    history is there (a clone of main) and by the dates done.json records where it is not."""
+    assert violations(claims.CLAIMS) == []
+    assert violations(claims.CLAIMS, git=None) == []
+    late = [claims.Claim("late", "ours", "", "", "revit", "revit-e4", "revit-e1", 1, ">", None, "", 3, None,
+                         "2026-12-03 07:00 3ee76cf")]  # after revit-e4's and revit-e1's runs at eb32335
+    assert len(violations(late, git=None)) == 4 and len(violations(late)) == 4
+    assert violations([claims.dataclasses.replace(late[0], exploratory=True)]) == []
+
+
+def test_older_is_strict_ancestry_with_git_and_the_date_without():
+    assert claims.older("e9b7d1a", "?", "2026-12-03 06:40 eb32335") is os.path.exists(os.path.join(claims.ROOT, ".git"))
+    assert not claims.older("eb32335", "2026-12-03 06:40", "2026-12-03 06:40 eb32335")  # the registering commit itself
+    assert claims.older("x", "2026-12-02 09:41", "2026-12-03 06:40 y", git=None)
+    assert not claims.older("x", "2026-12-03 06:41", "2026-12-03 06:40 y", git=None)
+    assert not claims.older("x", "2026-12-03", "2026-12-03 06:40 y", git=None)  # a day: the same day is not older
+    assert claims.older("x", "?", "2026-12-03 06:40 y", git=None)  # no date: cannot show it came after
