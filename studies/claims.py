@@ -191,7 +191,7 @@ def signals(record):
 # --- The claims registered before this registry existed, each with the date and commit its words and arms were first
 # written (`git log -S`, UTC). A margin chosen for this registry (2026-12-04) is newer than the runs it judges: those
 # claims are exploratory on the kept runs and confirmatory on the seeds run after it.
-NOW = "2026-12-04 18:40 REGISTRY"  # (the commit that registers them: studies/claims.py's log)
+NOW = "2026-12-04 18:07 0c232fb"  # (the commit that registered them)
 CROSSROADS = "Training Crossroads"
 ONE_POINT = ("the paper gives no number (only its abstract was available); 1 point is the smallest difference three "
              "paired seeds of this protocol resolve (the 2-seed spreads of results/mini: 0.1-1.3 points)")
