@@ -11,7 +11,8 @@ Kinds (a and b: the per-seed scores, in points, of two arms paired by seed):
     "~"   a and b lie within `margin` of each other.
 The rule (verdict): a two-sided 90 % Student t-interval on the paired differences a_i - b_i (n >= 2 pairs,
 n - 1 degrees of freedom), widened by the measured difference of the same run on two CPU models when
-the pairs ran on different ones. ">": agree when the interval lies above 0, disagree when below 0.
+the pairs ran on different ones (or by a known noise the seeds do not show: a readout's sampling error over the
+same images). ">": agree when the interval lies above 0, disagree when below 0.
 "<=": agree when it lies below +margin, disagree when above it. "~": agree when it lies inside
 +-margin, disagree when wholly outside. Else (and with fewer than 2 pairs) "cannot tell".
 Standard library only.
@@ -83,11 +84,12 @@ CROSS_CPU = {"AMD EPYC (CPU-2, 2026-11-30)": 28.12, "Intel Xeon (2026-12-01, mea
 HARDWARE_NOISE = max(CROSS_CPU.values()) - min(CROSS_CPU.values())
 
 
-def interval(a, b, cpus=None):
+def interval(a, b, cpus=None, widen=0.0):
     """(mean, half-width) of the two-sided 90 % t-interval on the paired differences a_i - b_i; the
     half-width is also the smallest difference these seeds resolve. a, b: per-seed scores, paired by
     seed (same length). cpus: per pair, (CPU model of a's run, of b's run); a pair on two models (or an
-    unknown one, None) widens the interval by HARDWARE_NOISE. Fewer than 2 pairs: half-width inf.
+    unknown one, None) widens the interval by HARDWARE_NOISE; `widen`: a known noise the seeds do not show,
+    added to the half-width (a readout's sampling error over the same images). Fewer than 2 pairs: half-width inf.
     Raises ValueError for unpaired lists."""
     if len(a) != len(b):
         raise ValueError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
@@ -98,10 +100,10 @@ def interval(a, b, cpus=None):
     half = t * statistics.stdev(d) / math.sqrt(len(d))
     if cpus and any(x is None or y is None or x != y for x, y in cpus):
         half += HARDWARE_NOISE
-    return statistics.mean(d), half
+    return statistics.mean(d), half + widen
 
 
-def verdict(kind, margin, a, b, cpus=None):
+def verdict(kind, margin, a, b, cpus=None, widen=0.0):
     """"agree", "disagree" or "cannot tell" for a claim of `kind` (KINDS) with `margin` (points; None for
     ">") on the per-seed scores a, b paired by seed, from interval(a, b, cpus) (module docstring). Raises
     ValueError for an unknown kind, a missing margin or unpaired lists."""
@@ -109,7 +111,7 @@ def verdict(kind, margin, a, b, cpus=None):
         raise ValueError(f"kind {kind!r} is not one of {KINDS}")
     if kind != ">" and (margin is None or margin <= 0):
         raise ValueError(f"kind {kind!r} needs a margin > 0, got {margin}")
-    mean, half = interval(a, b, cpus)
+    mean, half = interval(a, b, cpus, widen)
     lo, hi = mean - half, mean + half
     if kind == ">":
         return "agree" if lo > 0 else "disagree" if hi < 0 else "cannot tell"
@@ -172,6 +174,36 @@ def engaged(claim, record):
     if any(k not in record or record[k] is None for k, _, _ in claim.gate):
         return None
     return all(ops[op](record[k], t) for k, op, t in claim.gate)
+
+
+def mean_record(records):
+    """The mean over seeds of each signal (signals()) every record has: the record engaged() reads."""
+    records = [signals(r) for r in records if r]
+    keys = set.intersection(*(set(r) for r in records)) if records else set()
+    return {k: statistics.mean(r[k] for r in records) for k in keys
+            if all(isinstance(r[k], (int, float)) and r[k] is not None for r in records)}
+
+
+def judge(claim, a, b, cpus=None, record=None, widen=0.0):
+    """(mean difference, half-width, verdict in words) of `claim` on the per-seed scores a, b paired by seed:
+    verdict(), or "not engaged at this scale" where its signature fails on `record` (mean_record of the gated
+    arm's last epochs), "(signature not measured)" added where the record lacks it, and "(n of N seeds)"
+    where fewer seeds than registered were paired; (None, None, "not run") without a pair."""
+    if not a:
+        return None, None, "not run"
+    mean, half = interval(a, b, cpus, widen)
+    on = engaged(claim, record or {})
+    v = "not engaged at this scale" if on is False else verdict(claim.kind, claim.margin, a, b, cpus, widen)
+    if on is None:
+        v += " (signature not measured)"
+    if len(a) < claim.seeds:
+        v += f" ({len(a)} of {claim.seeds} seeds)"
+    return mean, half, v
+
+
+def claims_of(*studies):
+    """The claims of `studies`, in registry order."""
+    return [c for c in CLAIMS if c.study in studies]
 
 
 CLAIMS: list[Claim] = []

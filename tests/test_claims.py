@@ -158,3 +158,15 @@ def test_older_is_strict_ancestry_with_git_and_the_date_without():
     assert not claims.older("x", "2026-12-03 06:41", "2026-12-03 06:40 y", git=None)
     assert not claims.older("x", "2026-12-03", "2026-12-03 06:40 y", git=None)  # a day: the same day is not older
     assert claims.older("x", "?", "2026-12-03 06:40 y", git=None)  # no date: cannot show it came after
+
+
+def test_readmes_headlines_are_what_the_kept_runs_give(tmp_path, capsys):
+    """README's headline verdicts are studies/headlines.py's over the kept runs, and nothing else (issue 63: no
+    block a rebuild would not write survives)."""
+    import shutil
+    import headlines
+    readme = tmp_path / "README.md"
+    shutil.copy(os.path.join(ROOT, "README.md"), readme)
+    headlines.main(["--readme", str(readme)])
+    assert readme.read_text() == open(os.path.join(ROOT, "README.md")).read()
+    assert "not engaged at this scale" in capsys.readouterr().out  # the supervised reViT rows
