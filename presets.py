@@ -185,6 +185,17 @@ FIG2_L = 6
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in fig2_arms("mini", MINI, FIG2_L).items()})
 
+# The search for a supervised CPU recipe on which reViT E=4's experts engage (issue 63): on c100-mini-revit-e4 they do
+# not (results/revit: eq. 9 term 0.84-0.85, eq. 6 term <= 0.01 at the end). Each candidate changes one thing and is
+# sized to at most 60 CPU minutes (TIMES); it engages when its last epoch shows eq. 6 >= 0.1 and eq. 9 <= 0.7
+# (studies/claims.py REVIT_E4). Not a protocol of the paper: candidates, run once (seed 0) by studies/README.md's queue.
+SEARCH = {"e2": ("E=2 experts (Table 5's largest single step is E=1 -> 2)", dict(experts=2)),
+          "long": ("13 epochs instead of 10 (the schedule that fits 60 min)", dict(epochs=13)),
+          "wide": ("D=192 in 3 heads (Ti width), 3 epochs", dict(embed_dim=192, num_heads=3, epochs=3, warmup_epochs=0.15)),
+          "p4": ("patch 4 (64 tokens, the init arms' grid), 2 epochs", dict(patch_size=4, epochs=2, warmup_epochs=0.25))}
+PRESETS.update({f"c100-mini-revit-search-{k}": (f"engagement search: c100-mini-revit-e4 with {what}",
+                                                {**PRESETS["c100-mini-revit-e4"][1], **flags}) for k, (what, flags) in SEARCH.items()})
+
 # The structured-init claims (issue 50) where a 3x3 prior is local and against the paper's baseline: the mini
 # recipe at patch 4, an 8 x 8 grid of patches (the paper's small-dataset runs: 14 x 14 at 224 px; its earlier
 # version 16 x 16 at 32 px; patch 8's 4 x 4 grid is nearly covered by one 3 x 3 window), D=96 in 3 heads of 32
@@ -410,6 +421,10 @@ TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:
 TIMES.update({"c100-mini-revit-e4-fig2": ("est. 20 min, pair", "?"), "c100-mini-revit-smear-fig2": ("est. 33 min, pair", "?"),
               "c100-mini-revit-e4-fig2-elastic": ("est. 6 min, pair", "?"),
               "c100-mini-revit-smear-fig2-elastic": ("est. 10 min, pair", "?")})
+# The engagement search, estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
+# D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
+TIMES.update({"c100-mini-revit-search-e2": ("est. 43 min, pair", "?"), "c100-mini-revit-search-long": ("est. 56 min, pair", "?"),
+              "c100-mini-revit-search-wide": ("est. 52 min, pair", "?"), "c100-mini-revit-search-p4": ("est. 37 min, pair", "?")})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():

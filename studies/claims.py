@@ -22,7 +22,6 @@ import math
 import os
 import statistics
 import subprocess
-import dataclasses
 from dataclasses import dataclass
 
 KINDS = (">", "<=", "~")

@@ -47,6 +47,9 @@ ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 # elastic-depth stage for both. ARMS=fig2 runs vit (skipped when done) and these four; the probes at each depth
 # afterwards: python studies/summarize_fig2.py OUT (studies/README.md).
 FIG2="revit-e4-fig2 revit-smear-fig2 revit-e4-fig2-elastic revit-smear-fig2-elastic"
+# The search for a supervised recipe on which reViT E=4's experts engage (presets.SEARCH; ARMS=search): each candidate
+# changes one thing of revit-e4, at most ~60 min; summarize_mini.py's comparison table shows its eq. 6 / eq. 9 terms.
+SEARCH="revit-search-e2 revit-search-long revit-search-wide revit-search-p4"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
@@ -56,6 +59,7 @@ ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 if [ "$ARMS" = init ]; then ARMS=$INIT; fi
 if [ "$ARMS" = fig2 ]; then ARMS="vit $FIG2"; fi
+if [ "$ARMS" = search ]; then ARMS=$SEARCH; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
   case "$1" in *+feature|*+feature-only|*+logits|*-fig2) echo vit ;; loopvae-gan) echo loopvae-global ;;
@@ -64,7 +68,7 @@ needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $ELASTIC $FIG2 $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $FIG2 $LOOPVAE, loopvae, init, fig2 (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $LOOPVAE, loopvae, init, fig2, search (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
 import claims as registry  # noqa: E402
-from summarize_mini import finished_runs, fmt, table, write_blocks  # noqa: E402
+from summarize_mini import finished_runs, fmt, study_runs, table, write_blocks  # noqa: E402
 
 ARMS = ["revit-e4-fig2-elastic", "revit-smear-fig2-elastic"]
 TASKS = ("linear", "seg", "depth")
@@ -154,11 +154,7 @@ def main(argv=None):
     tasks = a.tasks.split(",")
     if set(tasks) - set(TASKS):
         fail(f"--tasks {a.tasks}: allowed: {', '.join(TASKS)}")
-    if not os.path.isdir(a.runs):
-        fail(f"{a.runs} is not a directory; run ARMS=fig2 bash studies/reproduce_mini.sh first")
-    runs = load_runs(a.runs)
-    if not runs:
-        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=fig2 bash studies/reproduce_mini.sh")
+    runs = study_runs(a.runs, load_runs, ARMS, "ARMS=fig2 bash studies/reproduce_mini.sh", "summarize_fig2.py")
     if not a.no_measure:
         extra = [x for k in ("num_train", "num_test") if getattr(a, k) for x in (f"--{k.replace('_', '-')}", str(getattr(a, k)))]
         measure(runs, a.data_dir, tasks, extra)

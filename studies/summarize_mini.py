@@ -22,6 +22,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from presets import SEARCH  # noqa: E402  (the engagement search's candidates)
 import claims as registry  # noqa: E402  (the claims and the one rule: studies/claims.py)
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
@@ -42,7 +44,8 @@ MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT), U = 1",
        "revit-e4-elastic": "revit-e4 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
        "revit-e4-cont": "revit-e4 continued 3 epochs at fixed depth (the elastic arm's control)",
        "revit-e1-elastic": "revit-e1 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
-       "revit-e1-cont": "revit-e1 continued 3 epochs at fixed depth (the elastic arm's control)"}
+       "revit-e1-cont": "revit-e1 continued 3 epochs at fixed depth (the elastic arm's control)",
+       **{f"revit-search-{k}": f"engagement search: E=4 with {what}" for k, (what, _) in SEARCH.items()}}
 def load_runs(root):
     """{arm: [run, ...]} for every finished run; run = {seed, acc (trained depth), depths
     {relative depth: top-1}, wall_s, gates, params...}."""
@@ -188,13 +191,16 @@ def summary(runs):
     noise_line = RULE.format(hw=HARDWARE_NOISE)
     moe = ["Same backbone (D=96, patch 8, 8 steps, fixed depth), recipe and task loss; params as stored "
            "(the expert bank counts in full), GFLOPs per image at the trained depth.", "",
-           "| arm | FFN | n | params (M) | GFLOPs/img | " + " | ".join(f"{k:g}x" for k in rel) + " | train min |",
-           "|---" * (len(rel) + 6) + "|"]
+           "| arm | FFN | n | params (M) | GFLOPs/img | " + " | ".join(f"{k:g}x" for k in rel) + " | train min | "
+           "eq. 6 / eq. 9 at the end |", "|---" * (len(rel) + 7) + "|"]
     for arm, what in MOE.items():
         if arm in runs:
             rs = runs[arm]
+            terms = [(r.get("last") or {}).get(k) for r in rs for k in ("bal_loss", "div_loss")]
+            sig = (f"{fmt([(r.get('last') or {})['bal_loss'] for r in rs])} / {fmt([(r.get('last') or {})['div_loss'] for r in rs])}"
+                   if None not in terms else "")  # the signature of E=4's experts (studies/claims.py REVIT_E4)
             moe.append(f"| {arm} | {what} | {len(rs)} | {rs[0]['params_m']:.3f} | {rs[0]['gflops']:.3f} | "
-                       f"{cells(rs)} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f} |")
+                       f"{cells(rs)} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {sig} |")
     moe += ["", noise_line, "", claims_table(registry.claims_of("revit"), runs)]
     return {"mini-table": "\n".join(table),
             "mini-verdicts": noise_line + "\n\n" + claims_table(registry.claims_of("mini", "init"), runs),
@@ -265,6 +271,19 @@ def last_epoch(d):
     with open(path) as f:
         recs = [json.loads(line) for line in f if '"epoch"' in line]
     return recs[-1] if recs else {}
+
+
+def study_runs(root, load, arms, command, tool):
+    """load(root), the finished runs of a study's folder; exits 2 with one line naming `command` (what makes them)
+    when root is not a folder or holds no finished run of `arms`."""
+    if not os.path.isdir(root):
+        sys.stderr.write(f"{tool}: error: {root} is not a directory; run {command} first\n")
+        sys.exit(2)
+    runs = load(root)
+    if not runs:
+        sys.stderr.write(f"{tool}: error: no finished {', '.join(arms)} run in {root}; run {command}\n")
+        sys.exit(2)
+    return runs
 
 
 def finished_runs(root, arms, cached):

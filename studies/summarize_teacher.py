@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
 import claims as registry  # noqa: E402  (the claims and the one rule)
-from summarize_mini import combine, finished_runs, fmt, table, write_blocks  # noqa: E402
+from summarize_mini import combine, finished_runs, fmt, study_runs, table, write_blocks  # noqa: E402
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
 ARMS = [TEACHER, E1, E4]
@@ -164,11 +164,8 @@ def main(argv=None):
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
     a = cli.parse_args(argv)
-    if not os.path.isdir(a.runs):
-        fail(f"{a.runs} is not a directory; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh first")
-    runs = load_runs(a.runs)
-    if not runs:
-        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh")
+    runs = study_runs(a.runs, load_runs, ARMS, f"ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh",
+                      "summarize_teacher.py")
     if not a.no_measure:
         measure(runs, a.runs, a.data_dir)
     seeds = ", ".join(f"{arm} {len(rs)}" for arm, rs in runs.items())

@@ -2,6 +2,7 @@
 
 Issue 63: "agree" must need evidence as much as "disagree" does: every outcome is reachable for every kind,
 and two noisy seeds of a tie give "cannot tell", never "agree"."""
+import dataclasses
 import json
 import math
 import os
@@ -148,7 +149,7 @@ def test_no_kept_run_is_older_than_a_confirmatory_claim_that_judges_it():
     late = [claims.Claim("late", "ours", "", "", "revit", "revit-e4", "revit-e1", 1, ">", None, "", 3, None,
                          "2026-12-03 07:00 3ee76cf")]  # after revit-e4's and revit-e1's runs at eb32335
     assert len(violations(late, git=None)) == 4 and len(violations(late)) == 4
-    assert violations([claims.dataclasses.replace(late[0], exploratory=True)]) == []
+    assert violations([dataclasses.replace(late[0], exploratory=True)]) == []
 
 
 def test_older_is_strict_ancestry_with_git_and_the_date_without():

@@ -250,6 +250,7 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
 ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
 INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
 FIG2 = ["revit-e4-fig2", "revit-smear-fig2", "revit-e4-fig2-elastic", "revit-smear-fig2-elastic"]  # reViT's Fig. 2
+SEARCH = ["revit-search-e2", "revit-search-long", "revit-search-wide", "revit-search-p4"]  # E=4 engagement (issue 63)
 
 
 def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another_seeds_silent_source(tmp_path,
@@ -292,7 +293,7 @@ def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_o
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
     classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
-    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC + INIT + FIG2)  # test_loopvae_train.py)
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + ELASTIC + INIT + FIG2 + SEARCH)  # test_loopvae_train.py)
     recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI:  # one recipe: only model flags differ
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]
@@ -324,6 +325,16 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
         assert presets.PRESETS[f"c100-mini-{arm}"][1] == {**presets.PRESETS[f"c100-mini-{base}"][1], **change}, arm
+
+
+def test_each_engagement_search_candidate_changes_one_thing_of_revit_e4_within_an_hour():
+    """Issue 63: a supervised CPU recipe on which E=4's experts engage, searched within 60 CPU minutes per candidate."""
+    base = presets.PRESETS["c100-mini-revit-e4"][1]
+    for arm in SEARCH:
+        flags = presets.PRESETS[f"c100-mini-{arm}"][1]
+        changed = {k for k in set(flags) | set(base) if flags.get(k) != base.get(k)} - {"epochs", "warmup_epochs"}
+        assert len(changed) <= 2 and (changed or flags["epochs"] != base["epochs"]), (arm, changed)  # (D and heads)
+        assert float(presets.TIMES[f"c100-mini-{arm}"][0].split()[1]) <= 60, arm
 
 
 def test_fig2_arms_are_two_students_of_one_teacher_differing_only_in_the_gate_then_one_elastic_stage(capsys, tmp_path,
