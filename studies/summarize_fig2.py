@@ -15,7 +15,6 @@ signature (claims.engaged, on arm a's last epoch) fails reads "not engaged at th
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,15 +86,9 @@ def judge(claim, runs):
         return "", "", "not run"
     xa, xb = [x for x, _ in pairs], [y for _, y in pairs]
     cpus = [(ra[s]["done"].get("cpu"), rb[s]["done"].get("cpu")) for s in seeds][:len(pairs)]
-    mean, half = registry.interval(xa, xb, cpus)
+    gated = {r["seed"]: r for r in runs.get(claim.gated or claim.a, [])}
+    mean, half, v = registry.judge(claim, xa, xb, cpus, registry.mean_record([gated[s]["last"] for s in seeds if s in gated]))
     here = f"{fmt(xa)} vs {fmt(xb)} ({mean:+.2f}, {len(pairs)} seed{'s' if len(pairs) > 1 else ''})"
-    last = {k: statistics.mean(ra[s]["last"][k] for s in seeds) for k, _, _ in claim.gate
-            if all(ra[s]["last"].get(k) is not None for s in seeds)}
-    on = registry.engaged(claim, last)
-    v = registry.verdict(claim.kind, claim.margin, xa, xb, cpus)
-    v = v if on else "not engaged at this scale" if on is False else f"{v} (signature not measured)"
-    if len(pairs) < claim.seeds:
-        v += f" ({len(pairs)} of {claim.seeds} seeds)"
     return here, "" if half == float("inf") else f"{half:.2f}", v
 
 

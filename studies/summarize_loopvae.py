@@ -187,7 +187,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     """Claim 3, per image (the paper counts image-pass bypasses: 224 of 224 lose, and the last pass is
     the most sensitive in 0 of its 16 image-stages): k of N image-pass bypasses lose PSNR, over every
     stage (single-pass ones included); the fraction of (image, four-pass stage) whose most sensitive
-    pass is the last; and the stages whose most sensitive pass is called beyond the seed spread."""
+    pass is the last; and the stages whose most sensitive pass is told apart from the runner-up (claims.verdict)."""
     claim, paper = ("3. bypass: every bypassed pass loses PSNR; the most sensitive is not the last",
                     "224 of 224 image-pass bypasses lose; the last pass most sensitive in 0 of 16 image-stages")
     if not all("per_image" in r["loops"] for r in lr):
@@ -195,7 +195,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     losses = [x for r in lr for per_pass in r["loops"]["per_image"]["bypass"].values() for t in per_pass for x in t]
     last = [max(range(len(b)), key=lambda t: b[t][i]) == len(b) - 1
             for r in lr for s in four for b in [r["loops"]["per_image"]["bypass"][s]] for i in range(len(b[0]))]
-    called = []  # (arm, stage, the pass called most sensitive beyond the seed spread, or None)
+    called = []  # (arm, stage, the pass called most sensitive (told apart from the runner-up), or None)
     for arm in arms:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         called += [(arm, s, argmax_beyond_noise(rs, s)) for s in four] if rs else []
@@ -206,7 +206,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     here = (f"{lose} of {len(losses)} image-pass bypasses lose; the last pass most sensitive in "
             f"{sum(last)} of {len(last)} image-stages; of {len(called)} arm-stages, "
             f"{(k := sum(t is not None for _, _, t in called))} {'has' if k == 1 else 'have'} a most sensitive pass "
-            "beyond the seed spread, "
+            "told apart from the runner-up (claims.verdict), "
             f"{len(at_last)} of them the last")
     return claim, paper, here, f"{h1} that every bypass loses, {h2} that the last is not the most sensitive"
 
@@ -233,7 +233,7 @@ def small_update_row(runs, four, arms=LOOPED):
     n = {v: results.count(v) for v in ("agree", "disagree", "cannot tell")}
     v = next((k for k in n if n[k] == len(results)), None) or \
         f"mixed ({n['agree']} agree, {n['disagree']} disagree, {n['cannot tell']} cannot tell)"
-    rule = "rule: t* costs more than a larger-update pass beyond the seed spread, per arm and four-pass stage"
+    rule = "rule: t* costs more than a larger-update pass by claims.verdict (seeds paired), per arm and four-pass stage"
     return claim, paper, f"{n['agree']} of {len(results)} arm-stages agree ({rule})", v
 
 
