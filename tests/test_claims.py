@@ -171,3 +171,17 @@ def test_readmes_headlines_are_what_the_kept_runs_give(tmp_path, capsys):
     headlines.main(["--readme", str(readme)])
     assert readme.read_text() == open(os.path.join(ROOT, "README.md")).read()
     assert "not engaged at this scale" in capsys.readouterr().out  # the supervised reViT rows
+
+
+def test_keep_results_stamps_a_kept_runs_commit_date_for_a_clone_without_history(tmp_path):
+    """A run started before reproduce_mini.sh wrote commit_date gets it when kept (from git), so that the
+    registration test can compare dates where .git is absent."""
+    import keep_results
+    run = tmp_path / "runs" / "vit" / "seed0"
+    run.mkdir(parents=True)
+    (run / "done.json").write_text(json.dumps({"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC"}))
+    keep_results.keep(str(tmp_path / "runs"), str(tmp_path / "kept"))
+    done = json.loads((tmp_path / "kept" / "vit" / "seed0" / "done.json").read_text())
+    if os.path.exists(os.path.join(claims.ROOT, ".git")):
+        assert done["commit_date"] == "2026-11-30 09:44" and done["wall_s"] == 1
+    assert json.loads((run / "done.json").read_text()) == {"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC"}
