@@ -165,6 +165,55 @@ MINI_ARMS["bvit-d48"] = ("bViT D=48 h=3: one block x 8 steps; matched FLOPs with
 PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
                 for arm, (what, flags) in MINI_ARMS.items()})
 
+
+def fig2_arms(family, recipe, depth):
+    """The reViT paper's Fig. 2 comparison (sec. 4.4, A.2-A.3) in the second regime: two students distilled
+    from the final features alone (--task-weight 0, eq. 5) of the same seed's `vit` teacher (runs/FAMILY/vit/seed0;
+    the study scripts pass each seed's), E=4 at a fixed depth `depth` (L): the depth-only gate (reViT) and the
+    feature-only gate (--routing smear: a SMEAR-style gate from the step's input, no depth signal, no
+    auxiliary loss; B "SMEAR"); then the same elastic-depth stage for both (per-image depth dropout 0.3, retained
+    steps renumbered, A.2), continued with the same objective as elastic_arms continues (our length). Every
+    arm is evaluated, and probed (probe.py --depth), at 2/3 L, L, 4/3 L and 2 L (the paper's 8, 12, 16, 24 for
+    L=12) plus 1/2 L and 4 L (ours). name -> (what it is, flags)."""
+    if depth % 3:
+        raise ValueError(f"Fig. 2's probe depths 2/3 L and 4/3 L need L divisible by 3, got {depth}")
+    teacher = f"runs/{family}/vit/seed0"
+    student = dict(model="revit", experts=4, depth=depth, teacher=teacher, distill="feature", task_weight=0.0,
+                   eval_depths=[depth // 2, 2 * depth // 3, depth, 4 * depth // 3, 2 * depth, 4 * depth])
+    epochs = max(1, round(0.3 * recipe["epochs"]))
+    cont = dict(epochs=epochs, lr=recipe["lr"] / 4, warmup_epochs=epochs / 20, depth_dropout=0.3)
+    arms = {}
+    for arm, routing, gate in (("e4", "depth", "depth-only gate (reViT: the normalized depth, eq. 1)"),
+                               ("smear", "smear", "feature-only gate (SMEAR-style: the step input's token mean)")):
+        src = f"runs/{family}/revit-{arm}-fig2/seed0"
+        arms[f"revit-{arm}-fig2"] = (
+            f"Fig. 2 student: reViT E=4, {gate}, L={depth}, distilled from {teacher}'s final features alone "
+            "(task weight 0), fixed depth", dict(student, routing=routing))
+        arms[f"revit-{arm}-fig2-elastic"] = (
+            f"Fig. 2 elastic stage: c100-{family}-revit-{arm}-fig2 continued {epochs} epochs with per-image depth "
+            f"dropout 0.3 (A.2), the same objective, from its run ({src})",
+            dict(student, routing=routing, finetune=src, **cont))
+    return arms
+
+
+# Fig. 2 at L = 6 (probes at 3, 4, 6, 8, 12, 24), chosen for cost: a student and an elastic stage each fit ~35 min
+# of one core of CPU-2 at L = 6 (TIMES below); at L = 12, the paper's own depth (probes at 8, 12, 16, 24), a student
+# would take about twice that (its steps cost ~L), so L = 12 is the choice where more time is available.
+FIG2_L = 6
+PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags})
+                for arm, (what, flags) in fig2_arms("mini", MINI, FIG2_L).items()})
+
+# The search for a supervised CPU recipe on which reViT E=4's experts engage (issue 63): on c100-mini-revit-e4 they do
+# not (results/revit: eq. 9 term 0.84-0.85, eq. 6 term <= 0.01 at the end). Each candidate changes one thing and is
+# sized to at most 60 CPU minutes (TIMES); it engages when its last epoch shows eq. 6 >= 0.1 and eq. 9 <= 0.7
+# (studies/claims.py REVIT_E4). Not a protocol of the paper: candidates, run once (seed 0) by studies/README.md's queue.
+SEARCH = {"e2": ("E=2 experts (Table 5's largest single step is E=1 -> 2)", dict(experts=2)),
+          "long": ("13 epochs instead of 10 (the schedule that fits 60 min)", dict(epochs=13)),
+          "wide": ("D=192 in 3 heads (Ti width), 3 epochs", dict(embed_dim=192, num_heads=3, epochs=3, warmup_epochs=0.15)),
+          "p4": ("patch 4 (64 tokens, the init arms' grid), 2 epochs", dict(patch_size=4, epochs=2, warmup_epochs=0.25))}
+PRESETS.update({f"c100-mini-revit-search-{k}": (f"engagement search: c100-mini-revit-e4 with {what}",
+                                                {**PRESETS["c100-mini-revit-e4"][1], **flags}) for k, (what, flags) in SEARCH.items()})
+
 # The structured-init claims (issue 50) where a 3x3 prior is local and against the paper's baseline: the mini
 # recipe at patch 4, an 8 x 8 grid of patches (the paper's small-dataset runs: 14 x 14 at 224 px; its earlier
 # version 16 x 16 at 32 px; patch 8's 4 x 4 grid is nearly covered by one 3 x 3 window), D=96 in 3 heads of 32
@@ -433,6 +482,17 @@ REVIT_WALL_MIN = {"e1": 43.5, "e4": 43.4, "lory": 68.4, "smear": 68.4, "deepseek
                   "remoe": 22.7, "softmoe": 205.0, "lora": 41.5, "e4-elastic": 10.0, "e4-cont": 10.1}
 TIMES.update({f"c100-mini-revit-{r}": (f"{m} min, pair, loaded", "?") for r, m in REVIT_WALL_MIN.items()})
 TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:.0f} min, pair", "?") for kind in ("elastic", "cont")})
+# The Fig. 2 arms at L = 6, estimated (2026-12-04, CPU-2 AMD EPYC, one thread, beside two training runs): 40 training
+# steps took 0.22 s (depth-only gate) and 0.37 s (feature-only gate) a step against 0.32 s for the second regime's
+# revit-e4+feature-only at depth 8, whose runs took 23 and 35 min (results/revit-teacher): x 0.68 and x 1.13 of their
+# mean, 29 min; the elastic stages 3 of the 10 epochs.
+TIMES.update({"c100-mini-revit-e4-fig2": ("est. 20 min, pair", "?"), "c100-mini-revit-smear-fig2": ("est. 33 min, pair", "?"),
+              "c100-mini-revit-e4-fig2-elastic": ("est. 6 min, pair", "?"),
+              "c100-mini-revit-smear-fig2-elastic": ("est. 10 min, pair", "?")})
+# The engagement search, estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
+# D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
+TIMES.update({"c100-mini-revit-search-e2": ("est. 43 min, pair", "?"), "c100-mini-revit-search-long": ("est. 56 min, pair", "?"),
+              "c100-mini-revit-search-wide": ("est. 52 min, pair", "?"), "c100-mini-revit-search-p4": ("est. 37 min, pair", "?")})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():

@@ -14,6 +14,8 @@ nyu: image files beside NAME_depth.png / .npy). With --data cifar100, seg and de
 analogue, named as such and not as ADE20k or NYUv2: 2 x 2 mosaics of CIFAR-100 images (training images
 for the head's training set, test images for its test set), segmented by the class of each quadrant's
 image, and the log2 zoom of each quadrant regressed per pixel (data.Mosaics).
+--depth N runs a recurrent backbone at N steps (its --eval-depths unit) instead of its trained depth
+(the reViT paper's Fig. 2 probes each elastic model at L = 8, 12, 16, 24) and writes probe_<task>_depth<N>.json.
 Writes OUT/probe_<task>.json. Images are normalized as the backbone expects (an rvits checkpoint: its
 run's dataset statistics; a timm file: ImageNet's). Any bad input is one line `probe.py: error: ...`
 and exit status 2.
@@ -56,15 +58,18 @@ def get_parser():
     p.add_argument("--num-test", type=flags.positive(int), help="first N test images (mosaics: 1000)")
     p.add_argument("--epochs", type=flags.positive(int), help="passes of the head over the cached features "
                    "(default: linear 30, seg and depth 20)")
+    p.add_argument("--depth", type=flags.positive(int), help="a recurrent rvits backbone's steps (its "
+                   "--eval-depths unit; default: its trained depth); writes probe_<task>_depth<N>.json")
     p.add_argument("--seed", type=flags.seed, default=0, help="the held-out split, the head's init and order")
     p.add_argument("--batch-size", type=flags.positive(int), default=128, help="feature extraction batch")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     return p
 
 
-def backbone(path, img_size, device):
+def backbone(path, img_size, device, depth=None):
     """(frozen model, its input size, (mean, std) it expects, what it is in words). Raises Fail for a file
-    that is not a classifier's or ViT's, and for an rvits checkpoint at an --img-size its patches do not divide."""
+    that is not a classifier's or ViT's, for an rvits checkpoint at an --img-size its patches do not divide,
+    and for a `depth` (--depth) given to a fixed stack (an untied ViT, a timm file)."""
     ck = read_weights(path, "--weights")
     if registry.classifier_checkpoint(ck, path, "--weights"):
         run = ck["args"]
@@ -74,8 +79,14 @@ def backbone(path, img_size, device):
             below = img_size // patch * patch
             raise Fail(f"--img-size {img_size}: not a multiple of the backbone's patch size {patch}; use "
                        + (f"{below} or " if below else "") + f"{below + patch}")
+        if depth and run["model"] == "vit":
+            raise Fail(f"--depth {depth}: {path} is an untied ViT (--model vit), a fixed stack of blocks; --depth "
+                       "runs a recurrent backbone (bvit, revit, srvit, odevit) at another depth: leave it out")
         model = registry.model_from_checkpoint(ck, path, "--weights", flags.get_parser(), img_size or own)
         return model, img_size or own, data.normalization(run.get("data")), f"--model {run['model']}"
+    if depth:
+        raise Fail(f"--depth {depth}: {path} is a timm-layout ViT, a fixed stack of blocks; --depth runs a recurrent "
+                   "rvits checkpoint (bvit, revit, srvit, odevit) at another depth: leave it out")
     model = timm_vit(path, "--weights", img_size=img_size or 224)
     return model, model.img_size, (data.IMAGENET_MEAN, data.IMAGENET_STD), "timm-layout ViT"
 
@@ -107,7 +118,7 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda: no CUDA device is available; use --device cpu")
     t0 = time.time()
-    model, size, mean_std, what = backbone(args.weights, args.img_size, args.device)
+    model, size, mean_std, what = backbone(args.weights, args.img_size, args.device, args.depth)
     model = model.to(args.device)
     try:
         train, test, classes = datasets(args, size, mean_std)
@@ -123,7 +134,7 @@ def main(argv=None):
     for name, ds, n in (("train", train, n_train), ("test", test, n_test)):
         loader = DataLoader(Subset(ds, range(n)), batch_size=args.batch_size)
         bar = lambda it, name=name: tqdm(it, desc=f"features ({name})", leave=False, file=sys.stderr)
-        feats.append(probes.extract(model, loader, args.device, dense, progress=bar))
+        feats.append(probes.extract(model, loader, args.device, dense, progress=bar, depth=args.depth))
     (x, ys), (xt, yts) = feats
     seconds = time.time() - t0
     fits = lambda it, desc: tqdm(it, desc=desc, leave=False, file=sys.stderr)  # each head's passes
@@ -143,11 +154,13 @@ def main(argv=None):
         line = f"depth RMSE linear {res['linear']['rmse']:.4f}, MLP {res['mlp']['rmse']:.4f} ({unit})"
     analogue = args.task != "linear" and args.data == "cifar100"
     out = {"task": args.task, "data": args.data + (" mosaics (our analogue)" if analogue else ""), "preset": args.preset,
-           "weights": args.weights, "backbone": what, "img_size": size, "num_train": n_train, "num_test": n_test,
+           "weights": args.weights, "backbone": what, "depth": args.depth, "img_size": size, "num_train": n_train, "num_test": n_test,
            "feature_shape": list(x.shape[1:]), "seed": args.seed, "extract_s": round(seconds, 1),
            "total_s": round(time.time() - t0, 1), **res}
-    save(out, args.out_dir, f"probe_{args.task}", lambda res, path: None)  # (JSON only: no figure)
-    print(f"{line}; {what} at {size} px, {n_train} / {n_test} images; wrote {args.out_dir}/probe_{args.task}.json")
+    name = f"probe_{args.task}" + (f"_depth{args.depth}" if args.depth else "")
+    save(out, args.out_dir, name, lambda res, path: None)  # (JSON only: no figure)
+    at = f" at depth {args.depth}" if args.depth else ""
+    print(f"{line}; {what}{at} at {size} px, {n_train} / {n_test} images; wrote {args.out_dir}/{name}.json")
     return out
 
 

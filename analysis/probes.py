@@ -26,16 +26,18 @@ LRS = (1e-3, 1e-2, 1e-1)
 
 
 @torch.no_grad()
-def extract(model, loader, device, dense=False, progress=None):
+def extract(model, loader, device, dense=False, progress=None, depth=None):
     """The frozen `model`'s features of every batch of `loader` (items (images, *targets)): (features,
     targets), features (M, F) for the linear probe ([class token; patch mean], or the patch mean) or
     (M, N, D) patch tokens when `dense` (float16, to fit a dense probe's set in memory; the heads read
-    them in float32), on the CPU; targets: a list of the stacked targets."""
+    them in float32), on the CPU; targets: a list of the stacked targets. depth: a recurrent model run
+    at this many steps (model(x, depth=depth)); None: its own."""
     model.eval()
     prefix = int(getattr(model, "cls_token", None) is not None)
     feats, targets = [], None
     for batch in (progress(loader) if progress else loader):
-        t = post_layernorm(model.norm, model.forward_features(batch[0].to(device))).float()
+        x = batch[0].to(device)
+        t = post_layernorm(model.norm, model.forward_features(x, **({} if depth is None else {"depth": depth}))).float()
         patches = t[:, prefix:]
         feats.append((patches.half() if dense else torch.cat([t[:, 0], patches.mean(1)], -1) if prefix
                       else patches.mean(1)).cpu())

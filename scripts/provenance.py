@@ -22,6 +22,18 @@ def commit():
     return head.stdout.strip() + ("+changes" if dirty else "") if head.returncode == 0 else "unknown"
 
 
+def commit_date(rev=None):
+    """The UTC date and time ("YYYY-MM-DD HH:MM") of commit `rev` (default: HEAD): when the code a result ran
+    was committed (studies/claims.py compares it with a claim's registration); "unknown" without git."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d %H:%M",
+                              (rev or "HEAD").split("+")[0]], capture_output=True, text=True, cwd=ROOT,
+                             env=dict(os.environ, TZ="UTC"))
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
 def cpu_model():
     """The CPU's model name from /proc/cpuinfo (Linux), else platform's; '?' if neither says."""
     try:

@@ -5,12 +5,23 @@ says it, its two arms, its kind, its margin and why, its seeds, the measured sig
 mechanism is at work, and the date and commit it was registered at. Every summarizer of studies/
 reads its claims from here.
 
-Kinds (a and b: the per-seed top-1, in points, of two arms paired by seed):
+Kinds (a and b: the per-seed scores, in points, of two arms paired by seed):
     ">"   a beats b.
     "<="  a does not beat b by more than `margin`.
     "~"   a and b lie within `margin` of each other.
+The rule (verdict): a two-sided 90 % Student t-interval on the paired differences a_i - b_i (n >= 2 pairs,
+n - 1 degrees of freedom), widened by the measured difference of the same run on two CPU models when
+the pairs ran on different ones (or by a known noise the seeds do not show: a readout's sampling error over the
+same images). ">": agree when the interval lies above 0, disagree when below 0.
+"<=": agree when it lies below +margin, disagree when above it. "~": agree when it lies inside
++-margin, disagree when wholly outside. Else (and with fewer than 2 pairs) "cannot tell".
 Standard library only.
 """
+import json
+import math
+import os
+import statistics
+import subprocess
 from dataclasses import dataclass
 
 KINDS = (">", "<=", "~")
@@ -28,7 +39,12 @@ class Claim:
     kind: one of KINDS; margin: points, for "<=" and "~" (None for ">"); why_margin: why that margin
     (the paper's own resolution). seeds: paired seeds the verdict needs. signature: the measured sign
     that the mechanism is at work, with its threshold, or None where there is no mechanism to gate on.
-    registered: "YYYY-MM-DD commit". exploratory: registered after runs it judges (stands apart).
+    registered: "YYYY-MM-DD HH:MM commit" (UTC; the commit that first wrote the claim). exploratory:
+    registered after runs it judges (stands apart). metric: the score ("top-1", "linear probe top-1",
+    "mosaic mIoU", ...). depth_b: b's evaluation depth when it differs from a's (a claim about one arm at
+    two depths). gate: ((log.jsonl key, ">=" or "<=", threshold), ...), the signature's thresholds on the
+    last epoch (signals(), engaged()) of arm `gated` (default: a); empty when the signature is read by hand or
+    there is none.
     """
     key: str
     paper: str
@@ -45,9 +61,321 @@ class Claim:
     signature: str | None
     registered: str
     exploratory: bool = False
+    metric: str = "top-1"
+    depth_b: float | None = None
+    gate: tuple = ()
+    gated: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.key}: kind {self.kind!r} is not one of {KINDS}")
+        if (self.margin is None) != (self.kind == ">"):
+            raise ValueError(f"claim {self.key}: kind {self.kind!r} {'takes no' if self.kind == '>' else 'needs a'} margin")
+
+
+# Two-sided 90 % Student t quantiles t_{0.95, df} (df = pairs - 1); beyond the table, the normal's 1.645.
+T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
+# The same run (c100-mini-srvit-r1, seed 0, code of commit 7cace80, one thread) on two CPU models: top-1 %.
+# Other CPUs round differently (other SIMD kernels), and 3,900 steps carry the difference as far as a new
+# seed would (docs/results.md, "CIFAR-100 at CPU scale"): what a pair on different CPU models is widened by.
+CROSS_CPU = {"AMD EPYC (CPU-2, 2026-11-30)": 28.12, "Intel Xeon (2026-12-01, measured twice)": 29.77}
+HARDWARE_NOISE = max(CROSS_CPU.values()) - min(CROSS_CPU.values())
+
+
+def interval(a, b, cpus=None, widen=0.0):
+    """(mean, half-width) of the two-sided 90 % t-interval on the paired differences a_i - b_i; the
+    half-width is also the smallest difference these seeds resolve. a, b: per-seed scores, paired by
+    seed (same length). cpus: per pair, (CPU model of a's run, of b's run); a pair on two models (or an
+    unknown one, None) widens the interval by HARDWARE_NOISE; `widen`: a known noise the seeds do not show,
+    added to the half-width (a readout's sampling error over the same images). Fewer than 2 pairs: half-width inf.
+    Raises ValueError for unpaired lists."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
+    d = [x - y for x, y in zip(a, b)]
+    if len(d) < 2:
+        return (d[0] if d else 0.0), math.inf
+    t = T90[len(d) - 2] if len(d) - 1 <= len(T90) else 1.645
+    half = t * statistics.stdev(d) / math.sqrt(len(d))
+    if cpus and any(x is None or y is None or x != y for x, y in cpus):
+        half += HARDWARE_NOISE
+    return statistics.mean(d), half + widen
+
+
+def verdict(kind, margin, a, b, cpus=None, widen=0.0):
+    """"agree", "disagree" or "cannot tell" for a claim of `kind` (KINDS) with `margin` (points; None for
+    ">") on the per-seed scores a, b paired by seed, from interval(a, b, cpus) (module docstring). Raises
+    ValueError for an unknown kind, a missing margin or unpaired lists."""
+    if kind not in KINDS + ("!~",):
+        raise ValueError(f"kind {kind!r} is not one of {KINDS}")
+    if kind != ">" and (margin is None or margin <= 0):
+        raise ValueError(f"kind {kind!r} needs a margin > 0, got {margin}")
+    if kind == "!~":  # (issue 64's kind, below) the mirror of "~": agree where "~" disagrees and the reverse
+        within = verdict("~", margin, a, b, cpus, widen)
+        return {"agree": "disagree", "disagree": "agree"}.get(within, within)
+    mean, half = interval(a, b, cpus, widen)
+    lo, hi = mean - half, mean + half
+    if kind == ">":
+        return "agree" if lo > 0 else "disagree" if hi < 0 else "cannot tell"
+    if kind == "<=":
+        return "agree" if hi < margin else "disagree" if lo > margin else "cannot tell"
+    return "agree" if -margin < lo and hi < margin else "disagree" if lo > margin or hi < -margin else "cannot tell"
+
+
+# Where each study's kept runs are (results/, studies/keep_results.py): study -> folder of ARM/seed<k>/.
+KEPT = {"mini": "results/mini", "anytime": "results/mini", "init": "results/init", "revit": "results/revit",
+        "teacher": "results/revit-teacher", "loopvae": "results/loopvae", "fig2": "results/revit-fig2",
+        "gpu": "results/gpu/results.jsonl"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def kept_runs(study, root=ROOT):
+    """[(arm, seed, commit, date)] of the kept runs of `study` (KEPT): done.json's commit and commit_date
+    (UTC "YYYY-MM-DD HH:MM"), or a GPU result line's commit and date (a day)."""
+    path = os.path.join(root, KEPT[study])
+    if path.endswith(".jsonl"):
+        lines = [json.loads(ln) for ln in open(path) if ln.strip()] if os.path.isfile(path) else []
+        return [(r["arm"], r["seed"], r.get("commit", "?"), r.get("date", "?")) for r in lines]
+    runs = []
+    for arm in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        for seed in sorted(os.listdir(os.path.join(path, arm))) if os.path.isdir(os.path.join(path, arm)) else []:
+            done = os.path.join(path, arm, seed, "done.json")
+            if os.path.isfile(done):
+                d = json.load(open(done))
+                runs.append((arm, int(seed[4:]), d.get("commit", "?"), d.get("commit_date", "?")))
+    return runs
+
+
+def older(commit, date, registered, git=ROOT):
+    """Whether a run of code `commit` (committed at `date`, UTC "YYYY-MM-DD[ HH:MM]") is older than a claim
+    `registered` ("YYYY-MM-DD HH:MM commit"). With git history (`git`: a repository folder; None: none) and
+    both commits in it: the run's commit is a strict ancestor of the registration's. Else by date: the run's
+    date before the registration's (to the day when the run records only a day)."""
+    when, reg = registered[:16], registered[17:].split()[0] if len(registered) > 17 else ""
+    run = commit.split("+")[0]
+    if git and reg and run not in ("", "?", "unknown") and os.path.exists(os.path.join(git, ".git")):
+        git_ = lambda *a: subprocess.run(["git", *a], cwd=git, capture_output=True, text=True)  # noqa: E731
+        try:
+            full = [git_("rev-parse", "--verify", "--quiet", f"{c}^{{commit}}") for c in (run, reg)]
+            if all(f.returncode == 0 for f in full):
+                return full[0].stdout != full[1].stdout and git_("merge-base", "--is-ancestor", run, reg).returncode == 0
+        except OSError:  # no git program: by date
+            pass
+    if date in ("", "?", "unknown"):
+        return True  # a run that says nothing of its date cannot show it came after
+    return date < when[:len(date)]
+
+
+def engaged(claim, record):
+    """Whether the claim's mechanism is at work: every (key, op, threshold) of claim.gate holds on
+    `record` (arm a's last epoch of log.jsonl, averaged over seeds by the caller). True when the claim has
+    no gate; None when a gated key is missing from the record (not measured)."""
+    ops = {">=": lambda x, t: x >= t, "<=": lambda x, t: x <= t}
+    if not claim.gate:
+        return True
+    if any(k not in record or record[k] is None for k, _, _ in claim.gate):
+        return None
+    return all(ops[op](record[k], t) for k, op, t in claim.gate)
+
+
+def mean_record(records):
+    """The mean over seeds of each signal (signals()) every record has: the record engaged() reads."""
+    records = [signals(r) for r in records if r]
+    keys = set.intersection(*(set(r) for r in records)) if records else set()
+    return {k: statistics.mean(r[k] for r in records) for k in keys
+            if all(isinstance(r[k], (int, float)) and r[k] is not None for r in records)}
+
+
+def judge(claim, a, b, cpus=None, record=None, widen=0.0):
+    """(mean difference, half-width, verdict in words) of `claim` on the per-seed scores a, b paired by seed:
+    verdict(), or "not engaged at this scale" where its signature fails on `record` (mean_record of the gated
+    arm's last epochs), "(signature not measured)" added where the record lacks it, and "(n of N seeds)"
+    where fewer seeds than registered were paired; (None, None, "not run") without a pair."""
+    if not a:
+        return None, None, "not run"
+    mean, half = interval(a, b, cpus, widen)
+    on = engaged(claim, record or {})
+    v = "not engaged at this scale" if on is False else verdict(claim.kind, claim.margin, a, b, cpus, widen)
+    if on is None:
+        v += " (signature not measured)"
+    if len(a) < claim.seeds:
+        v += f" ({len(a)} of {claim.seeds} seeds)"
+    return mean, half, v
+
+
+def claims_of(*studies):
+    """The claims of `studies`, in registry order."""
+    return [c for c in CLAIMS if c.study in studies]
 
 
 CLAIMS: list[Claim] = []
+
+
+
+def signals(record):
+    """The mechanism signatures' measured values of one run's last epoch (log.jsonl): its own keys, and
+    mix_dev = max_r |w_r - 1/R| of SR-ViT's mean mixture weights (mix_weights)."""
+    out = dict(record)
+    w = record.get("mix_weights")
+    if w:
+        out["mix_dev"] = max(abs(x - 1 / len(w)) for x in w)
+    return out
+
+
+# --- The claims registered before this registry existed, each with the date and commit its words and arms were first
+# written (`git log -S`, UTC). A margin chosen for this registry (2026-12-04) is newer than the runs it judges: those
+# claims are exploratory on the kept runs and confirmatory on the seeds run after it.
+NOW = "2026-12-04 18:07 0c232fb"  # (the commit that registered them)
+CROSSROADS = "Training Crossroads"
+ONE_POINT = ("the paper gives no number (only its abstract was available); 1 point is the smallest difference three "
+             "paired seeds of this protocol resolve (the 2-seed spreads of results/mini: 0.1-1.3 points)")
+REVIT_E4 = (("bal_loss", ">=", 0.1), ("div_loss", "<=", 0.7))
+REVIT_E4_WORDS = ("the experts are at work: at the end, eq. 6 term (1 - H(g_t)/log E, mean over steps) >= 0.1 (gates away "
+                  "from uniform) and eq. 9 term (mean squared cosine between experts) <= 0.7 (distinct experts)")
+SRVIT = (("mix_dev", ">=", 0.05),)
+SRVIT_WORDS = ("the recursions are mixed unevenly: the mean mixture weight of some recursion at least 0.05 from 1/R "
+               "(log.jsonl mix_weights; the per-token spread is not logged)")
+DS = (("stage0_loss", "<=", 3.6),)
+DS_WORDS = "the first stage's readout classifies: its training loss at the end <= 3.6 (ln 100 = 4.6 is chance)"
+CLAIMS += [
+    # Training Crossroads (abstract) and SoftMoR, the CPU study (studies/summarize_mini.py's CLAIMS until 2026-12-04)
+    Claim("matched-flops", CROSSROADS, "abstract", "matched FLOPs: the untied ViT beats bViT", "mini", "vit", "bvit", 1,
+          ">", None, "", 3, None, "2026-11-30 09:44 e9b7d1a"),
+    Claim("matched-params", CROSSROADS, "abstract", "matched parameters: the wider bViT beats the narrow untied ViT",
+          "mini", "bvit-wide", "vit-narrow", 1, ">", None, "", 3, None, "2026-11-30 09:44 e9b7d1a"),
+    Claim("ds-beyond-horizon", CROSSROADS, "abstract", "deep supervision degrades gracefully beyond the horizon where "
+          "naive recurrence collapses (4x depth)", "mini", "bvit-ds", "bvit", 4, ">", None, "", 3, DS_WORDS,
+          "2026-11-30 09:44 e9b7d1a", gate=DS),
+    Claim("ds-nominal", CROSSROADS, "abstract", "deep supervision does not improve nominal accuracy (trained depth)",
+          "mini", "bvit-ds", "bvit", 1, "<=", 1.0, ONE_POINT, 3, DS_WORDS, NOW, exploratory=True, gate=DS),
+    Claim("rk4-vs-euler", CROSSROADS, "abstract", "solver order at equal NFE: RK4 is no uniform gain over Euler", "mini",
+          "odevit-rk4", "odevit-euler", 1, "<=", 1.0, ONE_POINT, 3, None, NOW, exploratory=True),
+    Claim("heun-vs-euler", CROSSROADS, "abstract", "solver order at equal NFE: Heun is no uniform gain over Euler",
+          "mini", "odevit-heun", "odevit-euler", 1, "<=", 1.0, ONE_POINT, 3, None, NOW, exploratory=True),
+    Claim("srvit-r2", "SoftMoR", "abstract", "R=2 recursions beat R=1", "mini", "srvit-r2", "srvit-r1", 1, ">", None,
+          "", 3, SRVIT_WORDS, "2026-11-30 09:44 e9b7d1a", gate=SRVIT),
+    # The structured-init claims (issue 50): 8x8 patches, every arm on PyTorch's default base init
+    Claim("init-structured-vs-pytorch", "structured init", "small datasets (a reproduction with its code: CIFAR-100 "
+          "73.40 vs 67.95)", "structured init beats PyTorch's default init", "init", "init-structured",
+          "init-pytorch", 1, ">", None, "", 3, None, "2026-12-03 07:20 02dfb3d"),
+    Claim("init-structured-vs-mimetic", "structured init", "its earlier version: 70.46 vs 70.40", "structured init is "
+          "not worse than mimetic init", "init", "init-mimetic", "init-structured", 1, "<=", 0.5,
+          "the paper's own pair differs by 0.06 points, which it calls a match; 0.5 points, half of ONE_POINT's "
+          "resolution, is the most a match can lose here", 3, None, NOW, exploratory=True),
+    # reViT, supervised at its paper's protocol (Tables 3, 5, 10; results/revit): E=4's experts must be at work
+    Claim("revit-e4-vs-e1", "reViT", "Table 5 (S/16: 78.2 vs 70.6)", "E=4 depth-programmed experts beat E=1, both at "
+          "fixed depth", "revit", "revit-e4", "revit-e1", 1, ">", None, "", 3, REVIT_E4_WORDS,
+          "2026-11-30 09:44 e9b7d1a", gate=REVIT_E4),
+    *[Claim(f"revit-e4-vs-{arm}", "reViT", f"Table 3, U = 1 (78.2 vs {top1})", f"at U = 1, reViT E=4 beats {name}",
+            "revit", "revit-e4", f"revit-{arm}", 1, ">", None, "", 3, REVIT_E4_WORDS, "2026-12-03 06:40 eb32335",
+            gate=REVIT_E4)
+      for arm, name, top1 in (("deepseek", "DeepSeek-V3", "70.6"), ("qwen3", "Qwen3", "68.6"), ("moeut", "MoEUT", "67.8"),
+                              ("remoe", "ReMoE", "70.1"), ("softmoe", "Soft-MoE", "69.2"))],
+    *[Claim(f"revit-{arm}-near-e4", "reViT", f"Table 3, U = 1 (78.2 vs {top1})", f"{name} lands near reViT E=4",
+            "revit", "revit-e4", f"revit-{arm}", 1, "~", 0.5, "Table 3 calls 77.9 and 77.7 against 78.2 close: 0.5 "
+            "points, the larger gap", 3, REVIT_E4_WORDS, NOW, exploratory=True, gate=REVIT_E4)
+      for arm, name, top1 in (("lory", "Lory", "77.9"), ("smear", "SMEAR", "77.7"))],
+    Claim("revit-e4-vs-lora", "reViT", "Table 10 (78.2 vs 77.6)", "reViT E=4 at least matches layer-wise LoRA",
+          "revit", "revit-lora", "revit-e4", 1, "<=", 0.5, "Table 10's E=4 leads by 0.6; 'at least matches': LoRA does "
+          "not lead by more than the 0.5 points Table 3 calls close", 3, REVIT_E4_WORDS, NOW, exploratory=True,
+          gate=REVIT_E4, gated="revit-e4"),
+    Claim("revit-distill-control", "ours", "our control (sec. 3.2's objective with the task loss)", "final-feature "
+          "distillation from a trained teacher beats supervised training alone", "revit", "revit-e4+feature",
+          "revit-e4", 1, ">", None, "", 3, None, "2026-11-30 15:24 cbfa50c"),
+    # Our fixed-depth-continuation comparison of elastic depth (ours, not the paper's Fig. 2: fig2-* below)
+    Claim("elastic-keeps-1x", "ours", "our comparison (the paper's Fig. 2 is fig2-*)", "elastic depth keeps the "
+          "fixed-depth top-1 at the trained depth", "revit", "revit-e4-elastic", "revit-e4-cont", 1, "~", 1.0,
+          ONE_POINT, 3, REVIT_E4_WORDS, NOW, exploratory=True, gate=REVIT_E4),
+    *[Claim(f"elastic-beats-{k}x", "ours", "our comparison (the paper's Fig. 2 is fig2-*)", f"elastic depth degrades "
+            f"less than fixed depth at {k} x the trained depth", "revit", "revit-e4-elastic", "revit-e4-cont", k, ">",
+            None, "", 3, REVIT_E4_WORDS, "2026-12-03 06:40 eb32335", gate=REVIT_E4) for k in (0.5, 2)],
+    # The GPU study's own init claim (its recipe trains with timm's init)
+    Claim("gpu-init-structured-vs-timm", "structured init", "abstract", "structured attention init beats the default "
+          "(timm) init", "gpu", "vit+structured", "vit", 1, ">", None, "", 3, None, "2026-11-30 10:47 fdcc93e"),
+    # reViT's second regime (results/revit-teacher): the students do specialize (eq. 6 term 0.40-0.43 at the end)
+    Claim("teacher-keeps-95", "reViT", "sec. 1, 4.2 (E=8 'retains nearly all' of its teacher's linear probe)",
+          "the distilled E=4 student keeps >= 95 % of its teacher's linear-probe top-1", "teacher",
+          "revit-e4+feature-only", "0.95 x vit", 1, ">", None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c",
+          metric="linear probe top-1", gate=REVIT_E4),
+    Claim("teacher-rho", "reViT", "App. D (rho 0.969 at E=1 -> 0.999 at E=8)", "E=4 aligns closer to proportional "
+          "teacher depth than E=1: a higher rho", "teacher", "revit-e4+feature-only", "revit-e1+feature-only", 1, ">",
+          None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="rho", gate=REVIT_E4),
+    Claim("teacher-mad", "reViT", "App. D (MAD 1.54 at E=1 -> 0.23 at E=8)", "E=4 aligns closer to proportional "
+          "teacher depth than E=1: a lower MAD", "teacher", "revit-e1+feature-only", "revit-e4+feature-only", 1, ">",
+          None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="MAD (layers)", gate=REVIT_E4,
+          gated="revit-e4+feature-only"),
+    Claim("teacher-deletions", "reViT", "App. D", "most expert deletions cost less teacher CKA than matched random "
+          "gate changes", "teacher", "revit-e4+feature-only", "1/2", 1, ">", None, "", 3, REVIT_E4_WORDS,
+          "2026-12-01 22:13 931e04c", metric="fraction of deletions costing less", gate=REVIT_E4),
+    Claim("teacher-permutations", "reViT", "App. D (E=4 0.793 -> 0.208 on average)", "every non-identity permutation "
+          "of E=4's gate columns reduces teacher CKA", "teacher", "revit-e4+feature-only", "its best permutation", 1,
+          ">", None, "", 3, REVIT_E4_WORDS, "2026-12-01 22:13 931e04c", metric="teacher CKA", gate=REVIT_E4),
+    # Anytime inference (ours: no paper states them; results/mini)
+    Claim("anytime-ds-60", "ours", "issue 40", "with deep supervision (bvit-ds), per-image exit keeps full-depth top-1 "
+          "at no more than 60 % of the block applications", "anytime", "60 %", "bvit-ds", 1, ">", None, "", 3,
+          DS_WORDS, "2026-12-01 22:28 b5662e4", metric="% of the trained depth's blocks", gate=DS, gated="bvit-ds"),
+    *[Claim(f"anytime-exit-{arm}", "ours", "issue 40", "the best exit rule beats fixed-depth truncation at equal "
+            "compute (held out)", "anytime", arm, "fixed-depth truncation", 1, ">", None, "", 3, None,
+            "2026-12-01 22:28 b5662e4", metric="held-out top-1 gain") for arm in
+      ("bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler")],
+    # LoopVAE (arXiv 2609.11516; results/loopvae): written after the first study's runs they judge (4a9b6d4, 3801a10)
+    *[Claim(f"loopvae-sharing-{pre}{other}", "LoopVAE", "Table 2 (Transformer core, ImageNet-256: 31.16 vs "
+            f"{'30.41' if other == 'scale' else '31.04'} dB)", f"sharing: global beats {other}", "loopvae",
+            f"loopvae-{pre}global", f"loopvae-{pre}{other}", 1, ">", None, "", 3, "each pass updates the features: "
+            "the loop interventions' relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
+            exploratory=True, metric="PSNR (dB)") for pre, other in (("", "scale"), ("", "none"), ("vit-", "none"))],
+    *[Claim(f"loopvae-{n}", "LoopVAE", where, words, "loopvae", "loopvae-global", "loopvae-scale", 1, ">", None, "",
+            3, "each pass updates the features: relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
+            exploratory=True, metric="PSNR per image and stage (summarize_loopvae.py)")
+      for n, where, words in (("2", "sec. 4.4", "completing the schedule: PSNR rises with every pass kept"),
+                              ("3", "sec. 4.4", "every bypassed pass loses PSNR; the most sensitive is not the last"),
+                              ("4", "sec. 4.4", "the pass that changes the features least costs more than a larger-update "
+                                            "pass"),
+                              ("5", "sec. 4.4", "truncation is not early exit"),
+                              ("6", "sec. 4.7", "looping costs more per MAC: the latency ratio exceeds the MAC ratio"))],
+    Claim("loopvae-6b", "LoopVAE", "sec. 4.7 (its cost table compares models at their own quality)", "at matched "
+          "quality, the unlooped hierarchy reaches the global arm's PSNR in less time", "loopvae", "loopvae-global",
+          "loopvae-unlooped", 1, "<=", 0.3, "0.3 dB, the smallest PSNR difference the paper's Table 2 reads as a "
+          "difference (31.16 vs 30.41: 0.75; 31.16 vs 31.04: 0.12 it calls comparable)", 3, None,
+          "2026-12-02 01:32 3801a10", exploratory=True, metric="PSNR (dB)"),
+]
+
+# The reViT paper's Fig. 2 (sec. 4.4; A.2-A.3), in our second regime (presets.fig2_arms, L = 6): the depth-only gate
+# (revit-e4-fig2-elastic) and the feature-only gate (revit-smear-fig2-elastic), both students of the same seed's vit
+# by its final features alone, then elastic depth; scored by frozen probes (probe.py --depth) at relative depths
+# 2/3, 1, 4/3 and 2 of L (the paper's 8, 12, 16, 24 for L = 12). The linear probe (CIFAR-100, top-1 in points) is the
+# analogue of its ImageNet probe, our mosaic segmentation (mIoU in points) of its ADE20k one.
+REVIT_E4_ENGAGED, REVIT_E4_SIGNATURE = REVIT_E4, REVIT_E4_WORDS
+FIG2 = "2026-12-04 18:02 6245914"  # (the commit whose message says FIG2-READY: the runs start from it)
+NEAR = ("the paper calls a 0.2 mIoU drop (44.9 at L=16 -> 44.7 at L=24) 'near its best' beside a 4.6-point gain from L=8 "
+        "to 16; 1 point is about a tenth of our linear probe's gain between depths and the smallest step its seed spread "
+        "(0.55-1.07 points over 2 seeds, results/revit-teacher) lets 3 seeds resolve")
+FLAT = ("the paper's 'nearly flat beyond L=12' spans differences it does not print (read off Fig. 2: under 1 mIoU / 1 point "
+        "from 12 to 24); 1 point, as NEAR")
+CLAIMS += [
+    Claim("fig2-ahead-at-L", "reViT", "sec. 4.4, Fig. 2", "At L=12, the feature-only control reaches approximately 35.6 "
+          "ADE20k mIoU. Our depth-only variant reaches 44.4 mIoU, 83.4% ImageNet linear-probe top-1", "fig2",
+          "revit-e4-fig2-elastic", "revit-smear-fig2-elastic", 1, ">", None, "", 3, REVIT_E4_SIGNATURE, FIG2,
+          metric="linear probe top-1", gate=REVIT_E4_ENGAGED),
+    Claim("fig2-ahead-at-L-seg", "reViT", "sec. 4.4, Fig. 2", "At L=12, the feature-only control reaches approximately "
+          "35.6 ADE20k mIoU. Our depth-only variant reaches 44.4 mIoU", "fig2", "revit-e4-fig2-elastic",
+          "revit-smear-fig2-elastic", 1, ">", None, "", 3, REVIT_E4_SIGNATURE, FIG2, metric="mosaic mIoU",
+          gate=REVIT_E4_ENGAGED),
+    Claim("fig2-improves-to-L", "reViT", "sec. 4.4, Fig. 2", "Our proposed variant improves on all three probes through "
+          "L=16 [...] ImageNet top-1 increases from 82.6% to 83.7%", "fig2", "revit-e4-fig2-elastic",
+          "revit-e4-fig2-elastic", 1, ">", None, "", 3, REVIT_E4_SIGNATURE, FIG2, metric="linear probe top-1",
+          depth_b=2 / 3, gate=REVIT_E4_ENGAGED),
+    Claim("fig2-improves-to-4/3L", "reViT", "sec. 4.4, Fig. 2", "Our proposed variant improves on all three probes "
+          "through L=16 [...] ADE20k rises from 40.3 mIoU at L=8 to 44.9 at L=16", "fig2", "revit-e4-fig2-elastic",
+          "revit-e4-fig2-elastic", 4 / 3, ">", None, "", 3, REVIT_E4_SIGNATURE, FIG2, metric="linear probe top-1",
+          depth_b=1, gate=REVIT_E4_ENGAGED),
+    Claim("fig2-near-best-at-2L", "reViT", "sec. 4.4, Fig. 2", "[it] remains near its best at L=24. ADE20k [...] 44.9 at "
+          "L=16 and remains at 44.7 at L=24", "fig2", "revit-e4-fig2-elastic", "revit-e4-fig2-elastic", 4 / 3, "<=",
+          1.0, NEAR, 3, REVIT_E4_SIGNATURE, FIG2, metric="linear probe top-1", depth_b=2, gate=REVIT_E4_ENGAGED),
+    Claim("fig2-feature-only-flat", "reViT", "sec. 4.4, Fig. 2", "Beyond L=12, the feature-only control is nearly flat "
+          "on ImageNet and ADE20k", "fig2", "revit-smear-fig2-elastic", "revit-smear-fig2-elastic", 2, "~", 1.0, FLAT,
+          3, None, FIG2, metric="linear probe top-1", depth_b=1),
+]
 
 
 # ----------------------------------------------------------------------------- issue 64
@@ -57,7 +385,7 @@ CLAIMS: list[Claim] = []
 # needs a kind the three above lack:
 #     "!~"  a and b differ by more than `margin`, either way: the mirror of "~" (agree where "~" disagrees, the
 #           interval on a - b wholly outside +-margin; disagree where "~" agrees, the interval inside +-margin).
-# judge(claim, scores) gives any claim's verdict through the one rule, verdict(), with both.
+# judge_scores(claim, scores) gives any claim's verdict through the one rule, verdict(), with both.
 CONTRAST = " - "  # "X - Y": the per-seed difference of two arms
 NOT_WITHIN = "!~"
 KINDS += (NOT_WITHIN,)
@@ -75,7 +403,7 @@ def paired(arm, scores):
     return [u - v for u, v in zip(x, y)]
 
 
-def judge(claim, scores):
+def judge_scores(claim, scores):
     """The verdict ("agree", "disagree" or "cannot tell") of `claim` on `scores` (arm name -> per-seed top-1):
     verdict(kind, margin, a, b) on the per-seed scores of its arms (paired: names or contrasts); NOT_WITHIN
     ("!~") is the mirror of "~" under the same rule."""
@@ -86,7 +414,7 @@ def judge(claim, scores):
     return {"agree": "disagree", "disagree": "agree"}.get(said, said)
 
 
-ISSUE64 = "2026-12-04 6162896"
+ISSUE64 = "2026-12-04 17:27 6162896"
 CLAIMS += [  # the papers' claims never tested before (issue 64)
     # 1. Training Crossroads' black-box field, beside the state-subtracted one at the same NFE (8, Euler).
     Claim(key="crossroads-blackbox-costs", paper="Training Crossroads", where="abstract",

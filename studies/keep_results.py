@@ -12,9 +12,13 @@ probe_*.json, alignment.json, anytime.json); what it has not cached needs the ch
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
 """
 import argparse
+import json
 import os
 import shutil
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import provenance  # noqa: E402  (a kept run's commit date)
 
 SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock")
 
@@ -29,6 +33,19 @@ def keep_model_line(log, out):
     if line is not None:
         with open(out, "w") as f:
             f.write(line)
+
+
+def stamp_commit_date(done):
+    """Add to the done.json at `done` the UTC date of its run's commit (scripts/provenance.commit_date), when it
+    names a commit and lacks the date (runs started before reproduce_mini.sh wrote it): what studies/claims.py
+    compares with a claim's registration where the history is not there."""
+    with open(done) as f:
+        d = json.load(f)
+    if "commit" in d and "commit_date" not in d:
+        date = provenance.commit_date(d["commit"])
+        if date != "unknown":
+            with open(done, "w") as f:
+                json.dump({**d, "commit_date": date}, f)
 
 
 def keep(runs, dest):
@@ -49,6 +66,7 @@ def keep(runs, dest):
                 shutil.copytree(os.path.join(src, seed), os.path.join(dest, arm, seed), ignore=SKIP,
                                 dirs_exist_ok=True)
                 keep_model_line(os.path.join(src, seed, "train.log"), os.path.join(dest, arm, seed, "model.txt"))
+                stamp_commit_date(os.path.join(dest, arm, seed, "done.json"))
                 kept.append(f"{arm}/{seed}")
     return kept
 

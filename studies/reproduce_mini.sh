@@ -27,7 +27,7 @@ SEEDS=${SEEDS:-"0 1"}
 JOBS=${JOBS:-2}
 DATA=${DATA:-${RVITS_DATA:-../shared/data}}
 EXTRA=${EXTRA:-}
-# done.json records where a run ran: the commit (+changes when the tree differs) and the CPU model,
+# done.json records where a run ran: the commit (+changes when the tree differs), its date (UTC) and the CPU model,
 # as studies/gpu_study.py stamps its results (scripts/provenance.py)
 where() { python -c "import sys; sys.path.insert(0, 'scripts'); import provenance; print(provenance.$1())" | tr -d '"\\'; }
 CPU=$(where cpu_model)  # (the commit is read when each run starts: the tree may change during a study)
@@ -46,6 +46,14 @@ ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 # odevit-euler, the solver arms at NFE 4 beside those at NFE 8, bViT's width trend at D=48 beside vit / bvit at D=96.
 # ARMS=untested runs them with the arms they are compared with (a finished run is skipped); 3 seeds: SEEDS="0 1 2".
 UNTESTED="odevit-blackbox odevit-euler-nfe4 odevit-heun-nfe4 odevit-rk4-nfe4 vit-d48 bvit-d48"
+# The reViT paper's Fig. 2 (sec. 4.4, A.2-A.3; presets.fig2_arms): two students of the vit arm of the same seed
+# (its final features alone), the depth-only gate and the feature-only gate (smear), at L = 6, then the same
+# elastic-depth stage for both. ARMS=fig2 runs vit (skipped when done) and these four; the probes at each depth
+# afterwards: python studies/summarize_fig2.py OUT (studies/README.md).
+FIG2="revit-e4-fig2 revit-smear-fig2 revit-e4-fig2-elastic revit-smear-fig2-elastic"
+# The search for a supervised recipe on which reViT E=4's experts engage (presets.SEARCH; ARMS=search): each candidate
+# changes one thing of revit-e4, at most ~60 min; summarize_mini.py's comparison table shows its eq. 6 / eq. 9 terms.
+SEARCH="revit-search-e2 revit-search-long revit-search-wide revit-search-p4"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of
@@ -55,14 +63,17 @@ ARMS=${ARMS:-"$FIRST $REST"}
 if [ "$ARMS" = loopvae ]; then ARMS=$LOOPVAE; OUT=${OUT:-runs/mini-loopvae}; fi
 if [ "$ARMS" = init ]; then ARMS=$INIT; fi
 if [ "$ARMS" = untested ]; then ARMS="vit bvit odevit-euler odevit-heun odevit-rk4 $UNTESTED"; fi
+if [ "$ARMS" = fig2 ]; then ARMS="vit $FIG2"; fi
+if [ "$ARMS" = search ]; then ARMS=$SEARCH; fi
 OUT=${OUT:-runs/mini}
 needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same seed; nothing if none
-  case "$1" in *+feature|*+feature-only|*+logits) echo vit ;; loopvae-gan) echo loopvae-global ;;
+  case "$1" in *+feature|*+feature-only|*+logits|*-fig2) echo vit ;; loopvae-gan) echo loopvae-global ;;
+    *-fig2-elastic) echo "${1%-elastic}" ;;
     revit-e*-elastic|revit-e*-cont) echo "${1%-*}" ;; esac
 }
 
 for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
-  case " $FIRST $REST $MOE $ELASTIC $UNTESTED $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $UNTESTED $LOOPVAE, loopvae, init, untested (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
+  case " $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $UNTESTED $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $UNTESTED $LOOPVAE, loopvae, init, fig2, untested, search (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
 for arm in $ARMS; do  # the arm a run starts from: finished, or trained in this call
@@ -88,10 +99,13 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     echo "FAILED $arm seed $2: it starts from the $src arm of seed $2, which has not finished ($OUT/$src/seed$2); run it first" >&2
     return 1
   fi
-  if [ "$src" = vit ]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
+  case "$arm" in *-fig2|*-fig2-elastic) flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt") ;; esac  # (the objective: the preset's)
+  if [ "$src" = vit ] && [[ "$arm" == *+* ]]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
     local kind=${arm#*+}
     flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${kind%-only}")
     if [ "$kind" = feature-only ]; then flags+=(--task-weight 0); fi
+  elif [ "$src" = vit ]; then  # a Fig. 2 student: its teacher above
+    :
   elif [ "$src" = loopvae-global ]; then  # Stage 2 of the global arm's Stage-1 run of the same seed
     flags+=(--stage2 "$OUT/loopvae-global/seed$2")
   elif [ -n "$src" ]; then  # revit-eN-elastic / -cont: the continuation of revit-eN's run of the same seed
@@ -100,8 +114,9 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     flags+=(--init "${arm#*+}")
   fi
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
-  local commit
+  local commit date
   commit=$(where commit)
+  date=$(where commit_date)
   mkdir -p "$dir"
   # wall time: what earlier calls spent (partial.json), plus, when a call was killed with its run (a
   # session's end: running.json left behind), its time up to the run's last line in train.log
@@ -120,7 +135,7 @@ print(p)" "$dir" 2>/dev/null || echo 0)
   local wall=$(( SECONDS - t0 + prior ))
   rm -f "$dir/running.json"
   if [ $rc -eq 0 ]; then
-    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
+    echo "{\"wall_s\": $wall, \"extra\": \"$EXTRA\", \"commit\": \"$commit\", \"commit_date\": \"$date\", \"cpu\": \"$CPU\"}" > "$dir/done.json"
     rm -f "$dir/partial.json"
     local top1 left  # the last epoch's top-1 (a classifier) or PSNR (LoopVAE)
     top1=$(python -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(f\"top-1 {r['val_acc1']:.2f} %\" if 'val_acc1' in r else f\"PSNR {r['val_psnr']:.2f} dB\")" \

@@ -8,15 +8,15 @@ RUN --num-images N` and `bench.py --only anytime --anytime RUN` (bench_anytime.j
 (per arm and rule: the mean steps that keep full-depth top-1 within 0.5 points, as a fraction of the
 trained depth's block applications, and the wall-clock ratio of the exit path over the fixed-depth
 forward), RUNS/anytime.png (top-1 against mean block applications, one panel per arm) and the two
-claims, written before the runs and judged by summarize_mini.verdict's noise rule (`claims`):
+claims (ours, not a paper's; studies/claims.py, written before the runs), judged by claims.verdict (`claims`):
 (a) with deep supervision (bvit-ds), per-image exit keeps full-depth top-1 at no more than 60 % of the
     block applications (the best rule's operating point; 100 % when no threshold keeps it);
 (b) for every recurrent arm, the best exit rule beats fixed-depth truncation at equal mean compute: the
     (rule, threshold) with the largest top-1 gain over the fixed-depth curve (interpolated) is chosen on
     half the test images and its gain scored on the other half (analysis/anytime.heldout_gain), so that
-    choosing the best of ~90 pairs does not make a gain by itself. Two readouts of one checkpoint on the
-    same images: the noise is the seed spread of that gain and at least twice its standard error over
-    the scored images, not the 1.65-point CPU-model floor, which compares training runs.
+    choosing the best of ~90 pairs does not make a gain by itself; the rule's t-interval runs over the seeds'
+    gains, widened by twice the standard error of the mean gain over the scored images (readouts on the same
+    images: no CPU-model widening).
 """
 import json
 import math
@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
 from training import flags  # noqa: E402  (the number types of every tool's flags)
-from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
+import claims as registry  # noqa: E402  (the claims and the one rule)
+from summarize_mini import combine, finished_runs, fmt, table, write_blocks  # noqa: E402
 
 ARMS = ["vit", "bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2", "odevit-euler"]  # reViT: its elastic variant (A.2)
 RECURRENT = ARMS[1:]
@@ -77,12 +78,15 @@ def fraction(a):
 
 def claims(runs):
     """Claims (a) and (b): a list of (claim, here, verdict) rows."""
-    rows = []
-    ds = [fraction(r["anytime"]) for r in runs.get("bvit-ds", []) if "anytime" in r]
-    if ds:
-        v, diff, noise = verdict([LIMIT] * len(ds), ds, ">", 0.0)
+    rows, claim = [], {c.key: c for c in registry.claims_of("anytime")}
+    ds_runs = [r for r in runs.get("bvit-ds", []) if "anytime" in r]
+    if ds_runs:
+        ds = [100 * fraction(r["anytime"]) for r in ds_runs]
+        _, half, v = registry.judge(claim["anytime-ds-60"], [100 * LIMIT] * len(ds), ds, None,
+                                    registry.mean_record([r["last"] for r in ds_runs]))
         rows.append((f"(a) with deep supervision, per-image exit keeps full-depth top-1 at <= {LIMIT:.0%} of the "
-                     "block applications", f"bvit-ds: {fmt([100 * f for f in ds])} % of them (best rule)", v))
+                     "block applications", f"bvit-ds: {fmt(ds)} % of them (best rule; resolves "
+                     + ("-" if half == math.inf else f"{half:.2f}") + " points)", v))
     else:
         rows.append(("(a) with deep supervision, per-image exit keeps full-depth top-1 at <= 60 %", "", "not run"))
     per_arm = []
@@ -90,18 +94,19 @@ def claims(runs):
         held = [r["anytime"]["heldout"] for r in runs.get(arm, []) if "heldout" in r.get("anytime", {})]
         if held:
             gains = [h["gain"] for h in held]
-            # a paired readout of one checkpoint: the noise is the seed spread of the gain and at least twice
-            # the standard error of its mean over images (the 1.65-point floor compares training runs)
+            # readouts of checkpoints on the same images: widened by twice the standard error of the mean gain over
+            # the scored images, which the seeds' spread does not show
             sampling = 2 * math.sqrt(sum(h["se"] ** 2 for h in held)) / len(held)
-            v, _, noise = verdict(gains, [0.0] * len(gains), ">", 0.0, hardware=sampling)
-            per_arm.append((arm, gains, "/".join(sorted({h["rule"] for h in held})), noise, v))
+            _, half, v = registry.judge(claim[f"anytime-exit-{arm}"], gains, [0.0] * len(gains), widen=sampling)
+            per_arm.append((arm, gains, "/".join(sorted({h["rule"] for h in held})), half, v))
     if per_arm:
-        v = combine([w for *_, w in per_arm])
+        v = combine([w.split(" (")[0] for *_, w in per_arm])
         if len(per_arm) < len(RECURRENT) and "disagree" not in v:  # "every arm": one that disagrees suffices
             v = f"{v}, on {len(per_arm)} of {len(RECURRENT)} arms so far"
         rows.append(("(b) for every recurrent arm, the best exit rule beats fixed-depth truncation at equal compute "
                      "(chosen on half the test images, scored on the other half)",
-                     "; ".join(f"{arm} {fmt(g)} points ({rule}; noise {n:.2f}: {w})" for arm, g, rule, n, w in per_arm)
+                     "; ".join(f"{arm} {fmt(g)} points ({rule}; resolves {'-' if n == math.inf else f'{n:.2f}'}: {w})"
+                               for arm, g, rule, n, w in per_arm)
                      + "".join(f"; {arm} not run" for arm in RECURRENT if arm not in {a for a, *_ in per_arm}), v))
     else:
         rows.append(("(b) the best exit rule beats fixed-depth truncation at equal compute", "", "not run"))

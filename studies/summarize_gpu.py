@@ -11,8 +11,8 @@ that window (FILE's folder's concurrency.jsonl) to RESULTS/concurrency.jsonl. Wr
 - the arms' top-1 (mean ± half the spread over seeds, n seeds) at 0.5x-4x the trained depth, top-5,
   parameters, img/s, training minutes, and the commits and GPUs of its runs; an arm without a run
   says "not run yet";
-- one verdict per claim, by the mini study's rules (studies/summarize_mini.py `verdict`: a
-  difference counts only beyond the seed spread);
+- one verdict per registered claim (studies/claims.py: the mini study's and the GPU init claim; reViT's),
+  by claims.verdict on seeds paired;
 - OUT/depth.png (top-1 vs evaluation depth) and OUT/gates.png when matplotlib is installed.
 --results docs/results.md puts both tables between that page's <!-- gpu-table --> / <!-- gpu-verdicts -->
 markers and copies the figures to docs/gpu_*.png. Standard library only (matplotlib optional).
@@ -25,12 +25,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_study import ARMS  # noqa: E402
-from summarize_mini import CLAIMS, MOE_CLAIMS, claims_table, figures, fmt, noise_floor, write_blocks  # noqa: E402
+import claims as registry  # noqa: E402
+from summarize_mini import RULE, claims_table, figures, fmt, write_blocks  # noqa: E402
 
-# The mini study's claims, same arm names; only the init claim differs: the GPU recipe trains with
-# the default (timm) init, so its arm with the structured init is the one that should win.
-GPU_CLAIMS = [c for c in CLAIMS if "init" not in c[0]] + [
-    ("structured attention init beats the default (timm) init (structured init paper)", "vit+structured", "vit", 1, ">")]
+# The mini study's claims (studies/claims.py), same arm names; only the init claim differs: the GPU recipe trains with
+# the default (timm) init, so its arm with the structured init is the one that should win (study "gpu").
+GPU_CLAIMS = registry.claims_of("mini", "gpu")
+MOE_CLAIMS = registry.claims_of("revit")
 COMMAND = ("`python train.py --preset c100-gpu-ARM --seed K --data-dir gpu_data --compile --device cuda --amp bf16` "
            "(`--init structured` for vit+structured; the distilled arm adds `--teacher` the vit run of its seed and "
            "`--distill feature`), run by `studies/gpu_study.sh`")
@@ -53,7 +54,8 @@ def as_run(r):
             "depths": depths, "depth": r["trained_depth"], "params_m": r["params_m"], "gflops": r["gflops"],
             "train_s": r["train_s"], "wall_s": r.get("wall_s"), "img_per_s": r["img_per_s"], "gates": r.get("gates"),
             "max_steps": r.get("max_steps"), "val_subset": r.get("val_subset"),
-            "where": f"{r['commit']} {r['gpu'].replace('NVIDIA ', '')}"}
+            "where": f"{r['commit']} {r['gpu'].replace('NVIDIA ', '')}", "cpu": r["gpu"],
+            "last": {k: r[k] for k in ("bal_loss", "div_loss", "mix_weights") if k in r}}
 
 
 def summary(lines):
@@ -82,15 +84,11 @@ def summary(lines):
     missing = [arm for arm in ARMS if arm not in runs]
     if missing:  # one line, not a row each
         table += ["", f"Not run yet ({len(missing)} arms): {', '.join(missing)}."]
-    floor = noise_floor(runs)
-    noise = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with two or more "
-             "seeds)." if any(len(rs) > 1 for rs in runs.values()) else
-             "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are leans, not verdicts.")
-    decided = lambda claims: [c for c in claims if c[1] in runs and c[2] in runs]  # noqa: E731 (both arms ran)
-    verdicts = [noise]
+    decided = lambda claims: [c for c in claims if c.a in runs and c.b in runs]  # noqa: E731 (both arms ran)
+    verdicts = [RULE.format(hw=registry.HARDWARE_NOISE)]
     for title, claims in (("", GPU_CLAIMS), ("reViT's comparisons:", MOE_CLAIMS)):
         if decided(claims):
-            verdicts += ["", *([title, ""] if title else []), claims_table(decided(claims), runs, floor)]
+            verdicts += ["", *([title, ""] if title else []), claims_table(decided(claims), runs)]
     undecided = len(GPU_CLAIMS) + len(MOE_CLAIMS) - len(decided(GPU_CLAIMS)) - len(decided(MOE_CLAIMS))
     if undecided == len(GPU_CLAIMS) + len(MOE_CLAIMS):
         verdicts = ["No claim has a verdict at GPU scale yet: each needs both of its arms."]

@@ -11,7 +11,7 @@ measures on the way is kept, so a second call only reads it again:
 - RUNS/ledger.json: `bench.py --only loopvae`, the cost ledger (sec. 4.7), every arm measured side by
   side in one process (~1-2 min on the CPU).
 Writes RUNS/summary.md (one row per claim: the paper's figure, ours as mean ± half the spread over
-seeds, a verdict under summarize_mini.verdict's noise rules; then the details), RUNS/prefix.png
+seeds, a verdict by studies/claims.py (exploratory claims); then the details), RUNS/prefix.png
 (PSNR vs passes kept, per stage and arm) and RUNS/recon.png (validation images: original, the full
 schedule, truncated stages) when matplotlib is installed. --results / --docs put the claim table /
 the details between the files' <!-- loopvae-claims --> / <!-- loopvae-details --> markers and copy
@@ -26,7 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
-from summarize_mini import fmt, stats, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
+import claims as registry  # noqa: E402  (the claims and the one rule)
+from summarize_mini import fmt, stats, table, write_blocks  # noqa: E402
 from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
 from training import flags  # noqa: E402  (the number types of every tool's flags)
 
@@ -65,6 +66,13 @@ def load_runs(root):
                 cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset"))
                 or args.get("max_steps") != PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
     return runs
+
+
+def paired(a, b, key):
+    """(a's values, b's values, CPU pairs) of `key` over the seeds both run lists have."""
+    ra, rb = {r["seed"]: r for r in a}, {r["seed"]: r for r in b}
+    seeds = sorted(set(ra) & set(rb))
+    return [ra[s][key] for s in seeds], [rb[s][key] for s in seeds], [(ra[s]["cpu"], rb[s]["cpu"]) for s in seeds]
 
 
 def measure_loops(runs, num_images):
@@ -109,21 +117,20 @@ def claims(runs, ledger):
     """The six claims: a list of (claim, the paper, here, verdict) rows. Claim 1 on each core (the paper's
     Table 2 is a Transformer core; the mini arms are CNN, and the vit-* arms the Transformer core); claims
     2-5 on the Stage-1 checkpoints of the looped CNN arms, with the Stage-2 (gan) runs' verdicts beside."""
-    rows, floor = [], max((stats([r["psnr"] for r in rs])[1] for rs in runs.values() if len(rs) >= 2), default=0.0)
+    rows, claim = [], {c.key: c for c in registry.claims_of("loopvae")}
     for core, pre in (("CNN", ""), ("Transformer", "vit-")):
-        g = [r["psnr"] for r in runs.get(pre + "global", [])]
         for other, paper in (("scale", "31.16 vs 30.41 dB"), ("none", "31.16 vs 31.04 dB")):
-            o = [r["psnr"] for r in runs.get(pre + other, [])]
             if pre and other == "scale":
                 continue  # (the Transformer arms are global and none, Table 2's closest pair)
-            claim = (f"1. sharing, {core} core: global (4 blocks) beats {other} ({12 if other == 'scale' else 28} "
-                     "blocks), PSNR")
+            text = (f"1. sharing, {core} core: global (4 blocks) beats {other} ({12 if other == 'scale' else 28} "
+                    "blocks), PSNR")
             paper_cell = f"{paper} (Table 2, Transformer core, ImageNet-256)"
-            if not g or not o:
-                rows.append((claim, paper_cell, f"c100-mini-loopvae-{pre}global / -{pre}{other}", "not run"))
+            g, o, cpus = paired(runs.get(pre + "global", []), runs.get(pre + other, []), "psnr")
+            if not g:
+                rows.append((text, paper_cell, f"c100-mini-loopvae-{pre}global / -{pre}{other}", "not run"))
                 continue
-            v, diff, noise = verdict(g, o, ">", floor)
-            rows.append((claim, paper_cell, f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, noise {noise:.2f})", v))
+            diff, half, v = registry.judge(claim[f"loopvae-sharing-{pre}{other}"], g, o, cpus)
+            rows.append((text, paper_cell, f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, resolves {resolves(half)})", v))
     stage1, stage2 = intervention_rows(runs, LOOPED), intervention_rows(runs, STAGE2)
     if not stage1:
         return rows + [("2-5. loop interventions", "", "", "not run")]
@@ -136,7 +143,7 @@ def claims(runs, ledger):
     if ledger:
         rows.append(cost_row(ledger["global"], ledger["unlooped"]))
         if runs.get("global") and runs.get("unlooped"):
-            rows.append(matched_quality_row(runs["global"], runs["unlooped"], ledger, floor))
+            rows.append(matched_quality_row(runs["global"], runs["unlooped"], ledger))
     return rows
 
 
@@ -168,11 +175,11 @@ def intervention_rows(runs, arms):
 
 def argmax_beyond_noise(runs, stage):
     """The pass of `stage` whose mean (over an arm's seeds) bypass loss is largest, when it beats the
-    runner-up beyond the seed spread (summarize_mini.verdict); else None. runs: one arm's runs."""
+    runner-up (claims.verdict, seeds paired); else None. runs: one arm's runs."""
     per_seed = [r["loops"]["bypass"][stage] for r in runs]
     means = [statistics.mean(v) for v in zip(*per_seed)]
     top, second = sorted(range(len(means)), key=means.__getitem__)[::-1][:2]
-    v, _, _ = verdict([p[top] for p in per_seed], [p[second] for p in per_seed], ">", 0.0)
+    v = registry.verdict(">", None, [p[top] for p in per_seed], [p[second] for p in per_seed])
     return top if v == "agree" else None
 
 
@@ -180,7 +187,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     """Claim 3, per image (the paper counts image-pass bypasses: 224 of 224 lose, and the last pass is
     the most sensitive in 0 of its 16 image-stages): k of N image-pass bypasses lose PSNR, over every
     stage (single-pass ones included); the fraction of (image, four-pass stage) whose most sensitive
-    pass is the last; and the stages whose most sensitive pass is called beyond the seed spread."""
+    pass is the last; and the stages whose most sensitive pass is told apart from the runner-up (claims.verdict)."""
     claim, paper = ("3. bypass: every bypassed pass loses PSNR; the most sensitive is not the last",
                     "224 of 224 image-pass bypasses lose; the last pass most sensitive in 0 of 16 image-stages")
     if not all("per_image" in r["loops"] for r in lr):
@@ -188,7 +195,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     losses = [x for r in lr for per_pass in r["loops"]["per_image"]["bypass"].values() for t in per_pass for x in t]
     last = [max(range(len(b)), key=lambda t: b[t][i]) == len(b) - 1
             for r in lr for s in four for b in [r["loops"]["per_image"]["bypass"][s]] for i in range(len(b[0]))]
-    called = []  # (arm, stage, the pass called most sensitive beyond the seed spread, or None)
+    called = []  # (arm, stage, the pass called most sensitive (told apart from the runner-up), or None)
     for arm in arms:
         rs = [r for r in runs.get(arm, []) if "loops" in r]
         called += [(arm, s, argmax_beyond_noise(rs, s)) for s in four] if rs else []
@@ -199,7 +206,7 @@ def bypass_row(lr, runs, four, arms=LOOPED):
     here = (f"{lose} of {len(losses)} image-pass bypasses lose; the last pass most sensitive in "
             f"{sum(last)} of {len(last)} image-stages; of {len(called)} arm-stages, "
             f"{(k := sum(t is not None for _, _, t in called))} {'has' if k == 1 else 'have'} a most sensitive pass "
-            "beyond the seed spread, "
+            "told apart from the runner-up (claims.verdict), "
             f"{len(at_last)} of them the last")
     return claim, paper, here, f"{h1} that every bypass loses, {h2} that the last is not the most sensitive"
 
@@ -218,7 +225,7 @@ def small_update_row(runs, four, arms=LOOPED):
             upd = [statistics.mean(v) for v in zip(*(r["loops"]["update"][s] for r in rs))]
             t = min(range(len(upd)), key=upd.__getitem__)
             costs = [[r["loops"]["bypass"][s][k] for r in rs] for k in range(len(upd))]
-            beats = [verdict(costs[t], costs[k], ">", 0.0)[0] for k in range(len(upd)) if upd[k] > upd[t]]
+            beats = [registry.verdict(">", None, costs[t], costs[k]) for k in range(len(upd)) if upd[k] > upd[t]]
             results.append("agree" if "agree" in beats else "disagree" if beats and all(
                 b == "disagree" for b in beats) else "cannot tell")
     if not results:
@@ -226,8 +233,12 @@ def small_update_row(runs, four, arms=LOOPED):
     n = {v: results.count(v) for v in ("agree", "disagree", "cannot tell")}
     v = next((k for k in n if n[k] == len(results)), None) or \
         f"mixed ({n['agree']} agree, {n['disagree']} disagree, {n['cannot tell']} cannot tell)"
-    rule = "rule: t* costs more than a larger-update pass beyond the seed spread, per arm and four-pass stage"
+    rule = "rule: t* costs more than a larger-update pass by claims.verdict (seeds paired), per arm and four-pass stage"
     return claim, paper, f"{n['agree']} of {len(results)} arm-stages agree ({rule})", v
+
+
+def resolves(half):
+    return "-" if half is None or half == float("inf") else f"{half:.2f}"
 
 
 def cost_row(a, u):
@@ -249,7 +260,7 @@ def cost_row(a, u):
             "the weights and the MACs' excess: by construction", v)
 
 
-def matched_quality_row(g, u, ledger, floor):
+def matched_quality_row(g, u, ledger):
     """Claim 6 at matched quality (issue 38): does the arm with fewer stored weights (global) reach the
     unlooped hierarchy's PSNR in less time? Both train the same steps of the same batch, so their time
     ratio is the ledger's training throughput ratio (longer for global by construction: 28 block
@@ -257,12 +268,12 @@ def matched_quality_row(g, u, ledger, floor):
     steps. "agree" (fewer weights are not faster to a quality): global does not reconstruct better than
     the unlooped arm beyond the seed spread, so the unlooped one gets there first; "disagree": global
     is better beyond the spread, so at equal steps the unlooped arm does not reach its PSNR."""
-    gp, up = [r["psnr"] for r in g], [r["psnr"] for r in u]
-    v, diff, noise = verdict(gp, up, "<=", floor)
+    gp, up, cpus = paired(g, u, "psnr")
+    diff, half, v = registry.judge(next(c for c in registry.CLAIMS if c.key == "loopvae-6b"), gp, up, cpus)
     time = ledger["unlooped"]["img_per_s"] / ledger["global"]["img_per_s"]
     return ("6b. at matched quality: the unlooped hierarchy reaches the global arm's PSNR in less time",
             "not reported (its cost table compares models at their own quality)",
-            f"same steps: {fmt(gp)} vs {fmt(up)} dB ({diff:+.2f}, noise {noise:.2f}) in {time:.2f}x the training "
+            f"same steps: {fmt(gp)} vs {fmt(up)} dB ({diff:+.2f}, resolves {resolves(half)}) in {time:.2f}x the training "
             "time (the ledger's throughput; by construction)", v)
 
 
@@ -380,7 +391,8 @@ def main(argv=None):
     where = sorted({f"commit {r['commit']}, {r['cpu']}" for rs in runs.values() for r in rs})
     blocks = {"loopvae-claims": table(["claim (arXiv 2609.11516)", "paper", "here: c100-mini-loopvae-*, 32 px", "verdict"],
                                       claims(runs, ledger)) + f"\n\nRuns: {'; '.join(where)}; mean ± half the spread "
-                                      "over seeds (studies/summarize_loopvae.py).",
+                                      "over seeds (studies/summarize_loopvae.py). Exploratory: these claims were registered after the "
+                                      "first study's runs (studies/claims.py); fresh seeds make them confirmatory.",
               "loopvae-details": details(runs, ledger)}
     text = "# LoopVAE at CPU scale (c100-mini-loopvae-*)\n\n" + "\n\n".join(blocks.values()) + "\n"
     with open(os.path.join(a.runs, "summary.md"), "w") as f:

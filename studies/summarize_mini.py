@@ -6,8 +6,9 @@
 
 Reads RUNS/<arm>/seed<k>/{log.jsonl, depth_eval.json, done.json} (finished runs only) and writes
 - RUNS/summary.md: top-1 per arm (mean, spread over seeds = max - min, n seeds) at each evaluation
-  depth, and one verdict per claim of the papers: "agree", "disagree" or "cannot tell" (the difference
-  of the means is within the seed spread, see `verdict`);
+  depth, and one verdict per registered claim (studies/claims.py, studies "mini" and "init"; reViT's, study
+  "revit", in the comparison table): "agree", "disagree", "cannot tell" (claims.verdict, seeds paired) or "not
+  engaged at this scale" (its mechanism's signature failed);
 - RUNS/depth.png (top-1 vs evaluation depth per arm) and RUNS/gates.png (reViT E=4 gate table
   g_e(t) as a heat map), when matplotlib is installed (optional, not a requirement of rvits).
 Standard library only, apart from the optional matplotlib.
@@ -20,29 +21,10 @@ import shutil
 import statistics
 import sys
 
-# (claim as the paper states it, arm a, arm b, relative depth, what "agree" needs: a > b or a < b).
-# A relative depth of 1 is the trained depth; 4 = four times it ("beyond the training horizon").
-CLAIMS = [
-    ("matched FLOPs: the untied ViT beats bViT (Training Crossroads)", "vit", "bvit", 1, ">"),
-    ("matched parameters: the wider bViT beats the narrow untied ViT (Training Crossroads)",
-     "bvit-wide", "vit-narrow", 1, ">"),
-    ("deep supervision degrades gracefully beyond the horizon where naive recurrence collapses "
-     "(4x depth; Training Crossroads)", "bvit-ds", "bvit", 4, ">"),
-    ("deep supervision does not improve nominal accuracy (trained depth; Training Crossroads)",
-     "bvit-ds", "bvit", 1, "<="),
-    ("solver order at equal NFE: RK4 is no uniform gain over Euler (Training Crossroads)",
-     "odevit-rk4", "odevit-euler", 1, "<="),
-    ("solver order at equal NFE: Heun is no uniform gain over Euler (Training Crossroads)",
-     "odevit-heun", "odevit-euler", 1, "<="),
-    ("SR-ViT: R=2 recursions beat R=1 (SoftMoR)", "srvit-r2", "srvit-r1", 1, ">"),
-    # Structured init (issue 50): its arms train an untied ViT on 8 x 8 patches (patch 4), every layer but the
-    # attention at PyTorch's defaults, the paper's own baseline (c100-mini-init-*); written before the runs.
-    ("(a) structured init beats PyTorch's default init, on 8x8 patches (structured init paper, small datasets; "
-     "a reproduction with its code: CIFAR-100 73.40 vs 67.95)", "init-structured", "init-pytorch", 1, ">"),
-    ("(b) structured init is not worse than mimetic init, both on PyTorch's default init, 8x8 patches (its "
-     "earlier version: 70.46 vs 70.40)", "init-structured", "init-mimetic", 1, ">="),
-]
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from presets import SEARCH  # noqa: E402  (the engagement search's candidates)
+import claims as registry  # noqa: E402  (the claims and the one rule: studies/claims.py)
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
          "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+default", "init-pytorch", "init-mimetic",
@@ -62,32 +44,8 @@ MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT), U = 1",
        "revit-e4-elastic": "revit-e4 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
        "revit-e4-cont": "revit-e4 continued 3 epochs at fixed depth (the elastic arm's control)",
        "revit-e1-elastic": "revit-e1 continued 3 epochs with elastic depth (depth dropout 0.3; A.2)",
-       "revit-e1-cont": "revit-e1 continued 3 epochs at fixed depth (the elastic arm's control)"}
-# want: ">" a beats b; "~" a lands within the noise of b; ">=" a at least matches b (b does not beat it)
-MOE_CLAIMS = [  # reViT paper, Table 5 and Table 3 (ImageNet-1k S/16, L = 12, U = 1; appendix B), Table 10 (B.1)
-    ("reViT: E=4 depth-programmed experts beat E=1, both at fixed depth (reViT Table 5, S/16: 78.2 vs 70.6)",
-     "revit-e4", "revit-e1", 1, ">"),
-    *[(f"at U = 1, reViT E=4 beats {name} (Table 3: 78.2 vs {top1})", "revit-e4", f"revit-{arm}", 1, ">")
-      for arm, name, top1 in (("deepseek", "DeepSeek-V3", "70.6"), ("qwen3", "Qwen3", "68.6"), ("moeut", "MoEUT", "67.8"),
-                              ("remoe", "ReMoE", "70.1"), ("softmoe", "Soft-MoE", "69.2"))],
-    ("Lory lands within the noise of reViT E=4 (Table 3: 77.9 vs 78.2)", "revit-lory", "revit-e4", 1, "~"),
-    ("SMEAR lands within the noise of reViT E=4 (Table 3: 77.7 vs 78.2)", "revit-smear", "revit-e4", 1, "~"),
-    ("reViT E=4 at least matches layer-wise LoRA (Table 10: 78.2 vs 77.6)", "revit-e4", "revit-lora", 1, ">="),
-    ("final-feature distillation from a trained teacher beats supervised training alone (our control)",
-     "revit-e4+feature", "revit-e4", 1, ">"),
-]
-# Elastic depth, the paper's second stage (Fig. 2's property, A.2-A.3): against the control continued
-# identically at fixed depth (presets.elastic_arms), so that the extra epochs are not what is compared.
-ELASTIC_CLAIMS = [
-    ("elastic depth keeps the fixed-depth top-1 at the trained depth (within the noise; Fig. 2)",
-     "revit-e4-elastic", "revit-e4-cont", 1, "~"),
-    ("elastic depth degrades less than fixed depth at half the trained depth (Fig. 2)",
-     "revit-e4-elastic", "revit-e4-cont", 0.5, ">"),
-    ("elastic depth degrades less than fixed depth at twice the trained depth (Fig. 2)",
-     "revit-e4-elastic", "revit-e4-cont", 2, ">"),
-]
-
-
+       "revit-e1-cont": "revit-e1 continued 3 epochs at fixed depth (the elastic arm's control)",
+       **{f"revit-search-{k}": f"engagement search: E=4 with {what}" for k, (what, _) in SEARCH.items()}}
 def load_runs(root):
     """{arm: [run, ...]} for every finished run; run = {seed, acc (trained depth), depths
     {relative depth: top-1}, wall_s, gates, params...}."""
@@ -125,14 +83,18 @@ def load_run(d):
     # trained depth in the unit of --eval-depths: recursions for SR-ViT, solver steps for ODEViT
     depth = args["recursions"] if args["model"] == "srvit" else args["depth"]
     log = os.path.join(d, "train.log")  # its model line: "revit: 0.365 M params, 0.032 GFLOPs/img, ..."
-    with open(log if os.path.isfile(log) else os.path.join(d, "model.txt")) as f:  # (a kept run: model.txt)
-        size = next(m for m in map(MODEL_LINE.match, f) if m)
-    run = {"seed": args["seed"], "params_m": float(size[1]), "gflops": float(size[2]), "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
+    kept = os.path.join(d, "model.txt")  # (a kept run: model.txt; none in runs kept before it was kept)
+    size = None
+    if os.path.isfile(log) or os.path.isfile(kept):
+        with open(log if os.path.isfile(log) else kept) as f:
+            size = next(m for m in map(MODEL_LINE.match, f) if m)
+    run = {"seed": args["seed"], "params_m": float(size[1]) if size else None, "gflops": float(size[2]) if size else None, "val_subset": args.get("val_subset"), "max_steps": args.get("max_steps"),
            "acc": epochs[-1]["val_acc1"], "acc5": epochs[-1]["val_acc5"],
            "wall_s": done["wall_s"], "train_s": sum(r["epoch_time_s"] for r in epochs),
            "img_per_s": statistics.mean(r["img_per_s"] for r in epochs),
            "gates": epochs[-1].get("gates"), "depth": depth, "depths": {1.0: epochs[-1]["val_acc1"]},
-           "where": f"{done['commit']} {done['cpu']}" if "commit" in done else ""}  # runs before 2026-12-01: not recorded
+           "where": f"{done['commit']} {done['cpu']}" if "commit" in done else "",  # runs before 2026-12-01: not recorded
+           "cpu": done.get("cpu"), "last": epochs[-1]}
     path = os.path.join(d, "depth_eval.json")
     if os.path.isfile(path):
         with open(path) as f:
@@ -146,49 +108,14 @@ def stats(values):
     return statistics.mean(values), max(values) - min(values), len(values)
 
 
-def noise_floor(runs):
-    """The protocol's seed noise: the largest top-1 spread of any arm with >= 2 seeds (0 if none).
-    Used for arms run with one seed, whose own spread is unknown."""
-    return max((stats([r["acc"] for r in rs])[1] for rs in runs.values() if len(rs) >= 2), default=0.0)
-
-
-# The same run (c100-mini-srvit-r1, seed 0, code of commit 7cace80, one thread) on two CPU models: top-1 %.
-# Other CPUs round differently (other SIMD kernels), and 3,900 steps carry the difference as far as a
-# new seed would. Part of the noise of every verdict (docs/results.md, "CIFAR-100 at CPU scale").
-CROSS_CPU = {"AMD EPYC (CPU-2, 2026-11-30)": 28.12, "Intel Xeon (2026-12-01, measured twice)": 29.77}
-HARDWARE_NOISE = max(CROSS_CPU.values()) - min(CROSS_CPU.values())
-
-
-def verdict(a, b, want, floor, hardware=0.0):
-    """Compare top-1 lists a and b. The difference of the means counts only when it exceeds the
-    noise: the seed spread, max(spread of a, spread of b), or `floor` (the protocol's seed noise)
-    for an arm with one seed, and at least `hardware` (the same run's difference across CPU models,
-    HARDWARE_NOISE for the mini study). want ">": the paper says a beats b; "<=": the paper says a
-    does not beat b; ">=": a at least matches b (a clear loss disagrees); "~": a lands within the noise of
-    b (a clear difference either way disagrees). Returns (verdict, difference of the means, the noise it
-    was compared with)."""
-    (ma, sa, na), (mb, sb, nb) = stats(a), stats(b)
-    seed = max(sa if na > 1 else floor, sb if nb > 1 else floor)
-    noise, diff = max(seed, hardware), ma - mb
-    if want == ">":
-        v = "agree" if diff > noise else "disagree" if diff < -noise else "cannot tell"
-    elif want == ">=":  # a must not lose to b: a clear loss disagrees; a tie or a win agrees
-        v = "disagree" if diff < -noise else "agree"
-    elif want == "~":  # within the noise of each other
-        v = "disagree" if abs(diff) > noise else "agree"
-    else:  # "<=": a must not beat b: a clear win of a disagrees; a tie or a loss agrees
-        v = "disagree" if diff > noise else "agree"
-    if seed == 0 and min(na, nb) < 2:  # no seed spread measured yet: a lean, not a verdict
-        v = f"leans {v} (one seed, spread unknown)"
-    return v, diff, noise
+CROSS_CPU, HARDWARE_NOISE = registry.CROSS_CPU, registry.HARDWARE_NOISE  # (where the rule's widening is defined)
 
 
 def combine(parts):
-    """One verdict from several of verdict()'s (a claim made of parts): agree when all agree, disagree when
-    any disagrees, else cannot tell; a lean (a part judged on one seed) makes the whole a lean."""
-    plain = [v.split(" (")[0].replace("leans ", "") for v in parts]
-    v = "agree" if all(p == "agree" for p in plain) else "disagree" if "disagree" in plain else "cannot tell"
-    return f"leans {v} (one seed, spread unknown)" if any(p.startswith("leans") for p in parts) else v
+    """One verdict from several of claims.verdict()'s (a claim made of parts): agree when all agree, disagree when
+    any disagrees, else cannot tell."""
+    plain = [p.split(" (")[0] for p in parts]  # (without claims.judge's notes: "(2 of 3 seeds)")
+    return "agree" if all(p == "agree" for p in plain) else "disagree" if "disagree" in plain else "cannot tell"
 
 
 def fmt(values):
@@ -196,24 +123,49 @@ def fmt(values):
     return f"{m:.2f} ± {s / 2:.2f}" if n > 1 else f"{m:.2f}"
 
 
-def claims_table(claims, runs, floor, hardware=0.0):
-    """The markdown verdict table of `claims` (see CLAIMS) over `runs` (`floor`, `hardware`: see verdict)."""
-    out = ["| claim | a | b | depth | a - b (points) | noise | verdict |", "|---|---|---|---|---|---|---|"]
-    for text, a, b, k, want in claims:
-        if a not in runs or b not in runs or not all(k in r["depths"] for r in runs[a] + runs[b]):
-            out.append(f"| {text} | {a} | {b} | {k}x | | | not run |")
-            continue
-        v, diff, noise = verdict([r["depths"][k] for r in runs[a]], [r["depths"][k] for r in runs[b]], want, floor,
-                                 hardware)
-        known = f"{noise:.2f}" if "leans" not in v else "unknown"
-        out.append(f"| {text} | {a} | {b} | {k}x | {diff:+.2f} | {known} | {v} |")
-    return "\n".join(out)
+def paired(claim, runs):
+    """(a's scores, b's scores, CPU pairs, the gated arm's mean last-epoch record) over the seeds both arms ran
+    at the claim's depths (runs: load_runs')."""
+    rel_b = claim.depth if claim.depth_b is None else claim.depth_b
+    ra, rb = ({r["seed"]: r for r in runs.get(arm, [])} for arm in (claim.a, claim.b))
+    seeds = [s for s in sorted(set(ra) & set(rb)) if claim.depth in ra[s]["depths"] and rel_b in rb[s]["depths"]]
+    gated = {r["seed"]: r for r in runs.get(claim.gated or claim.a, [])}
+    return ([ra[s]["depths"][claim.depth] for s in seeds], [rb[s]["depths"][rel_b] for s in seeds],
+            [(ra[s].get("cpu"), rb[s].get("cpu")) for s in seeds],
+            registry.mean_record([gated[s].get("last") for s in seeds if s in gated]))
+
+
+def claims_table(claims, runs):
+    """The markdown verdict tables of `claims` (studies/claims.py records) over `runs`: those registered before
+    their runs, then the exploratory ones apart. Each row: a - b (mean of the paired differences), the smallest
+    difference its seeds resolve (the 90 % interval's half-width) and the verdict (claims.judge)."""
+    def rows(cs):
+        out = ["| claim | paper | a | b | depth | a - b (points) | resolves | verdict |", "|---|---|---|---|---|---|---|---|"]
+        for c in cs:
+            mean, half, v = registry.judge(c, *paired(c, runs))
+            depth = f"{c.depth:g}x" + (f" vs {c.depth_b:g}x" if c.depth_b is not None else "")
+            kind = "" if c.kind == ">" else f" (by at most {c.margin:g})" if c.kind == "<=" else f" (within {c.margin:g})"
+            out.append(f"| {c.words}{kind} | {c.paper}, {c.where} | {c.a} | {c.b} | {depth} | "
+                       + ("| | " if mean is None else f"{mean:+.2f} | {'-' if half == float('inf') else f'{half:.2f}'} | ")
+                       + f"{v} |")
+        return out
+    firm, late = [c for c in claims if not c.exploratory], [c for c in claims if c.exploratory]
+    text = rows(firm)
+    if late:
+        text += ["", "Exploratory (registered after the runs they judge; confirmatory only on seeds run after):", "",
+                 *rows(late)]
+    return "\n".join(text)
+
+
+RULE = ("Verdicts: studies/claims.py, registered before the runs unless said; a 90 % t-interval on the per-seed "
+        "differences, widened by the same run's difference across CPU models ({hw:.2f} points: "
+        + " vs ".join(f"{v:.2f}" for v in registry.CROSS_CPU.values()) + ") when a pair ran on two; \"resolves\": "
+        "the interval's half-width, the smallest difference these seeds tell apart.")
 
 
 def summary(runs):
     """summary.md's blocks: {"mini-table", "mini-verdicts", "moe-table"} -> markdown (the names of
     docs/results.md's markers). The study table holds every arm but the comparison-only ones of MOE."""
-    floor = noise_floor(runs)
     study = {arm: rs for arm, rs in runs.items() if arm in ORDER or arm not in MOE}
     rel = sorted({k for rs in runs.values() for r in rs for k in r["depths"]})
     subsets = sorted({r["val_subset"] for rs in runs.values() for r in rs} - {None})
@@ -236,23 +188,22 @@ def summary(runs):
         table.append(f"| {arm} | {len(rs)} | {rs[0]['depth']} | {cells(rs)} | {fmt([r['acc5'] for r in rs])} | "
                      f"{statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} |"
                      + f" {', '.join(sorted({r['where'] or 'not recorded' for r in rs}))} |" * recorded)
-    noise_line = (f"Seed noise used for one-seed arms: {floor:.2f} points (the largest spread of an arm with "
-                  "two or more seeds)." if any(len(rs) > 1 for rs in runs.values()) else
-                  "Seed noise: unknown (no arm has two seeds yet), so one-seed comparisons are not verdicts.")
-    noise_line += (f" Every verdict's noise is at least {HARDWARE_NOISE:.2f} points: the same run's top-1 on two "
-                   "CPU models (" + " vs ".join(f"{v:.2f}" for v in CROSS_CPU.values()) + ").")
+    noise_line = RULE.format(hw=HARDWARE_NOISE)
     moe = ["Same backbone (D=96, patch 8, 8 steps, fixed depth), recipe and task loss; params as stored "
            "(the expert bank counts in full), GFLOPs per image at the trained depth.", "",
-           "| arm | FFN | n | params (M) | GFLOPs/img | " + " | ".join(f"{k:g}x" for k in rel) + " | train min |",
-           "|---" * (len(rel) + 6) + "|"]
+           "| arm | FFN | n | params (M) | GFLOPs/img | " + " | ".join(f"{k:g}x" for k in rel) + " | train min | "
+           "eq. 6 / eq. 9 at the end |", "|---" * (len(rel) + 7) + "|"]
     for arm, what in MOE.items():
         if arm in runs:
             rs = runs[arm]
+            terms = [(r.get("last") or {}).get(k) for r in rs for k in ("bal_loss", "div_loss")]
+            sig = (f"{fmt([(r.get('last') or {})['bal_loss'] for r in rs])} / {fmt([(r.get('last') or {})['div_loss'] for r in rs])}"
+                   if None not in terms else "")  # the signature of E=4's experts (studies/claims.py REVIT_E4)
             moe.append(f"| {arm} | {what} | {len(rs)} | {rs[0]['params_m']:.3f} | {rs[0]['gflops']:.3f} | "
-                       f"{cells(rs)} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f} |")
-    moe += ["", noise_line, "", claims_table(MOE_CLAIMS + ELASTIC_CLAIMS, runs, floor, HARDWARE_NOISE)]
+                       f"{cells(rs)} | {statistics.mean(r['train_s'] for r in rs) / 60:.1f} | {sig} |")
+    moe += ["", noise_line, "", claims_table(registry.claims_of("revit"), runs)]
     return {"mini-table": "\n".join(table),
-            "mini-verdicts": noise_line + "\n\n" + claims_table(CLAIMS, runs, floor, HARDWARE_NOISE),
+            "mini-verdicts": noise_line + "\n\n" + claims_table(registry.claims_of("mini", "init"), runs),
             "moe-table": "\n".join(moe)}
 
 
@@ -312,6 +263,29 @@ def table(header, rows):
                      + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
+def last_epoch(d):
+    """The last epoch's record of the run folder d's log.jsonl ({} without one): what a claim's signature reads."""
+    path = os.path.join(d, "log.jsonl")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        recs = [json.loads(line) for line in f if '"epoch"' in line]
+    return recs[-1] if recs else {}
+
+
+def study_runs(root, load, arms, command, tool):
+    """load(root), the finished runs of a study's folder; exits 2 with one line naming `command` (what makes them)
+    when root is not a folder or holds no finished run of `arms`."""
+    if not os.path.isdir(root):
+        sys.stderr.write(f"{tool}: error: {root} is not a directory; run {command} first\n")
+        sys.exit(2)
+    runs = load(root)
+    if not runs:
+        sys.stderr.write(f"{tool}: error: no finished {', '.join(arms)} run in {root}; run {command}\n")
+        sys.exit(2)
+    return runs
+
+
 def finished_runs(root, arms, cached):
     """{arm: [{seed, dir, KEY: the JSON of ROOT/ARM/seed<k>/FILE for each KEY: FILE of `cached` that
     exists}]} of the finished runs (done.json) of `arms`, seeds in order: what a study's summarizer reads."""
@@ -321,7 +295,8 @@ def finished_runs(root, arms, cached):
         for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
             d = os.path.join(arm_dir, seed_dir)
             if os.path.isfile(os.path.join(d, "done.json")):
-                run = {"seed": int(seed_dir[4:]), "dir": d}
+                done = json.load(open(os.path.join(d, "done.json")))
+                run = {"seed": int(seed_dir[4:]), "dir": d, "cpu": done.get("cpu"), "last": last_epoch(d)}
                 for key, name in cached.items():
                     if os.path.isfile(os.path.join(d, name)):
                         run[key] = json.load(open(os.path.join(d, name)))
@@ -354,12 +329,19 @@ def write_blocks(path, blocks, root, prefix="mini", tool="summarize_mini.py", fi
 
 
 def main(root, results=None, docs=None, only=None):
-    """Summarize ROOT; with `results` (and `docs`) write the blocks there, or only the blocks named in `only`
-    (e.g. ["moe-table"]: a folder holding one study's arms, whose other tables would be partial)."""
-    if not os.path.isdir(root):
-        sys.stderr.write(f"summarize_mini.py: error: {root} is not a directory; run studies/reproduce_mini.sh first\n")
-        sys.exit(2)
-    runs = load_runs(root)
+    """Summarize ROOT (a folder, or a list of folders read as one: results/mini and results/init); with `results`
+    (and `docs`) write the blocks there, or only the blocks named in `only` (e.g. ["moe-table"]: a folder holding
+    one study's arms, whose other tables would be partial). summary.md and the figures go to the first folder."""
+    roots = [root] if isinstance(root, str) else list(root)
+    root = roots[0]
+    for r in roots:
+        if not os.path.isdir(r):
+            sys.stderr.write(f"summarize_mini.py: error: {r} is not a directory; run studies/reproduce_mini.sh first\n")
+            sys.exit(2)
+    runs = {}
+    for r in roots:  # (several kept folders: results/mini and results/init hold one study's arms between them)
+        for arm, rs in load_runs(r).items():
+            runs.setdefault(arm, []).extend(rs)
     if not runs:
         sys.stderr.write(f"summarize_mini.py: error: no finished run in {root} (finished = has done.json); "
                          "run studies/reproduce_mini.sh first\n")
@@ -391,7 +373,7 @@ def main(root, results=None, docs=None, only=None):
 
 if __name__ == "__main__":
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    cli.add_argument("runs", nargs="?", default="runs/mini")
+    cli.add_argument("runs", nargs="*", default=["runs/mini"], help="run folders, read as one (default: runs/mini)")
     cli.add_argument("--results", metavar="FILE", help="also write the tables into this file between its markers "
                      "(docs/results.md)")
     cli.add_argument("--docs", help="with --results: a file holding some of the markers (docs/models.md: the moe-table)")

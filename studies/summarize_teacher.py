@@ -9,7 +9,8 @@ measures on the way, cached in each run's folder (a second call only reads):
 - probe_linear.json, probe_seg.json, probe_depth.json: `probe.py --preset c100-probe-*` (CIFAR-100's
   linear probe; our dense analogue, CIFAR-100 mosaics segmented by class and regressed by zoom);
 - alignment.json (students): `analyze.py --teacher RUNS/vit/seed<k>/ckpt.pt --num-images 256`.
-The four claims (written before the runs, judged by summarize_mini.verdict's noise rule; `claims`):
+The four claims (studies/claims.py, written before the runs; judged by claims.verdict on seeds paired, where
+E=4's experts are at work, its eq. 6 / eq. 9 signature; `claims`):
 (a) the distilled E=4 student keeps at least 95 % of its teacher's linear-probe top-1 (the paper: "retains
     nearly all");
 (b) E=4 follows proportional teacher depth more closely than E=1: a higher rho and a lower MAD;
@@ -22,6 +23,7 @@ files' <!-- teacher-claims --> / <!-- teacher-details --> markers.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -29,7 +31,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "studies"))
-from summarize_mini import combine, finished_runs, fmt, table, write_blocks, verdict  # noqa: E402  (one set of noise rules)
+import claims as registry  # noqa: E402  (the claims and the one rule)
+from summarize_mini import combine, finished_runs, fmt, study_runs, table, write_blocks  # noqa: E402
 
 TEACHER, E1, E4 = "vit", "revit-e1+feature-only", "revit-e4+feature-only"
 ARMS = [TEACHER, E1, E4]
@@ -74,47 +77,65 @@ def measure(runs, root, data_dir):
 
 
 def claims(runs):
-    """The four claims (a)-(d): a list of (claim, paper, here, verdict) rows."""
-    rows = []
-    get = lambda arm, key: [r[key] for r in runs.get(arm, []) if key in r]
-    t = [p["top1"] for p in get(TEACHER, "probe_linear")]
-    s = [p["top1"] for p in get(E4, "probe_linear")]
-    if t and s:
-        v, diff, noise = verdict(s, [0.95 * x for x in t], ">", 0.0)
-        here = f"E=4 {fmt(s)} % vs 95 % of the teacher's {fmt(t)} % ({diff:+.2f}, noise {noise:.2f})"
+    """The four claims (a)-(d): a list of (claim, paper, here, verdict) rows, each judged by claims.judge on the
+    per-seed scores of its arms, paired by seed (a seed missing from either arm is left out)."""
+    rows, claim = [], {c.key: c for c in registry.claims_of("teacher")}
+    by_seed = {arm: {r["seed"]: r for r in runs.get(arm, [])} for arm in ARMS}
+    record = lambda seeds: registry.mean_record([by_seed[E4][s]["last"] for s in seeds])  # noqa: E731 (the gate)
+
+    def paired(arm_a, arm_b, key, f):
+        seeds = [s for s in sorted(set(by_seed[arm_a]) & set(by_seed[arm_b]))
+                 if key in by_seed[arm_a][s] and key in by_seed[arm_b][s]]
+        return seeds, [f(by_seed[arm_a][s][key]) for s in seeds], [f(by_seed[arm_b][s][key]) for s in seeds]
+
+    def res(half):
+        return "-" if half is None or half == math.inf else f"{half:.2f}"
+
+    seeds, s, t = paired(E4, TEACHER, "probe_linear", lambda p: p["top1"])
+    if seeds:
+        mean, half, v = registry.judge(claim["teacher-keeps-95"], s, [0.95 * x for x in t], None, record(seeds))
+        here = f"E=4 {fmt(s)} % vs 95 % of the teacher's {fmt(t)} % ({mean:+.2f}, resolves {res(half)})"
         rows.append(("(a) the distilled E=4 student keeps >= 95 % of its teacher's linear-probe top-1", PAPER["a"],
                      here, v))
     else:
         rows.append(("(a) ... >= 95 % of the teacher's linear-probe top-1", PAPER["a"], "", "not run"))
-    a1, a4 = get(E1, "alignment"), get(E4, "alignment")
-    if a1 and a4:
-        rho = verdict([a["rho"] for a in a4], [a["rho"] for a in a1], ">", 0.0)
-        mad = verdict([a["mad"] for a in a1], [a["mad"] for a in a4], ">", 0.0)
-        here = (f"rho {fmt([a['rho'] for a in a1])} -> {fmt([a['rho'] for a in a4])} ({rho[0]}); MAD "
-                f"{fmt([a['mad'] for a in a1])} -> {fmt([a['mad'] for a in a4])} layers ({mad[0]})")
+    seeds, r4, r1 = paired(E4, E1, "alignment", lambda a: a["rho"])
+    if seeds:
+        _, m1, m4 = paired(E1, E4, "alignment", lambda a: a["mad"])
+        rho = registry.judge(claim["teacher-rho"], r4, r1, None, record(seeds))
+        mad = registry.judge(claim["teacher-mad"], m1, m4, None, record(seeds))
+        here = (f"rho {fmt(r1)} -> {fmt(r4)} ({rho[2]}); MAD {fmt(m1)} -> {fmt(m4)} layers ({mad[2]})")
         rows.append(("(b) E=4 aligns closer to proportional teacher depth than E=1", PAPER["b"], here,
-                     combine([rho[0], mad[0]])))
+                     combine([rho[2], mad[2]]) if "not engaged" not in rho[2] + mad[2] else rho[2]))
     else:
         rows.append(("(b) E=4 aligns closer to proportional teacher depth than E=1", PAPER["b"], "", "not run"))
-    dels = [d for a in a4 for d in a.get("deletions", [])]
-    if dels:
-        less = more = 0
-        for d in dels:
-            m, sd = statistics.mean(d["random"]), statistics.pstdev(d["random"])
-            less, more = less + (d["teacher_cka"] > m + sd), more + (d["teacher_cka"] < m - sd)
-        v = "agree" if less > len(dels) / 2 else "disagree" if more > len(dels) / 2 else "cannot tell"
+    a4 = [r for r in runs.get(E4, []) if r.get("alignment", {}).get("deletions")]
+    if a4:
+        less, more, fractions = 0, 0, []
+        for r in a4:
+            dels = r["alignment"]["deletions"]
+            lo = [d["teacher_cka"] > statistics.mean(d["random"]) + statistics.pstdev(d["random"]) for d in dels]
+            hi = [d["teacher_cka"] < statistics.mean(d["random"]) - statistics.pstdev(d["random"]) for d in dels]
+            less, more = less + sum(lo), more + sum(hi)
+            fractions.append(sum(lo) / len(dels))
+        n = sum(len(r["alignment"]["deletions"]) for r in a4)
+        _, half, v = registry.judge(claim["teacher-deletions"], fractions, [0.5] * len(fractions), None,
+                                    record([r["seed"] for r in a4]))
         rows.append(("(c) expert deletions cost less teacher CKA than matched random gate changes", PAPER["c"],
-                     f"{less} of {len(dels)} deletions cost less, {more} more (E=4, {len(a4)} seed{'s' if len(a4) != 1 else ''})", v))
+                     f"{less} of {n} deletions cost less, {more} more (E=4, {len(a4)} seed{'s' if len(a4) != 1 else ''};"
+                     f" per seed, the fraction costing less against 1/2)", v))
     else:
         rows.append(("(c) expert deletions cost less than matched random gate changes", PAPER["c"], "", "not run"))
-    perms = [(a["teacher_cka"], [p["teacher_cka"] for p in a["permutations"][1:]]) for a in a4 if a.get("permutations")]
+    perms = [r for r in runs.get(E4, []) if r.get("alignment", {}).get("permutations")]
     if perms:
-        lower = sum(v < base - TIE for base, ps in perms for v in ps)
-        n = sum(len(ps) for _, ps in perms)
-        mean = statistics.mean(v for _, ps in perms for v in ps)
+        base = [r["alignment"]["teacher_cka"] for r in perms]
+        best = [max(p["teacher_cka"] for p in r["alignment"]["permutations"][1:]) for r in perms]
+        others = [p["teacher_cka"] for r in perms for p in r["alignment"]["permutations"][1:]]
+        lower = sum(v < b - TIE for r, b in zip(perms, base) for v in (p["teacher_cka"] for p in r["alignment"]["permutations"][1:]))
+        _, half, v = registry.judge(claim["teacher-permutations"], base, best, None, record([r["seed"] for r in perms]))
         rows.append(("(d) every non-identity permutation of E=4's gate columns reduces teacher CKA", PAPER["d"],
-                     f"{lower} of {n} permutations lower; teacher CKA {fmt([b for b, _ in perms])} -> {mean:.3f} on "
-                     "average", "agree" if lower == n else "disagree"))
+                     f"{lower} of {len(others)} permutations lower; teacher CKA {fmt(base)} -> {statistics.mean(others):.3f} on "
+                     f"average, the best permutation {fmt(best)} (identity vs best, resolves {res(half)})", v))
     else:
         rows.append(("(d) every non-identity gate permutation reduces teacher CKA", PAPER["d"], "", "not run"))
     return rows
@@ -143,11 +164,8 @@ def main(argv=None):
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
     a = cli.parse_args(argv)
-    if not os.path.isdir(a.runs):
-        fail(f"{a.runs} is not a directory; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh first")
-    runs = load_runs(a.runs)
-    if not runs:
-        fail(f"no finished {', '.join(ARMS)} run in {a.runs}; run ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh")
+    runs = study_runs(a.runs, load_runs, ARMS, f"ARMS=\"{' '.join(ARMS)}\" bash studies/reproduce_mini.sh",
+                      "summarize_teacher.py")
     if not a.no_measure:
         measure(runs, a.runs, a.data_dir)
     seeds = ", ".join(f"{arm} {len(rs)}" for arm, rs in runs.items())

@@ -278,11 +278,15 @@ def test_each_cifar_preset_trains_one_step(name, tmp_path):
     data_dir = fake_cifar(tmp_path / "data")
     depth = ["--depth", str(presets.PRESETS[name][1].get("stages", 3))]  # stages must divide the depth
     src = []
+    if "-fig2" in name:  # a Fig. 2 student: first its teacher
+        assert train.cli(["--preset", "c100-mini-vit", "--data-dir", data_dir, "--out-dir", str(tmp_path / "vit"),
+                          *TINY, *depth]) == 0
+        src = ["--teacher", str(tmp_path / "vit")]
     if name.endswith(("-elastic", "-cont")):  # a continuation: first the fixed-depth run it starts from
         base = name.rsplit("-", 1)[0]
         assert train.cli(["--preset", base, "--data-dir", data_dir, "--out-dir", str(tmp_path / "src"), *TINY,
-                          *depth]) == 0
-        src = ["--finetune", str(tmp_path / "src")]
+                          *depth, *src]) == 0
+        src += ["--finetune", str(tmp_path / "src")]
     assert train.cli(["--preset", name, "--data-dir", data_dir, "--out-dir", str(out), *TINY, *depth, *src]) == 0
     saved = json.loads((out / "args.json").read_text())
     assert saved["preset"] == name and saved["embed_dim"] == 16
@@ -299,6 +303,8 @@ MINI = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "od
 ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-cont"]  # reViT's second stage
 INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
 UNTESTED = ["odevit-blackbox", "odevit-euler-nfe4", "odevit-heun-nfe4", "odevit-rk4-nfe4", "vit-d48", "bvit-d48"]  # issue 64
+FIG2 = ["revit-e4-fig2", "revit-smear-fig2", "revit-e4-fig2-elastic", "revit-smear-fig2-elastic"]  # reViT's Fig. 2
+SEARCH = ["revit-search-e2", "revit-search-long", "revit-search-wide", "revit-search-p4"]  # E=4 engagement (issue 63)
 
 
 def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another_seeds_silent_source(tmp_path,
@@ -335,12 +341,13 @@ def test_every_supervised_revit_preset_trains_at_fixed_depth_and_every_elastic_o
             assert cfg["epochs"] < base["epochs"] and cfg["lr"] < base["lr"], name  # a continuation
         else:
             assert cfg["depth_dropout"] == 0.0 and not cfg["finetune"], name
-    assert sorted(n for n in revit if n.endswith(("-elastic", "-cont"))) == sorted(f"c100-mini-{a}" for a in ELASTIC)
+    assert sorted(n for n in revit if n.endswith(("-elastic", "-cont"))) == sorted(
+        f"c100-mini-{a}" for a in ELASTIC + FIG2 if a.endswith("-elastic") or a in ELASTIC)
 
 
 def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_from_half_to_4x(capsys):
     classifiers = [n for n in presets.PRESETS if n.startswith("c100-mini-") and "-loopvae-" not in n]  # (LoopVAE's:
-    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + UNTESTED + ELASTIC + INIT)  # test_loopvae_train.py)
+    assert sorted(classifiers) == sorted(f"c100-mini-{a}" for a in MINI + UNTESTED + ELASTIC + INIT + FIG2 + SEARCH)  # test_loopvae_train.py)
     recipe = {k: v for k, v in presets.PRESETS["c100-mini-vit"][1].items() if k not in ("model", "eval_depths")}
     for arm in MINI + UNTESTED:  # one recipe: only model flags differ
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]
@@ -372,6 +379,41 @@ def test_mini_protocol_pairs_are_matched_and_every_recurrent_arm_is_evaluated_fr
     for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
             + [("revit-lora", "revit-e1", {"lora_rank": 16})]:  # the reViT arm with one flag changed
         assert presets.PRESETS[f"c100-mini-{arm}"][1] == {**presets.PRESETS[f"c100-mini-{base}"][1], **change}, arm
+
+
+def test_each_engagement_search_candidate_changes_one_thing_of_revit_e4_within_an_hour():
+    """Issue 63: a supervised CPU recipe on which E=4's experts engage, searched within 60 CPU minutes per candidate."""
+    base = presets.PRESETS["c100-mini-revit-e4"][1]
+    for arm in SEARCH:
+        flags = presets.PRESETS[f"c100-mini-{arm}"][1]
+        changed = {k for k in set(flags) | set(base) if flags.get(k) != base.get(k)} - {"epochs", "warmup_epochs"}
+        assert len(changed) <= 2 and (changed or flags["epochs"] != base["epochs"]), (arm, changed)  # (D and heads)
+        assert float(presets.TIMES[f"c100-mini-{arm}"][0].split()[1]) <= 60, arm
+
+
+def test_fig2_arms_are_two_students_of_one_teacher_differing_only_in_the_gate_then_one_elastic_stage(capsys, tmp_path,
+                                                                                                   monkeypatch):
+    """reViT paper, sec. 4.4 and A.2-A.3: both Fig. 2 variants are distilled from the same teacher's final features
+    alone (task weight 0) at one fixed depth L divisible by 3, differ only in the gate (depth vs feature: smear), and
+    then get the same elastic-depth stage (depth dropout 0.3) from their own run; every arm is evaluated at 2/3 L, L,
+    4/3 L, 2 L (+ 1/2 L, 4 L). A preset naming seed 0's teacher refuses another seed unless its own is given."""
+    L = presets.FIG2_L
+    e4, smear = (presets.PRESETS[f"c100-mini-revit-{g}-fig2"][1] for g in ("e4", "smear"))
+    assert {k: v for k, v in smear.items() if k != "routing"} == {k: v for k, v in e4.items() if k != "routing"}
+    assert (e4["routing"], smear["routing"], e4["experts"], e4["depth"], L % 3) == ("depth", "smear", 4, L, 0)
+    assert (e4["teacher"], e4["distill"], e4["task_weight"]) == ("runs/mini/vit/seed0", "feature", 0.0)
+    assert {2 * L // 3, L, 4 * L // 3, 2 * L, L // 2, 4 * L} == set(e4["eval_depths"])
+    for g in ("e4", "smear"):
+        cfg = config(capsys, "--preset", f"c100-mini-revit-{g}-fig2-elastic")
+        student = presets.PRESETS[f"c100-mini-revit-{g}-fig2"][1]
+        assert cfg["finetune"] == f"runs/mini/revit-{g}-fig2/seed0" and cfg["depth_dropout"] == 0.3
+        assert (cfg["teacher"], cfg["task_weight"], cfg["routing"]) == (student["teacher"], 0.0, student["routing"])
+    with pytest.raises(ValueError, match="divisible by 3"):
+        presets.fig2_arms("mini", presets.MINI, 8)
+    monkeypatch.chdir(tmp_path)
+    assert train.cli(["--preset", "c100-mini-revit-e4-fig2", "--device", "cpu", "--seed", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seed 0's run" in err[0] and "--teacher" in err[0], err  # not a silent seed-0 teacher
 
 
 def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_differing_only_in_attention(capsys):

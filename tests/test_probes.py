@@ -125,3 +125,28 @@ def test_probe_py_runs_each_probe_on_a_checkpoint_and_refuses_bad_input(tmp_path
         assert probe.cli(base + flags) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("probe.py: error: ") and says in err[0], err
+
+
+def test_probe_depth_reads_the_recurrent_backbone_at_that_depth_and_refuses_a_fixed_stack(tmp_path, capsys):
+    """--depth N: the features are the model's at N steps (model(x, depth=N)), not at its trained depth, and land
+    in probe_<task>_depth<N>.json; an untied ViT (a fixed stack of blocks) is refused in one line."""
+    cifar = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
+    assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1",
+                             "--out-dir", str(tmp_path / "r")]) == 0
+    ckpt = str(tmp_path / "r" / "ckpt.pt")
+    base = ["--weights", ckpt, "--data-dir", cifar, "--out-dir", str(tmp_path / "p"), "--epochs", "1", "--task", "linear"]
+    model, size, mean_std, _ = probe.backbone(ckpt, None, "cpu")
+    _, test, _ = probe.datasets(probe.get_parser().parse_args([*base, "--data", "cifar100"]), size, mean_std)
+    loader = torch.utils.data.DataLoader(test, batch_size=16)
+    trained = model.depth
+    feats = {d: probes.extract(model, loader, "cpu", depth=d)[0] for d in (None, trained, 2 * trained)}
+    assert torch.equal(feats[None], feats[trained]) and not torch.allclose(feats[trained], feats[2 * trained])
+    out = probe.main(base + ["--depth", str(2 * trained)])
+    assert out["depth"] == 2 * trained and (tmp_path / "p" / f"probe_linear_depth{2 * trained}.json").is_file()
+    assert not (tmp_path / "p" / "probe_linear.json").exists()
+    assert train.cli([*TINY, "--model", "vit", "--data", "cifar100", "--data-dir", cifar, "--max-steps", "1",
+                      "--out-dir", str(tmp_path / "v")]) == 0
+    capsys.readouterr()
+    assert probe.cli(["--weights", str(tmp_path / "v" / "ckpt.pt"), *base[2:], "--depth", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--depth 3" in err[0] and "fixed stack" in err[0], err

@@ -58,11 +58,11 @@ def test_not_within_is_the_mirror_of_within_under_the_one_rule(monkeypatch, said
     scores = {"odevit-rk4": [50.0, 51.0, 52.0], "odevit-euler": [49.0, 49.0, 49.0],
               "odevit-rk4-nfe4": [40.0, 40.0, 40.0], "odevit-euler-nfe4": [41.0, 42.0, 43.0]}
     rk4 = next(c for c in OURS if c.key == "crossroads-rk4-gain-not-uniform")
-    assert claims.judge(rk4, scores) == mirrored
+    assert claims.judge_scores(rk4, scores) == mirrored
     assert calls == [("~", 1.0, [1.0, 2.0, 3.0], [-1.0, -2.0, -3.0])]  # the gains at NFE 8 and at NFE 4
     width = next(c for c in OURS if c.key == "bvit-width-trend-gpu")  # any other kind: the rule as it says
     scores = {"vit-d96": [50.0] * 3, "bvit-d96": [45.0] * 3, "vit": [60.0] * 3, "bvit": [58.0] * 3}
-    assert claims.judge(width, scores) == said and calls[-1] == (">", None, [5.0] * 3, [2.0] * 3)
+    assert claims.judge_scores(width, scores) == said and calls[-1] == (">", None, [5.0] * 3, [2.0] * 3)
 
 
 def test_the_new_arms_differ_from_their_partners_only_where_the_claim_says():

@@ -667,14 +667,15 @@ def configure(p, argv):
             p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
-    for k in ("finetune", "stage2"):  # a preset that continues a run (seed 0's), the command line not naming one
-        src = PRESETS[args.preset][1].get(k) if args.preset else None
+    for k in ("finetune", "stage2", "teacher"):  # a preset that continues (or distils) seed 0's run, the command
+        src = PRESETS[args.preset][1].get(k) if args.preset else None  # line not naming one
         if not src or k in p.typed:
             continue
         if "seed" in p.typed and args.seed != 0 and src.rstrip("/").endswith("seed0"):  # another seed: its own run
-            p.error(f"--preset {args.preset} --seed {args.seed} continues {src}, seed 0's run; give that seed's own "
-                    f"with --{k} {src[:-1]}{args.seed} (studies/reproduce_mini.sh does), or leave out --seed")
-        if not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
+            p.error(f"--preset {args.preset} --seed {args.seed} {'distils' if k == 'teacher' else 'continues'} {src}, "
+                    f"seed 0's run; give that seed's own with --{k} {src[:-1]}{args.seed} (studies/reproduce_mini.sh "
+                    "does), or leave out --seed")
+        if k != "teacher" and not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
             p.error(f"--preset {args.preset} continues the run {src}, which does not exist yet: train it first (its "
                     f"arm's preset, with --out-dir {src}; studies/reproduce_mini.sh runs them in order), or give --{k} CKPT")
     for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt

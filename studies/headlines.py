@@ -1,0 +1,121 @@
+"""README's headline verdicts, rebuilt from the kept results by the summarizers alone (issue 63).
+
+    python studies/headlines.py                     # print them
+    python studies/headlines.py --readme README.md  # write them between README's <!-- headlines --> markers
+
+Each line is one summarizer's verdicts on the registered claims (studies/claims.py) over the kept runs in results/:
+summarize_mini (results/mini, results/init, results/revit), summarize_teacher (results/revit-teacher),
+summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini) and summarize_loopvae (results/loopvae); the GPU
+study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
+"""
+import argparse
+import contextlib
+import io
+import os
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "studies"))
+import claims as registry  # noqa: E402
+import summarize_mini  # noqa: E402
+
+LINK = {"mini": "[CPU study][cpu]", "revit": "[reViT][revit]", "teacher": "[second regime][regime]",
+"anytime": "[anytime][anytime]", "loopvae": "[LoopVAE][loopvae]", "gpu": "[GPU study][gpu]"}
+
+
+def kept(*names):
+    """The kept folders that exist, under ROOT/results."""
+    return [p for p in (os.path.join(ROOT, "results", n) for n in names) if os.path.isdir(p)]
+
+
+def mini_runs(folders):
+    runs = {}
+    for folder in folders:
+        with contextlib.redirect_stdout(io.StringIO()):
+            for arm, rs in summarize_mini.load_runs(folder).items():
+                runs.setdefault(arm, []).extend(rs)
+    return runs
+
+
+SHORT = {"matched-flops": "matched FLOPs", "matched-params": "matched params", "ds-beyond-horizon": "deep sup. 4x",
+         "ds-nominal": "1x", "rk4-vs-euler": "RK4", "heun-vs-euler": "Heun", "srvit-r2": "SR-ViT",
+         "init-structured-vs-pytorch": "structured init", "init-structured-vs-mimetic": "vs mimetic"}
+
+
+def said(c, runs):
+    """'label verdict (a - b ± the smallest difference the seeds resolve)' of one claim over summarize_mini's runs;
+    * marks an exploratory claim."""
+    mean, half, v = registry.judge(c, *summarize_mini.paired(c, runs))
+    label = SHORT.get(c.key, c.key) + "*" * c.exploratory
+    if mean is None:
+        return f"{label} not run"
+    return f"{label} {v.split(' (')[0]} ({mean:+.2f} ± {'-' if half == float('inf') else f'{half:.2f}'})"
+
+
+def both(parts):
+    """'(a)-(d) cannot tell' when every part has one verdict, else '(a) agree, (b) cannot tell'."""
+    plain = [(k, v.split(" (")[0].split(",")[0]) for k, v in parts]
+    if len({v for _, v in plain}) == 1:
+        return f"{plain[0][0]}-{plain[-1][0]} {plain[0][1]}" if len(plain) > 1 else f"{plain[0][0]} {plain[0][1]}"
+    return ", ".join(f"{k} {v}" for k, v in plain)
+
+
+def lines():
+    """The headline bullets, one per study."""
+    out = []
+    runs = mini_runs(kept("mini", "init"))
+    for title, keys in (("Training Crossroads", ("matched-flops", "matched-params", "ds-beyond-horizon", "ds-nominal",
+                                                 "rk4-vs-euler", "heun-vs-euler")),
+                        ("SoftMoR, structured init", ("srvit-r2", "init-structured-vs-pytorch",
+                                                         "init-structured-vs-mimetic"))):
+        cs = [c for c in registry.CLAIMS if c.key in keys]
+        out.append(f"**{title}:** " + "; ".join(said(c, runs) for c in cs) + f" ({LINK['mini']}).")
+    revit = mini_runs(kept("revit"))
+    vs = [registry.judge(c, *summarize_mini.paired(c, revit))[2] for c in registry.claims_of("revit")]
+    idle = sum(v.startswith("not engaged") for v in vs)
+    out.append(f"**reViT, supervised:** {idle} of {len(vs)} claims (ours on elastic depth too) not engaged at this scale: "
+               f"E=4's experts stay idle (eq. 6, eq. 9) ({LINK['revit']}).")
+    import summarize_anytime
+    import summarize_loopvae
+    import summarize_teacher
+    teacher, regime = kept("revit-teacher"), "**reViT's second regime:** not run"
+    if teacher:
+        rows = summarize_teacher.claims(summarize_teacher.load_runs(teacher[0]))
+        regime = ("**reViT's second regime** (distilled students): "
+                  + both([(r[0][:3], r[3]) for r in rows]) + f" ({LINK['teacher']})")
+    fig2 = kept("revit-fig2")
+    if fig2:
+        import summarize_fig2
+        fr = summarize_fig2.load_runs(fig2[0])
+        out.append(regime + "; **its Fig. 2** (depth vs feature gate): " + both(
+            [(c.key, summarize_fig2.judge(c, fr)[2]) for c in registry.claims_of("fig2")]) + ".")
+    else:
+        out.append(regime + "; **its Fig. 2** (depth vs feature gate): not run yet.")
+    mini = kept("mini")
+    if mini:
+        rows = summarize_anytime.claims(summarize_anytime.load_runs(mini[0]))
+        out.append("**Anytime inference** (ours): " + both([(r[0][:3], r[2]) for r in rows])
+                   + f" ({LINK['anytime']}).")
+    loop = kept("loopvae")
+    if loop:
+        rows = summarize_loopvae.claims(summarize_loopvae.load_runs(loop[0]), None)
+        sharing = sorted({r[3].split(' (')[0] for r in rows if r[0][:1] == "1"})
+        out.append(f"**LoopVAE*:** sharing {' / '.join(sharing)} on both cores; the other claims in {LINK['loopvae']}.")
+    return out
+
+
+def main(argv=None):
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_argument("--readme", help="write the lines between this file's <!-- headlines --> markers (README.md)")
+    a = cli.parse_args(argv)
+    text = "\n".join(textwrap.fill(f"- {line}", 158, subsequent_indent="  ", break_on_hyphens=False) for line in lines())
+
+    if a.readme:
+        summarize_mini.write_blocks(a.readme, {"headlines": text}, ROOT, tool="headlines.py", figures=())
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
