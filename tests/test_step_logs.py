@@ -17,7 +17,7 @@ from training.run import Run
 
 SYNTH = ["--data", "synthetic", "--embed-dim", "32", "--num-heads", "2", "--depth", "2", "--device", "cpu",
          "--workers", "0", "--batch-size", "8", "--val-subset", "16", "--eval-batch-size", "16", "--epochs", "2",
-         "--max-steps", "6"]
+         "--max-steps", "6", "--warmup-epochs", "0"]
 
 
 def records(out):
@@ -32,7 +32,7 @@ def test_step_records_every_n_steps_with_the_rate_each_step_used_and_the_epoch_r
     steps = [r for r in logged if "epoch" not in r]
     assert [r["step"] for r in steps] == [2, 4, 6] and all(set(r) == {"step", "loss", "lr", "grad_norm", "img_per_s"}
                                                              for r in steps)
-    rate = optim.lr_lambda(6, 6, 1e-3, 1e-5)  # 6 steps, all warmup (--warmup-epochs 5 > --epochs 2)
+    rate = optim.lr_lambda(6, 0, 1e-3, 1e-5)  # 6 steps, no warmup: the cosine from the first step
     assert [r["lr"] for r in steps] == [pytest.approx(1e-3 * rate(s - 1), rel=1e-12) for s in (2, 4, 6)]
     assert all(r["grad_norm"] > 0 and r["img_per_s"] > 0 and r["loss"] > 0 for r in steps)
     # the last step's loss is the one the model logged with the epoch (its stage loss), and the epoch records
