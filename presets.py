@@ -211,7 +211,7 @@ SEARCH = {"e2": ("E=2 experts (Table 5's largest single step is E=1 -> 2)", dict
           "long": ("13 epochs instead of 10 (the schedule that fits 60 min)", dict(epochs=13)),
           "wide": ("D=192 in 3 heads (Ti width), 3 epochs", dict(embed_dim=192, num_heads=3, epochs=3, warmup_epochs=0.15)),
           "p4": ("patch 4 (64 tokens, the init arms' grid), 2 epochs", dict(patch_size=4, epochs=2, warmup_epochs=0.25))}
-PRESETS.update({f"c100-mini-revit-search-{k}": (f"engagement search: c100-mini-revit-e4 with {what}",
+PRESETS.update({f"c100-mini-revit-search-{k}": (f"mini study arm, engagement search: c100-mini-revit-e4 with {what}",
                                                 {**PRESETS["c100-mini-revit-e4"][1], **flags}) for k, (what, flags) in SEARCH.items()})
 
 # The structured-init claims (issue 50) where a 3x3 prior is local and against the paper's baseline: the mini

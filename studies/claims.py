@@ -125,7 +125,10 @@ def verdict(kind, margin, a, b, cpus=None, widen=0.0):
 # Where each study's kept runs are (results/, studies/keep_results.py): study -> folder of ARM/seed<k>/.
 KEPT = {"mini": "results/mini", "anytime": "results/mini", "init": "results/init", "revit": "results/revit",
         "teacher": "results/revit-teacher", "loopvae": "results/loopvae", "fig2": "results/revit-fig2",
-        "gpu": "results/gpu/results.jsonl"}
+        "gpu": "results/gpu/results.jsonl",
+        # issue 64's claims: every arm, the partners too, on seeds run after their registration (runs/untested,
+        # kept here; the GPU pair's partners again in the GPU study after the registration)
+        "untested": "results/untested", "untested-gpu": "results/untested-gpu/results.jsonl"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -379,6 +382,9 @@ CLAIMS += [
 
 
 # ----------------------------------------------------------------------------- issue 64
+# Judged only on runs made after the registration, the partner arms' runs too (studies "untested" and
+# "untested-gpu": OUT=runs/untested ARMS=untested SEEDS="0 1 2" bash studies/reproduce_mini.sh), so that no run
+# known before the claim was written judges it.
 # The papers' claims rvits never tested before (issue 64), registered 2026-12-04 at 6162896, before any of their
 # runs. Four compare differences of arms: an arm may be a contrast "X - Y", per seed X's top-1 minus Y's, both
 # runs of that seed (paired() reads it; "vit-d48 - bvit-d48" is the ViT-minus-bViT gap at D=48). "Not uniform"
@@ -421,7 +427,7 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
           words="the continuous-time analogue of a residual recurrent block is the state-subtracted vector field "
                 "z' = F(z) - z; although known in principle, this distinction is easy to violate when the block is "
                 "wrapped as a black-box vector field, and we qualify the cost at few accuracy points",
-          study="mini", a="odevit-euler", b="odevit-blackbox", depth=1, kind=">", margin=None,
+          study="untested", a="odevit-euler", b="odevit-blackbox", depth=1, kind=">", margin=None,
           why_margin="'a cost' is a loss of accuracy: the state-subtracted field beats the black-box one (the lower "
                      "end of 'few points'; its upper end is crossroads-blackbox-costs-few)",
           seeds=3, signature="the black-box field is at work: in analyze.py's steps.json the black-box arm's token "
@@ -430,7 +436,7 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
           registered=ISSUE64),
     Claim(key="crossroads-blackbox-costs-few", paper="Training Crossroads", where="abstract",
           words="we qualify the cost at few accuracy points",
-          study="mini", a="odevit-euler", b="odevit-blackbox", depth=1, kind="<=", margin=5.0,
+          study="untested", a="odevit-euler", b="odevit-blackbox", depth=1, kind="<=", margin=5.0,
           why_margin="'few accuracy points' allows a cost of more than 0 and at most 5 points (our reading of 'few': "
                      "the abstract gives no number); the lower end is crossroads-blackbox-costs",
           seeds=3, signature="as crossroads-blackbox-costs", registered=ISSUE64),
@@ -438,7 +444,7 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
     Claim(key="crossroads-rk4-gain-not-uniform", paper="Training Crossroads", where="abstract",
           words="higher-order solvers act as a solver-induced architectural bias rather than a numerical-accuracy "
                 "improvement, and their gains are not uniform",
-          study="mini", a="odevit-rk4 - odevit-euler", b="odevit-rk4-nfe4 - odevit-euler-nfe4", depth=1,
+          study="untested", a="odevit-rk4 - odevit-euler", b="odevit-rk4-nfe4 - odevit-euler-nfe4", depth=1,
           kind=NOT_WITHIN, margin=1.0,
           why_margin="1 point, the resolution of the study's other solver claims (the abstract gives none): twice "
                      "the binomial standard error of one top-1 on CIFAR-100's 10,000 test images (~0.5 at 50 %)",
@@ -446,14 +452,14 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
     Claim(key="crossroads-heun-gain-not-uniform", paper="Training Crossroads", where="abstract",
           words="higher-order solvers act as a solver-induced architectural bias rather than a numerical-accuracy "
                 "improvement, and their gains are not uniform",
-          study="mini", a="odevit-heun - odevit-euler", b="odevit-heun-nfe4 - odevit-euler-nfe4", depth=1,
+          study="untested", a="odevit-heun - odevit-euler", b="odevit-heun-nfe4 - odevit-euler-nfe4", depth=1,
           kind=NOT_WITHIN, margin=1.0, why_margin="as crossroads-rk4-gain-not-uniform",
           seeds=3, signature=None, registered=ISSUE64),
     # 3. bViT's width trend: the ViT-minus-bViT gap (matched FLOPs) shrinks from the narrower to the wider pair.
     Claim(key="bvit-width-trend-mini", paper="bViT", where="abstract",
           words="recurrent performance improves with representation width, with wider bViTs recovering much more "
                 "of the performance of standard ViTs than narrow variants",
-          study="mini", a="vit-d48 - bvit-d48", b="vit - bvit", depth=1, kind=">", margin=None,
+          study="untested", a="vit-d48 - bvit-d48", b="vit - bvit", depth=1, kind=">", margin=None,
           why_margin="'much more' has no number: the gap at D=48 above the gap at D=96 (a direction, no margin)",
           seeds=3, signature="the shared block acts differently across steps (the paper's 'implicit depth "
                              "multiplexing'): in analyze.py's cka.json of each bViT arm, the self-CKA of step 1 and "
@@ -462,7 +468,7 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
     Claim(key="bvit-width-trend-gpu", paper="bViT", where="abstract",
           words="recurrent performance improves with representation width, with wider bViTs recovering much more "
                 "of the performance of standard ViTs than narrow variants",
-          study="gpu", a="vit-d96 - bvit-d96", b="vit - bvit", depth=1, kind=">", margin=None,
+          study="untested-gpu", a="vit-d96 - bvit-d96", b="vit - bvit", depth=1, kind=">", margin=None,
           why_margin="as bvit-width-trend-mini: the gap at D=96 above the gap at D=192",
           seeds=3, signature="as bvit-width-trend-mini, of steps 1 and 12",
           registered=ISSUE64),

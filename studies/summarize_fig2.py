@@ -12,7 +12,6 @@ claims of studies/claims.py whose study is "fig2" with claims.verdict, seeds pai
 signature (claims.engaged, on arm a's last epoch) fails reads "not engaged at this scale".
 --results writes the claims and the probe table between the <!-- fig2-claims --> markers.
 """
-import argparse
 import json
 import os
 import sys
@@ -134,15 +133,16 @@ def blocks(runs):
 
 
 def main(argv=None):
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from training import flags  # (the number types and one-line errors of every tool)
+    cli = flags.Parser(prog="summarize_fig2.py", description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", nargs="?", default="runs/mini")
     cli.add_argument("--results", metavar="FILE", help="write the claims and the probe table between this file's "
                      "<!-- fig2-claims --> markers (docs/results.md)")
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--tasks", default=",".join(TASKS), help="probes to measure (default: linear,seg,depth)")
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
-    cli.add_argument("--num-train", type=int, help="probe.py --num-train (a smoke test: fewer images, not the protocol)")
-    cli.add_argument("--num-test", type=int, help="probe.py --num-test (a smoke test)")
+    cli.add_argument("--num-train", type=flags.positive(int), help="probe.py --num-train (a smoke test: fewer images, not the protocol)")
+    cli.add_argument("--num-test", type=flags.positive(int), help="probe.py --num-test (a smoke test)")
     a = cli.parse_args(argv)
     tasks = a.tasks.split(",")
     if set(tasks) - set(TASKS):

@@ -21,7 +21,7 @@ def test_issue_64s_claims_are_registered_before_their_runs_in_the_papers_words()
     assert {c.key for c in OURS} == {"crossroads-blackbox-costs", "crossroads-blackbox-costs-few",
                                       "crossroads-rk4-gain-not-uniform", "crossroads-heun-gain-not-uniform",
                                       "bvit-width-trend-mini", "bvit-width-trend-gpu"}
-    assert claims.ISSUE64 == "2026-12-04 6162896"
+    assert claims.ISSUE64 == "2026-12-04 17:27 6162896"
     quote = {"crossroads": "few accuracy points", "crossroads-rk4": "their gains are not uniform",
              "crossroads-heun": "their gains are not uniform", "bvit": "wider bViTs recovering much more"}
     for c in OURS:
@@ -31,7 +31,8 @@ def test_issue_64s_claims_are_registered_before_their_runs_in_the_papers_words()
         assert c.paper in ("Training Crossroads", "bViT") and c.where == "abstract", c.key  # (the abstracts' words)
         for arm in (c.a, c.b):  # every arm, and each side of a contrast, is a preset of its study
             for name in arm.split(claims.CONTRAST):
-                assert f"c100-{c.study}-{name}" in presets.PRESETS, (c.key, name)
+                study = {"untested": "mini", "untested-gpu": "gpu"}[c.study]  # (fresh runs of the mini / GPU presets)
+                assert f"c100-{study}-{name}" in presets.PRESETS, (c.key, name)
     by_key = {c.key: c for c in OURS}
     assert by_key["crossroads-blackbox-costs-few"].margin == 5.0  # "few accuracy points": (0, 5]
     assert [by_key[k].kind for k in ("crossroads-rk4-gain-not-uniform", "bvit-width-trend-mini")] == ["!~", ">"]

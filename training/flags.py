@@ -842,7 +842,7 @@ def list_presets(text=""):
           "(docs/presets.md says from what), ? = not measured. --list-presets NAME prints a preset in full.")
     head = ("NAME", "MODEL", "PARAMS", "CPU-2", "H200", "WHAT")
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
-    room = max(30, 120 - sum(widths) - 10)
+    room = max(20, 120 - sum(widths) - 10)
     for r in [head] + rows:
         what = r[5] if len(r[5]) <= room else r[5][:room - 3] + "..."
         print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + what)
