@@ -410,7 +410,7 @@ class ODEViT(nn.Module):
         # so drop_path draws the same masks again.
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
+        return apply_step(fn, *args)  # (compiled once inside a whole-model graph: apply_step)
 
     def compile_regions(self, **kwargs):
         """Regional compilation: the block F is compiled once (fullgraph) and serves every field
@@ -445,6 +445,24 @@ class ODEViT(nn.Module):
         hidden = int(D * self.mlp_ratio)
         per_eval = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
         return 2 * (N * D * self.in_chans * p * p + nfe * per_eval + D * self.num_classes)
+
+
+# ----------------------------------------------------------------------------- hierarchical compilation
+def nested_compile_region(fn):
+    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
+    mark = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if mark is None else mark(fn)
+
+
+@nested_compile_region
+def apply_step(block, *args):
+    """block(*args): one block application of the recurrence (every model's `_step` runs its steps
+    through it), marked as a nested compile region (hierarchical compilation). Inside a whole-model
+    torch.compile (kernels.compile_for_training, scope "model") dynamo traces it once and inductor
+    compiles it once, and every step calls that code, so compile time does not grow with depth
+    (bench.py, docs/speed.md); elsewhere (eager code, the regionally compiled blocks) a plain call,
+    the same numbers bit for bit."""
+    return block(*args)
 
 
 # Named configurations (the ViT/DeiT sizes): the bViT widths, 12 steps (24 for L) of Euler with h = 1.

@@ -353,7 +353,7 @@ class SRViT(nn.Module):
         # so drop_path draws the same masks again.
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
+        return apply_step(fn, *args)  # (compiled once inside a whole-model graph: apply_step)
 
     def compile_regions(self, **kwargs):
         """Regional compilation: each layer of the body is compiled once (fullgraph) and reused by
@@ -390,6 +390,24 @@ class SRViT(nn.Module):
         router = T * D if self.router is not None else 0
         macs = N * D * self.in_chans * p * p + recursions * (self.depth * per_layer + router)
         return 2 * (macs + D * self.num_classes)
+
+
+# ----------------------------------------------------------------------------- hierarchical compilation
+def nested_compile_region(fn):
+    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
+    mark = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if mark is None else mark(fn)
+
+
+@nested_compile_region
+def apply_step(block, *args):
+    """block(*args): one block application of the recurrence (every model's `_step` runs its steps
+    through it), marked as a nested compile region (hierarchical compilation). Inside a whole-model
+    torch.compile (kernels.compile_for_training, scope "model") dynamo traces it once and inductor
+    compiles it once, and every step calls that code, so compile time does not grow with depth
+    (bench.py, docs/speed.md); elsewhere (eager code, the regionally compiled blocks) a plain call,
+    the same numbers bit for bit."""
+    return block(*args)
 
 
 # Named configurations (the ViT/DeiT sizes): a 12-layer body (SR-ViT-S at R=1 is DeiT-S), R=4 by default.
