@@ -9,9 +9,11 @@ compiled process. Model files never import it (each has its own `compile_regions
      run: bViT-Ti/4 at batch 512 trained at ~31 TFLOP/s, 3 % of the bf16 peak).
    - "model": the whole training forward at the trained depth (embedding, every step, head, loss)
      is one compiled graph, and its backward another; on CUDA with mode="reduce-overhead", so both
-     replay as CUDA graphs (one launch each instead of hundreds). Each step in it is a nested compile
-     region (each model file's `apply_step`, torch.compiler.nested_compile_region): traced and compiled
-     once and called at every step, not unrolled (bench.py's *_model_compile_d48_over_d12). The blocks
+     replay as CUDA graphs (one launch each instead of hundreds). On a torch where it was checked
+     (NESTED_REGIONS_TORCH) each step in it is a nested compile region (the model files' `apply_step`,
+     torch.compiler.nested_compile_region), compiled with inductor's buffer reuse off: traced and
+     compiled once and called at every step, not unrolled (bench.py's *_model_compile_d48_over_d12);
+     elsewhere the steps are unrolled as before issue 66. The blocks
      are also compiled regionally, for evaluation at any depth without recompilation. Only for models whose
      training forward has the same operations and shapes every step (`model.trains_as_one_graph()`;
      not reViT's elastic depth, whose step sizes are data), and where the caller allows it
@@ -72,7 +74,27 @@ def compile_for_training(model, scope, device=None, mode=None):
     if scope == "blocks":
         return model
     cuda = device is not None and torch.device(device).type == "cuda"
-    return torch.compile(model, mode=mode or ("reduce-overhead" if cuda else None))
+    mode = mode or ("reduce-overhead" if cuda else None)
+    if not nested_regions_checked() or not hasattr(model, "nested_regions"):
+        return torch.compile(model, mode=mode)  # each step unrolled in the graph
+    model.nested_regions = True  # each step a nested compile region (the model file's apply_step)
+    options = {**(torch._inductor.list_mode_options(mode) if mode else {}), "allow_buffer_reuse": False}
+    return torch.compile(model, options=options)
+
+
+# torch versions (major, minor) whose inductor gives a whole-model graph with nested compile regions the
+# gradients of eager code, with its buffer reuse off (torch 2.14.1 on the CPU: tests/test_speed.py's
+# whole-model test). With buffer reuse on, 2.14.1 reuses a buffer across the region's calls: wrong
+# gradients (bViT, depth 2: 84 off in attn.proj.bias). Not checked: 2.11 (the GPU machine's; its probe of
+# 2026-12-04 compared the loss only), so there the steps stay unrolled.
+NESTED_REGIONS_TORCH = {(2, 14)}
+
+
+def nested_regions_checked(version=None):
+    """Whether compile_for_training marks each step as a nested compile region on this torch (`version`,
+    default torch.__version__): its (major, minor) in NESTED_REGIONS_TORCH and the API present."""
+    major, minor = (int(v) for v in (version or torch.__version__).split(".")[:2])
+    return (major, minor) in NESTED_REGIONS_TORCH and hasattr(torch.compiler, "nested_compile_region")
 
 
 def compiler_missing(device):

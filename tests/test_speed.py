@@ -217,6 +217,7 @@ def whole_graph_matmuls(model):
     x, y = torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,))
     eager = model(x, y)[1]
     model.compile_regions()
+    model.nested_regions = True  # (as kernels.compile_for_training sets it where checked)
     loss = torch.compile(model, backend=aot_autograd(fw_compiler=count, bw_compiler=count))(x, y)[1]
     loss.backward()
     mm = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default}
@@ -239,18 +240,41 @@ def test_a_whole_model_graph_compiles_the_step_once_whatever_the_depth(name):
     assert counts[3] - counts[2] == (3 if name == "srvit" else 0) and counts[2] > 0, counts
 
 
+def test_nested_regions_are_used_only_on_a_checked_torch_and_with_buffer_reuse_off(monkeypatch):
+    """torch 2.14.1's inductor, with its buffer reuse on, gives a whole-model graph with nested regions
+    wrong gradients (a buffer reused across the region's calls): kernels.compile_for_training marks the
+    steps only on a torch in NESTED_REGIONS_TORCH (checked: the whole-model test above, same weights as
+    eager), compiling with buffer reuse off; on any other (the GPU machine's 2.11: unchecked) the steps
+    stay unrolled, as before issue 66. Eager code and a model file compiled by its own user: unmarked."""
+    import bvit
+    import kernels
+    kw = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=16, num_heads=2, depth=2)
+    assert kernels.nested_regions_checked("2.14.1+cu130") and not kernels.nested_regions_checked("2.11.0+cu130")
+    assert not kernels.nested_regions_checked("2.15.0") and bvit.BViT(**kw).nested_regions is False
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    for version, marked in (("2.14.1", True), ("2.11.0", False)):
+        monkeypatch.setattr(torch, "__version__", version)
+        m = bvit.BViT(**kw)
+        monkeypatch.setattr(m, "compile_regions", lambda: m)
+        kernels.compile_for_training(m, "model", "cuda")
+        assert m.nested_regions is marked
+        assert seen[-1] == ({"options": {"triton.cudagraphs": True, "allow_buffer_reuse": False}} if marked else
+                            {"mode": "reduce-overhead"}), seen[-1]
+
+
 def test_without_nested_compile_region_each_model_file_runs_todays_path(monkeypatch):
     """A torch without torch.compiler.nested_compile_region (the pinned 2.14.1 and the GPU machine's 2.11
-    have it; older ones do not): each model file's apply_step is the plain call, so a whole-model graph
-    unrolls the steps as before issue 66, with the same numbers."""
+    have it; older ones do not): each model file's apply_step is the plain call, with the same numbers."""
     import importlib.util
+    files = {name: importlib.import_module(name) for name in ("bvit", "revit", "srvit", "odevit")}  # as imported
     monkeypatch.delattr(torch.compiler, "nested_compile_region")
     for name in ("bvit", "revit", "srvit", "odevit"):
         spec = importlib.util.spec_from_file_location(f"{name}_without_regions", os.path.join(ROOT, f"{name}.py"))
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         assert not hasattr(mod.apply_step, "__marked_compile_region_fn__"), name
-        marked = importlib.import_module(name).apply_step
+        marked = files[name].apply_step
         assert hasattr(marked, "__marked_compile_region_fn__"), name  # (the file as imported: marked)
         block, z = torch.nn.Linear(4, 4), torch.randn(2, 4)
         assert torch.equal(mod.apply_step(block, z), marked(block, z)) and torch.equal(marked(block, z), block(z))
