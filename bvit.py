@@ -378,6 +378,8 @@ class BViT(nn.Module):
         self.grad_checkpointing = enable
         return self
 
+    nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
+
     def _step(self, fn, *args):
         # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
         # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
@@ -385,7 +387,7 @@ class BViT(nn.Module):
         # so drop_path draws the same masks again.
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
+        return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
         """Regional compilation: compile each distinct block once and keep the step loop eager, so
@@ -423,6 +425,25 @@ class BViT(nn.Module):
         per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
         macs = N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes
         return 2 * macs
+
+
+# ----------------------------------------------------------------------------- hierarchical compilation
+def nested_compile_region(fn):
+    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
+    mark = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if mark is None else mark(fn)
+
+
+@nested_compile_region
+def apply_step(block, *args):
+    """block(*args): one block application of the recurrence, marked as a nested compile region
+    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
+    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
+    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
+    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
+    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
+    with buffer reuse off and on a torch where that was checked."""
+    return block(*args)
 
 
 # Named configurations (the ViT/DeiT sizes Ti, S, B, L). bvit_*: one shared block; vit_*: depth untied blocks.

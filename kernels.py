@@ -9,8 +9,12 @@ compiled process. Model files never import it (each has its own `compile_regions
      run: bViT-Ti/4 at batch 512 trained at ~31 TFLOP/s, 3 % of the bf16 peak).
    - "model": the whole training forward at the trained depth (embedding, every step, head, loss)
      is one compiled graph, and its backward another; on CUDA with mode="reduce-overhead", so both
-     replay as CUDA graphs (one launch each instead of hundreds). The blocks are also compiled
-     regionally, for evaluation at any depth without recompilation. Only for models whose
+     replay as CUDA graphs (one launch each instead of hundreds). On a torch where it was checked
+     (NESTED_REGIONS_TORCH) each step in it is a nested compile region (the model files' `apply_step`,
+     torch.compiler.nested_compile_region), compiled with inductor's buffer reuse off: traced and
+     compiled once and called at every step, not unrolled (bench.py's *_model_compile_d48_over_d12);
+     elsewhere the steps are unrolled as before issue 66. The blocks
+     are also compiled regionally, for evaluation at any depth without recompilation. Only for models whose
      training forward has the same operations and shapes every step (`model.trains_as_one_graph()`;
      not reViT's elastic depth, whose step sizes are data), and where the caller allows it
      (train.py: one process, no --teacher; under DDP the blocks path).
@@ -23,12 +27,18 @@ compiled process. Model files never import it (each has its own `compile_regions
    finished its work and then never exited, its main thread waiting in inductor's
    `shutdown_compile_workers` -> `SubprocPool.shutdown` -> `subprocess.wait` (public reports:
    pytorch#162199, pytorch#183884). torch 2.14 bounds that wait at 300 s (and kills the sidecar);
-   torch 2.11 waits 300 s and then raises. We bound it at a few seconds and then kill the pool's
-   processes, so a compiled run exits right after its last line. It relies on private names of
-   torch._inductor (`inductor_names` lists them); read in the sources of torch 2.11.0 and 2.14.1,
-   both have every one: `async_compile._pool_set` (the pools), `async_compile.after_fork` (forgets
-   them), `SubprocPool.process` (the sidecar's Popen) and `SubprocPool.shutdown`.
+   torch 2.11 waits 300 s and then raises. We run torch's own exit handler,
+   `torch._inductor.async_compile.shutdown_compile_workers` (the function it registers with atexit),
+   in a thread, bound it at a few seconds, and then kill the pool's sidecar, found by what the OS
+   shows: the child process whose command line carries `--parent=<our pid>` (inductor starts its
+   sidecar so); the handler then returns, and torch's own atexit call finds no pool. No private
+   attribute is read (up to commit 6162896 it read four: the pool set, `SubprocPool.process`, ...).
+   torch 2.14.1's sources have both (tests/test_speed.py starts its real pool and ends it); on the
+   GPU machine's torch `inductor_names`, printed first in a window, says whether they are there.
 """
+import os
+import signal
+import sys
 import threading
 
 import torch
@@ -64,7 +74,27 @@ def compile_for_training(model, scope, device=None, mode=None):
     if scope == "blocks":
         return model
     cuda = device is not None and torch.device(device).type == "cuda"
-    return torch.compile(model, mode=mode or ("reduce-overhead" if cuda else None))
+    mode = mode or ("reduce-overhead" if cuda else None)
+    if not nested_regions_checked() or not hasattr(model, "nested_regions"):
+        return torch.compile(model, mode=mode)  # each step unrolled in the graph
+    model.nested_regions = True  # each step a nested compile region (the model file's apply_step)
+    options = {**(torch._inductor.list_mode_options(mode) if mode else {}), "allow_buffer_reuse": False}
+    return torch.compile(model, options=options)
+
+
+# torch versions (major, minor) whose inductor gives a whole-model graph with nested compile regions the
+# gradients of eager code, with its buffer reuse off (torch 2.14.1 on the CPU: tests/test_speed.py's
+# whole-model test). With buffer reuse on, 2.14.1 reuses a buffer across the region's calls: wrong
+# gradients (bViT, depth 2: 84 off in attn.proj.bias). Not checked: 2.11 (the GPU machine's; its probe of
+# 2026-12-04 compared the loss only), so there the steps stay unrolled.
+NESTED_REGIONS_TORCH = {(2, 14)}
+
+
+def nested_regions_checked(version=None):
+    """Whether compile_for_training marks each step as a nested compile region on this torch (`version`,
+    default torch.__version__): its (major, minor) in NESTED_REGIONS_TORCH and the API present."""
+    major, minor = (int(v) for v in (version or torch.__version__).split(".")[:2])
+    return (major, minor) in NESTED_REGIONS_TORCH and hasattr(torch.compiler, "nested_compile_region")
 
 
 def compiler_missing(device):
@@ -91,18 +121,18 @@ def compiler_missing(device):
 
 
 def inductor_names():
-    """{private name: present in this torch} for the names `release_compile_workers` uses (module
-    docstring, item 2): printed first in a GPU window (scripts/gpu_run.py), tested on the CPU."""
+    """{what `release_compile_workers` relies on: present in this torch} (module docstring, item 2):
+    inductor's exit handler `async_compile.shutdown_compile_workers`, and its compile-worker sidecar
+    started with `--parent=<pid>` on its command line (read in SubprocPool's source). Printed first in
+    a GPU window (scripts/gpu_run.py), tested on the CPU; {} without inductor."""
     try:
         from torch._inductor import async_compile
         from torch._inductor.compile_worker import subproc_pool
     except ImportError:
         return {}
     pool = getattr(subproc_pool, "SubprocPool", None)
-    return {"async_compile._pool_set": hasattr(async_compile, "_pool_set"),
-            "async_compile.after_fork": hasattr(async_compile, "after_fork"),
-            "SubprocPool.shutdown": hasattr(pool, "shutdown"),
-            "SubprocPool.process": pool is not None and "self.process =" in _source(pool.__init__)}
+    return {"async_compile.shutdown_compile_workers": callable(getattr(async_compile, "shutdown_compile_workers", None)),
+            "sidecar --parent=<pid>": pool is not None and "--parent=" in _source(pool.__init__)}
 
 
 def _source(fn):
@@ -113,42 +143,59 @@ def _source(fn):
         return ""
 
 
-def release_compile_workers(timeout=3.0):
-    """Shut down inductor's compile-worker pools, waiting at most `timeout` seconds before killing
-    their processes (module docstring, item 2). Safe to call when nothing was compiled, and more
-    than once; the atexit and multiprocessing finalizers that would shut the pools down again then
-    find nothing to do. Returns the number of pools that had to be killed."""
+def compile_worker_sidecars():
+    """Process ids of this process's children that are inductor compile-worker sidecars: a command line
+    (Linux /proc) with `--parent=<this pid>`. [] where /proc is not there."""
+    me, found = os.getpid(), []
     try:
-        from torch._inductor import async_compile
-    except ImportError:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue  # (gone meanwhile, or not ours to read)
+        if f"--parent={me}" in argv:
+            found.append(pid)
+    return found
+
+
+def release_compile_workers(timeout=3.0):
+    """Shut down inductor's compile-worker pools with torch's own exit handler, waiting at most `timeout`
+    seconds before killing their sidecar processes (module docstring, item 2). Safe to call when
+    nothing was compiled (inductor not even imported: nothing to do), and more than once; the atexit
+    and multiprocessing finalizers that would shut the pools down again then find nothing to do.
+    Returns the number of sidecar processes that had to be killed."""
+    if "torch._inductor.async_compile" not in sys.modules:  # no compile started a pool in this process
         return 0
-    pools = list(getattr(async_compile, "_pool_set", ()))
-    if not pools:
+    try:
+        from torch._inductor.async_compile import shutdown_compile_workers
+    except ImportError:
         return 0
     done = threading.Event()
 
     def shutdown():
-        for pool in pools:
-            try:
-                pool.shutdown()
-            except Exception:  # a pool that fails to shut down is killed below
-                pass
-        done.set()
+        try:
+            shutdown_compile_workers()
+        except Exception:  # (torch 2.11 raises after its own 300 s wait; a pool that fails is killed below)
+            pass
+        finally:
+            done.set()
 
     threading.Thread(target=shutdown, name="release_compile_workers", daemon=True).start()
-    killed = 0
-    if not done.wait(timeout):
-        for pool in pools:
-            procs = [getattr(pool, "process", None)]  # SubprocPool: the sidecar process (Popen)
-            procs += list((getattr(pool, "_processes", None) or {}).values())  # a ProcessPoolExecutor's
-            for proc in procs:
-                if proc is not None and (proc.poll() is None if hasattr(proc, "poll") else proc.is_alive()):
-                    proc.kill()
-            killed += 1
-        done.wait(timeout)  # the shutdown thread returns once its wait() sees the process gone
-    reset = getattr(async_compile, "after_fork", None)  # forgets the pools (and the cached pool)
-    if reset is not None:
-        reset()
-    else:
-        async_compile._pool_set.clear()
-    return killed
+    if done.wait(timeout):
+        return 0
+    sidecars = compile_worker_sidecars()
+    for pid in sidecars:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # (it exited meanwhile)
+            pass
+    done.wait(timeout)  # the handler returns once its wait() sees the sidecar gone
+    return len(sidecars)

@@ -315,7 +315,9 @@ class ReViT(nn.Module):
         if keep is None and self.training and self.depth_dropout > 0:
             keep = sample_keep(z.shape[0], depth, self.depth_dropout)  # on the CPU: no device sync
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
-            weights = self.ffn_weights(self.grid(depth))  # (L, H, D), (L, H), (L, D, H), (L, D)
+            # the grid's merged FFNs, each split into its L steps by one unbind (views: the same numbers; in a
+            # compiled graph its backward is one stack, where L indexings would scatter L zero-padded gradients)
+            weights = [w.unbind(0) for w in self.ffn_weights(self.grid(depth))]  # L x (H, D), (H,), (D, H), (D,)
             for k in range(depth):
                 z = self.step(z, k, depth, weights)
         else:  # elastic depth: each image runs its kept steps only
@@ -424,7 +426,8 @@ class ReViT(nn.Module):
     def step(self, z, k, depth=None, weights=None):
         """Step k (0-based) of a `depth`-step run (default: the trained depth; any depth, the grid
         resampled, sec. 3.2): the shared block with the FFN merged at t_k = k / (L - 1). weights: the
-        grid's merged FFNs (ffn_weights(grid(depth))), when the caller has them. z (B, N(+1), D)."""
+        grid's merged FFNs (ffn_weights(grid(depth)), or each unbound into its L steps as forward holds
+        them), when the caller has them. z (B, N(+1), D)."""
         w1, b1, w2, b2 = self.ffn_weights(self.grid(depth)) if weights is None else weights
         return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
@@ -535,6 +538,8 @@ class ReViT(nn.Module):
         self.grad_checkpointing = enable
         return self
 
+    nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
+
     def _step(self, fn, *args):
         # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
         # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
@@ -542,7 +547,7 @@ class ReViT(nn.Module):
         # so drop_path draws the same masks again.
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
-        return fn(*args)
+        return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
         """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
@@ -576,6 +581,25 @@ class ReViT(nn.Module):
     def log_extras(self):
         """For log.jsonl: the gate table (depth, E) at the training depth."""
         return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
+
+
+# ----------------------------------------------------------------------------- hierarchical compilation
+def nested_compile_region(fn):
+    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
+    mark = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if mark is None else mark(fn)
+
+
+@nested_compile_region
+def apply_step(block, *args):
+    """block(*args): one block application of the recurrence, marked as a nested compile region
+    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
+    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
+    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
+    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
+    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
+    with buffer reuse off and on a torch where that was checked."""
+    return block(*args)
 
 
 class DenseReViT(ReViT):
