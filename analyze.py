@@ -287,7 +287,8 @@ def main_ranks(args):
     ranks.json in --out-dir (default: the checkpoint's folder) and printed as a table."""
     if args.teacher or args.anytime:
         raise Fail(f"--ranks: one analysis per command; drop {'--teacher' if args.teacher else '--anytime'}")
-    model = registry.model_from_checkpoint(args.resume, "--resume", flags.get_parser(), None)
+    model = registry.model_from_checkpoint(read_weights(args.resume, "--resume"), args.resume, "--resume",
+                                           flags.get_parser(), None)
     try:
         res = ranks.expert_ranks(model, args.depth)
     except ValueError as e:

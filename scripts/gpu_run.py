@@ -65,7 +65,7 @@ def plan(dry, py, out, work, data, preset, check_budget=110.0):
         return [("env", 60, [py, "-c", ENV]),
                 ("gpu_check", 240, check + ["--dry-run", "--steps", "2", "--rounds", "1", "--budget-s", "200",
                                             "--paths", "eager,blocks,model"]),
-                ("cifar", 120, cifar + TINY + ["--epochs", "1", "--max-steps", "2", "--device", "cpu",
+                ("cifar", 120, cifar + TINY + ["--epochs", "1", "--warmup-epochs", "0", "--max-steps", "2", "--device", "cpu",
                                                     "--amp", "none"]),
                 ("smoke_224", 120, smoke + ["--dry-run"])]
     return [("env", 30, [py, "-c", ENV]),

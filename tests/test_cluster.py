@@ -571,9 +571,10 @@ def test_a_stop_is_honoured_in_every_phase_of_a_run(tmp_path, capsys, monkeypatc
     with monkeypatch.context() as mp:
         signal_when(mp, evaluation, "evaluate", signal.SIGINT, lambda *a, depth=None, **kw: depth == 2)
         assert status(ev) == exits.PREEMPTED
-    assert "stopped by SIGINT (Ctrl-C) in the evaluation at depth 2 (1 of 2 depths done); nothing was written" \
-        in capsys.readouterr().err
-    assert not (tmp_path / "ev" / "depth_eval.json").exists()
+    assert "stopped by SIGINT (Ctrl-C) in the evaluation at depth 2 (1 of 2 depths done); depth_eval.json holds " \
+        "depth(s) 1; run the same command again" in capsys.readouterr().err
+    # each finished depth is kept before the next starts (issue 62, item 6): depth 1 is there, depth 2 is not
+    assert [r["depth"] for r in json.load(open(tmp_path / "ev" / "depth_eval.json"))["results"]] == [1]
     assert status(job) == 0, capsys.readouterr().err  # the requeue: nothing left to train, the evaluations again
     assert [r["depth"] for r in map(json.loads, open(out / "log.jsonl")) if "depth" in r] == [1, 2, 1, 2, 4]
 

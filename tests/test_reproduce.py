@@ -461,7 +461,7 @@ def test_summarize_gpu_tables_verdicts_added_runs_and_readme(tmp_path, capsys):
     text = readme.read_text()
     table = text.split("<!-- gpu-table -->")[1].split("<!-- /gpu-table -->")[0]
     assert "| vit | 2 | 12 |  | 56.50 ± 0.50 |" in table and "| bvit | 2 | 12 | 46.50 ± 0.50 | 51.50 ± 0.50 |" in table
-    assert "| srvit-r2 |" not in table and "Not run yet (19 arms): bvit-wide," in table and "abc1234 H200" in table
+    assert "| srvit-r2 |" not in table and "Not run yet (21 arms): bvit-wide," in table and "abc1234 H200" in table
     verdicts = text.split("<!-- gpu-verdicts -->")[1]
     assert "| matched FLOPs: the untied ViT beats bViT | Training Crossroads, abstract | vit | bvit | 1x | +5.00 | 6.31 | " \
         "cannot tell (2 of 3 seeds) |" in verdicts  # paired differences +6 and +4: two seeds resolve 6.31

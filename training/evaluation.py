@@ -176,8 +176,11 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
                        "give smaller depths, or a smaller --eval-batch-size")
         if r is None:
             done = "" if args.eval_only else f", after training to step {step}"
-            raise Preempted(stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths "
-                                      f"done{done})"))
+            line = stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths done{done})")
+            if args.eval_only and rows:  # the depths done are in depth_eval.json (written after each)
+                line = line.replace("nothing was written", "depth_eval.json holds depth(s) "
+                                    + ", ".join(str(r["depth"]) for r in rows))
+            raise Preempted(line)
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
         # block evaluations per image: counted by the model if it can (odevit: a step's evaluations), else the depth
         nfe = depth * raw_model.blocks_per_step if hasattr(raw_model, "nfe") else depth
