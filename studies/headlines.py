@@ -89,8 +89,10 @@ def lines():
     if fig2:
         import summarize_fig2
         fr = summarize_fig2.load_runs(fig2[0])
-        out.append(regime + "; **its Fig. 2** (depth vs feature gate): " + both(
-            [(c.key, summarize_fig2.judge(c, fr)[2]) for c in registry.claims_of("fig2")]) + ".")
+        fig2_said = [(c.key, summarize_fig2.judge(c, fr)[2]) for c in registry.claims_of("fig2")]
+        verdicts = ("not run yet" if all(v == "not run" for _, v in fig2_said)
+                    else both(fig2_said))
+        out.append(regime + f"; **its Fig. 2** (depth vs feature gate): {verdicts}.")
     else:
         out.append(regime + "; **its Fig. 2** (depth vs feature gate): not run yet.")
     mini = kept("mini")
