@@ -10,6 +10,14 @@ as model.txt, what studies/summarize_mini.py reads of it), running.json, partial
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
 probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
+
+A chain of runs longer than the time a machine is held (Fig. 2: teacher, students, elastic stage, probes) goes
+on elsewhere from what was kept: --weights ARM/seed<k> ... also keeps those finished runs' weights, the
+model's and its flags only (ckpt.pt without the optimizer's state: the file --teacher, --finetune and probe.py
+read; a third of the checkpoint), so that `cp -r DEST RUNS` and the same reproduce_mini.sh command continue
+the chain from them. Delete them (git rm DEST/ARM/seed<k>/ckpt.pt) once nothing starts from them.
+
+    python studies/keep_results.py runs/fig2 results/revit-fig2 --weights vit/seed2 revit-e4-fig2/seed2
 """
 import argparse
 import json
@@ -17,8 +25,10 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "scripts"), ROOT]
 import provenance  # noqa: E402  (a kept run's commit date)
+from training.exits import Fail  # noqa: E402  (--weights: the reader's one-line failures)
 
 SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock")
 
@@ -71,17 +81,49 @@ def keep(runs, dest):
     return kept
 
 
+def keep_weights(run, out):
+    """Write to `out` the model weights and flags of the rvits checkpoint RUN/ckpt.pt (read through
+    training.weights.read_weights: tensors and plain values only), nothing else: an rvits checkpoint
+    (registry.is_rvits_checkpoint) that --teacher, --finetune and probe.py read as they read the original.
+    Raises training.exits.Fail for an unreadable or non-rvits file."""
+    import torch
+    from training.registry import is_rvits_checkpoint
+    from training.weights import read_weights
+    ck = read_weights(os.path.join(run, "ckpt.pt"), "--weights")
+    if not is_rvits_checkpoint(ck):
+        raise Fail(f"--weights {run}/ckpt.pt: not an rvits checkpoint (model weights and the flags of its run)")
+    tmp = out + ".tmp"
+    torch.save({"model": ck["model"], "args": ck["args"]}, tmp)
+    os.replace(tmp, out)
+
+
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("runs", help="a study's run folder (studies/reproduce_mini.sh's OUT)")
     cli.add_argument("dest", help="where to keep it (results/<study>)")
+    cli.add_argument("--weights", nargs="+", default=[], metavar="ARM/seedK",
+                     help="also keep these finished runs' weights (model and flags, no optimizer) as DEST/ARM/seedK/ckpt.pt, "
+                          "for a chain that continues from them (module docstring)")
     a = cli.parse_args(argv)
+    bad = [w for w in a.weights if not os.path.isfile(os.path.join(a.runs, w, "done.json"))
+           or not os.path.isfile(os.path.join(a.runs, w, "ckpt.pt"))]
+    if bad:
+        sys.stderr.write(f"keep_results.py: error: --weights {bad[0]}: not a finished run with a ckpt.pt in {a.runs}; "
+                         "name finished runs as ARM/seed<k>\n")
+        return 2
     try:
         kept = keep(a.runs, a.dest)
     except FileNotFoundError:
         sys.stderr.write(f"keep_results.py: error: {a.runs} is not a folder; give a study's run folder (runs/mini)\n")
         return 2
-    print(f"kept {len(kept)} finished run(s) of {a.runs} in {a.dest} (no checkpoints)")
+    for w in a.weights:
+        try:
+            keep_weights(os.path.join(a.runs, w), os.path.join(a.dest, w, "ckpt.pt"))
+        except Fail as e:
+            sys.stderr.write(f"keep_results.py: error: {e}\n")
+            return 2
+    print(f"kept {len(kept)} finished run(s) of {a.runs} in {a.dest} ("
+          + (f"the weights of {', '.join(a.weights)}; no other checkpoint)" if a.weights else "no checkpoints)"))
     return 0
 
 

@@ -185,3 +185,32 @@ def test_keep_results_stamps_a_kept_runs_commit_date_for_a_clone_without_history
     if os.path.exists(os.path.join(claims.ROOT, ".git")):
         assert done["commit_date"] == "2026-11-30 09:44" and done["wall_s"] == 1
     assert json.loads((run / "done.json").read_text()) == {"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC"}
+
+
+def test_keep_results_weights_keeps_a_finished_runs_model_and_flags_for_a_chain_to_continue(tmp_path, capsys):
+    """--weights ARM/seed<k>: the kept ckpt.pt holds the model's weights and the run's flags, the same tensors,
+    without the optimizer's state, and reads as an rvits checkpoint (what --teacher, --finetune and probe.py
+    need); a run not finished, or without ckpt.pt, is refused in one line with exit 2; without --weights no
+    checkpoint is kept."""
+    import keep_results
+    import torch
+    from training.registry import is_rvits_checkpoint
+    from training.weights import read_weights
+    run = tmp_path / "runs" / "vit" / "seed2"
+    run.mkdir(parents=True)
+    (run / "done.json").write_text(json.dumps({"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC", "commit_date": "x"}))
+    model = {"head.weight": torch.randn(100, 8), "blocks.0.w": torch.randn(8, 8)}
+    torch.save({"model": model, "args": {"model": "vit", "seed": 2},
+                "optimizer": {"state": {0: {"exp_avg": torch.randn(100, 8)}}}, "step": 3900}, run / "ckpt.pt")
+    runs, kept = str(tmp_path / "runs"), tmp_path / "kept"
+    assert keep_results.main([runs, str(kept)]) == 0
+    assert not (kept / "vit" / "seed2" / "ckpt.pt").exists()
+    assert keep_results.main([runs, str(kept), "--weights", "vit/seed2"]) == 0
+    ck = read_weights(str(kept / "vit" / "seed2" / "ckpt.pt"), "--teacher")
+    assert set(ck) == {"model", "args"} and ck["args"] == {"model": "vit", "seed": 2} and is_rvits_checkpoint(ck)
+    assert all(torch.equal(ck["model"][k], v) for k, v in model.items()) and set(ck["model"]) == set(model)
+    (run / "done.json").unlink()  # unfinished: refused, nothing written
+    capsys.readouterr()
+    assert keep_results.main([runs, str(tmp_path / "other"), "--weights", "vit/seed2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--weights vit/seed2" in err and not (tmp_path / "other").exists()
