@@ -22,7 +22,9 @@ arms continue a fixed-depth run at 0.3 (presets.py says for how long: the paper 
 ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
 `layer_scale` is given); without a class token the readout is global average pooling (GAP: the
 mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
-model: the attention inits (`init=` on the base `init_base=`, as in bvit.py) and `resample_pos_embed`.
+model and its sizes: the attention inits (`init=` on the base `init_base=`, as in bvit.py), the
+nested compile region of a step (`apply_step`), `resample_pos_embed` for other image sizes, and
+`DenseReViT`, the model materialized at a fixed depth (paper 3.1, `ReViT.materialize`).
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
 `python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
@@ -33,7 +35,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-
 
 # ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
@@ -86,6 +87,35 @@ class Attention(nn.Module):
         return self.proj(x.transpose(1, 2).reshape(B, N, D))
 
 
+def take_indices(depth, indices):
+    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
+    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
+    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
+def classification_loss(logits, targets, kind="ce"):
+    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
+    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
+    if kind == "ce":
+        return F.cross_entropy(logits.float(), targets)
+    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
+    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
+
+
+# ----------------------------------------------------------------------------- the reViT step (paper 3.1, 3.2, A.1)
 class ExpertMlp(nn.Module):
     """E expert FFNs Linear(D, H) -> GELU -> Linear(H, D), stacked (paper 3.1): fc1.weight (E, H, D),
     fc1.bias (E, H), fc2.weight (E, D, H), fc2.bias (E, D) (timm's names with an expert axis)."""
@@ -170,34 +200,6 @@ def router_losses(logits, mlp):
     return {"bal": (1 - entropy / math.log(E)).mean(),  # eq. 6
             "z": torch.logsumexp(logits, -1).pow(2).mean(),  # eq. 8
             "div": (cos2.sum() - cos2.diagonal().sum()) / (E * (E - 1))}  # eq. 9: the pairs e < e', twice
-
-
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
-
-
-def classification_loss(logits, targets, kind="ce"):
-    """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
-    indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
-    if kind == "ce":
-        return F.cross_entropy(logits.float(), targets)
-    t = F.one_hot(targets, logits.shape[1]) if targets.ndim == 1 else targets
-    return F.binary_cross_entropy_with_logits(logits.float(), t.float())
 
 
 # ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
@@ -336,6 +338,27 @@ class ReViT(nn.Module):
             self.aux.update({f"{k}_loss": v.detach() for k, v in reg.items()})
         return logits, loss
 
+    # ----------------------------------------------------- the router: t_k, g(t), W(t) (3.1, A.1) and eq. 6-9
+    def grid(self, depth=None):
+        """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
+        depth = depth or self.depth
+        return torch.arange(depth, device=self.pos_embed.device, dtype=torch.float32) / max(depth - 1, 1)
+
+    def route(self, t):
+        """Router logits (U, E) at coordinates t (U,); zeros (gate 1) for a single expert."""
+        if self.router is None:
+            return t.new_zeros(len(t), 1)
+        return self.router(t[:, None].to(self.router[0].weight.dtype))  # (U, 1) -> (U, E)
+
+    def ffn_weights(self, t):
+        """Merged FFN weights at coordinates t (U,): w1 (U, H, D), b1 (U, H), w2 (U, D, H), b2 (U, D)."""
+        return self.blocks[0].mlp.merge(self.route(t).float().softmax(-1))
+
+    def regularizers(self, depth=None):
+        """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
+        return router_losses(self.route(self.grid(depth)).float(), self.blocks[0].mlp)  # logits (L, E)
+
+    # ----------------------------------------------------- elastic depth: each image runs its kept steps
     def elastic(self, z, keep):
         """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
         runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
@@ -365,35 +388,7 @@ class ReViT(nn.Module):
         weights = self.ffn_weights(to_device(uniq, z.device))  # (U, H, D), (U, H), (U, D, H), (U, D)
         return z.index_copy(0, rows, self.blocks[0].grouped(z[rows], *weights, groups))  # 4.
 
-    def grid(self, depth=None):
-        """Normalized depths t_k = k / (L - 1) of the L steps (t = 0 when L = 1): (L,)."""
-        depth = depth or self.depth
-        return torch.arange(depth, device=self.pos_embed.device, dtype=torch.float32) / max(depth - 1, 1)
-
-    def route(self, t):
-        """Router logits (U, E) at coordinates t (U,); zeros (gate 1) for a single expert."""
-        if self.router is None:
-            return t.new_zeros(len(t), 1)
-        return self.router(t[:, None].to(self.router[0].weight.dtype))  # (U, 1) -> (U, E)
-
-    @torch.no_grad()
-    def gates(self, depth=None):
-        """Expert weights g(t_k) of the grid of `depth` steps: (L, E), rows sum to 1."""
-        return self.route(self.grid(depth)).float().softmax(-1)
-
-    def ffn_weights(self, t):
-        """Merged FFN weights at coordinates t (U,): w1 (U, H, D), b1 (U, H), w2 (U, D, H), b2 (U, D)."""
-        return self.blocks[0].mlp.merge(self.route(t).float().softmax(-1))
-
-    def regularizers(self, depth=None):
-        """The E > 1 regularizers of the class docstring on the grid of `depth`: dict of scalars."""
-        return router_losses(self.route(self.grid(depth)).float(), self.blocks[0].mlp)  # logits (L, E)
-
-    @torch.no_grad()
-    def materialize(self, depth=None):
-        """A plain model for fixed-depth deployment (paper 3.1): L dense FFNs merged once, no router."""
-        return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
-
+    # ----------------------------------------------------- embedding and readout
     def embed(self, x):
         """(B, C, H, W) -> tokens (B, N(+1), D) with class token and position embedding; another
         H x W only with dynamic_img_size (pos_embed resampled to the (H/p, W/p) grid, as timm)."""
@@ -412,6 +407,12 @@ class ReViT(nn.Module):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1+N, D)
         return x + pos
+
+    def classify(self, z):
+        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes);
+        num_classes=0 (no head, as timm): the pooled features (B, D)."""
+        z = self.norm(z)
+        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- anytime: the recurrence one step at a time
     # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
@@ -434,12 +435,6 @@ class ReViT(nn.Module):
     def readout(self, z):
         """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
         return self.classify(z)
-
-    def classify(self, z):
-        """timm's readout: norm, class token (or token mean), fc_norm, head: (B, N(+1), D) -> (B, classes);
-        num_classes=0 (no head, as timm): the pooled features (B, D)."""
-        z = self.norm(z)
-        return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- timm's features API, on the anytime members
     # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
@@ -489,6 +484,21 @@ class ReViT(nn.Module):
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
             else nn.Identity()
+
+    # ----------------------------------------------------- the gate table and deployment
+    @torch.no_grad()
+    def gates(self, depth=None):
+        """Expert weights g(t_k) of the grid of `depth` steps: (L, E), rows sum to 1."""
+        return self.route(self.grid(depth)).float().softmax(-1)
+
+    def log_extras(self):
+        """For log.jsonl: the gate table (depth, E) at the training depth."""
+        return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
+
+    @torch.no_grad()
+    def materialize(self, depth=None):
+        """A plain model for fixed-depth deployment (paper 3.1): L dense FFNs merged once, no router."""
+        return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
     def _init_weights(self, init, base):
@@ -578,67 +588,6 @@ class ReViT(nn.Module):
         per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
         return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
 
-    def log_extras(self):
-        """For log.jsonl: the gate table (depth, E) at the training depth."""
-        return {"gates": [[round(v, 4) for v in row] for row in self.gates().tolist()]}
-
-
-# ----------------------------------------------------------------------------- hierarchical compilation
-def nested_compile_region(fn):
-    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
-    mark = getattr(torch.compiler, "nested_compile_region", None)
-    return fn if mark is None else mark(fn)
-
-
-@nested_compile_region
-def apply_step(block, *args):
-    """block(*args): one block application of the recurrence, marked as a nested compile region
-    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
-    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
-    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
-    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
-    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
-    with buffer reuse off and on a torch where that was checked."""
-    return block(*args)
-
-
-class DenseReViT(ReViT):
-    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
-    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
-    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
-
-    def __init__(self, src: ReViT, depth: int):
-        super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
-        H = int(src.embed_dim * src.mlp_ratio)
-        self.blocks[0].mlp = ExpertMlp(src.embed_dim, H, depth)
-        state = {k: v for k, v in src.state_dict().items() if not k.startswith(("router.", "blocks.0.mlp."))}
-        for name, w in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"),
-                           src.ffn_weights(src.grid(depth))):
-            state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
-        self.load_state_dict(state, strict=True)
-
-    def forward(self, x, targets=None, depth=None):
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        z = self.embed(x)
-        for k in range(self.depth):
-            z = self.step(z, k)
-        logits = self.classify(z)
-        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
-
-    def step(self, z, k, depth=None, weights=None):
-        """Step k of its depth: the shared block with slot k's FFN (blocks.0.mlp, (L, ...) tensors)."""
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
-        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
-
-    def grid_weights(self, depth):
-        """Its L stored FFNs (the slots step k reads), for its own depth only."""
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        return self.blocks[0].mlp.tensors()
-
 
 # Named configurations (the ViT/DeiT sizes Ti, S, B, L): one shared block, E = 4 experts unless given (paper's main E).
 def revit_ti(**kw): return ReViT(**{"embed_dim": 192, "num_heads": 3, "depth": 12, **kw})
@@ -726,6 +675,25 @@ def init_attention_(attn, init, pos, grid):
     attn.proj.weight.copy_(r.T)
 
 
+# ----------------------------------------------------------------------------- hierarchical compilation
+def nested_compile_region(fn):
+    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
+    mark = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if mark is None else mark(fn)
+
+
+@nested_compile_region
+def apply_step(block, *args):
+    """block(*args): one block application of the recurrence, marked as a nested compile region
+    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
+    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
+    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
+    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
+    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
+    with buffer reuse off and on a torch where that was checked."""
+    return block(*args)
+
+
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
@@ -744,3 +712,42 @@ def resample_pos_embed(pos_embed, grid, num_prefix):
     patches = F.interpolate(patches, size=tuple(grid), mode="bicubic", align_corners=False, antialias=True)
     patches = patches.permute(0, 2, 3, 1).reshape(1, -1, D).to(pos_embed.dtype)  # (1, gh*gw, D)
     return torch.cat([prefix, patches], dim=1)
+
+
+# ----------------------------------------------------------------------------- fixed-depth deployment (paper 3.1)
+class DenseReViT(ReViT):
+    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
+    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
+    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
+
+    def __init__(self, src: ReViT, depth: int):
+        super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
+        H = int(src.embed_dim * src.mlp_ratio)
+        self.blocks[0].mlp = ExpertMlp(src.embed_dim, H, depth)
+        state = {k: v for k, v in src.state_dict().items() if not k.startswith(("router.", "blocks.0.mlp."))}
+        for name, w in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"),
+                           src.ffn_weights(src.grid(depth))):
+            state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
+        self.load_state_dict(state, strict=True)
+
+    def forward(self, x, targets=None, depth=None):
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        z = self.embed(x)
+        for k in range(self.depth):
+            z = self.step(z, k)
+        logits = self.classify(z)
+        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
+
+    def step(self, z, k, depth=None, weights=None):
+        """Step k of its depth: the shared block with slot k's FFN (blocks.0.mlp, (L, ...) tensors)."""
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
+        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
+
+    def grid_weights(self, depth):
+        """Its L stored FFNs (the slots step k reads), for its own depth only."""
+        if depth not in (None, self.depth):
+            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
+        return self.blocks[0].mlp.tensors()
