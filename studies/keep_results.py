@@ -8,7 +8,7 @@ Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>
 trains: checkpoints (*.pt), train.log (of which its model line, "MODEL: P M params, F GFLOPs/img, ...", is kept
 as model.txt, what studies/summarize_mini.py reads of it), running.json, partial.json, .lock. A summarizer reads a kept run like a
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
-probe_*.json, alignment.json, anytime.json); what it has not cached needs the checkpoint and is gone.
+probe_*.json, alignment.json, anytime.json, steps.json, cka.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
 
 A chain of runs longer than the time a machine is held (Fig. 2: teacher, students, elastic stage, probes) goes
