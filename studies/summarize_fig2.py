@@ -46,21 +46,34 @@ def load_runs(root):
     return runs
 
 
-def measure(runs, data_dir, tasks, extra=()):
+def claimed(claims=None):
+    """{(arm, task, relative depth)} that the registered Fig. 2 claims read (`claims`: default, the registry's
+    study "fig2"): what --claims-only measures (the linear probe at each claimed depth, the segmentation probe at
+    L), a fraction of the whole table's cost."""
+    out = set()
+    for c in claims if claims is not None else registry.claims_of("fig2"):
+        task = METRIC[c.metric][0]
+        out |= {(c.a, task, c.depth), (c.b, task, c.depth if c.depth_b is None else c.depth_b)}
+    return out
+
+
+def measure(runs, data_dir, tasks, extra=(), only=None):
     """Run the probes not cached yet: each run at each of its --eval-depths, each of `tasks` (`extra`: more
-    probe.py flags, e.g. a smoke test's --num-train)."""
+    probe.py flags, e.g. a smoke test's --num-train); with `only` (claimed()), just the (arm, task, relative
+    depth) it names. Seed by seed, so that an interrupted call has finished whole seeds' probes (each cached)."""
     import probe
-    for arm, rs in runs.items():
-        for r in rs:
-            for depth in r["args"]["eval_depths"]:
-                for task in tasks:
-                    if f"probe_{task}_depth{depth}" not in r:
-                        print(f"probe {task} at depth {depth}: {arm} seed {r['seed']}", flush=True)
-                        if probe.cli(["--weights", os.path.join(r["dir"], "ckpt.pt"), "--preset", f"c100-probe-{task}",
-                                      "--depth", str(depth), "--data-dir", data_dir, "--out-dir", r["dir"], "--seed", "0", *extra]):
-                            fail(f"probe.py failed on {r['dir']}")
-                        r[f"probe_{task}_depth{depth}"] = json.load(
-                            open(os.path.join(r["dir"], f"probe_{task}_depth{depth}.json")))
+    for arm, r in sorted(((arm, r) for arm, rs in runs.items() for r in rs), key=lambda x: x[1]["seed"]):
+        for depth in r["args"]["eval_depths"]:
+            for task in tasks:
+                wanted = only is None or any(abs(depth - rel * r["args"]["depth"]) < 1e-9
+                                             for a, t, rel in only if a == arm and t == task)
+                if wanted and f"probe_{task}_depth{depth}" not in r:
+                    print(f"probe {task} at depth {depth}: {arm} seed {r['seed']}", flush=True)
+                    if probe.cli(["--weights", os.path.join(r["dir"], "ckpt.pt"), "--preset", f"c100-probe-{task}",
+                                  "--depth", str(depth), "--data-dir", data_dir, "--out-dir", r["dir"], "--seed", "0", *extra]):
+                        fail(f"probe.py failed on {r['dir']}")
+                    r[f"probe_{task}_depth{depth}"] = json.load(
+                        open(os.path.join(r["dir"], f"probe_{task}_depth{depth}.json")))
 
 
 def score(r, metric, rel):
@@ -141,6 +154,8 @@ def main(argv=None):
     cli.add_argument("--data-dir", default=os.environ.get("RVITS_DATA", "../shared/data"))
     cli.add_argument("--tasks", default=",".join(TASKS), help="probes to measure (default: linear,seg,depth)")
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
+    cli.add_argument("--claims-only", action="store_true", help="measure only the probes the registered claims read "
+                     "(linear at each claimed depth, seg at L): the table's other cells stay empty")
     cli.add_argument("--num-train", type=flags.positive(int), help="probe.py --num-train (a smoke test: fewer images, not the protocol)")
     cli.add_argument("--num-test", type=flags.positive(int), help="probe.py --num-test (a smoke test)")
     a = cli.parse_args(argv)
@@ -150,7 +165,7 @@ def main(argv=None):
     runs = study_runs(a.runs, load_runs, ARMS, "ARMS=fig2 bash studies/reproduce_mini.sh", "summarize_fig2.py")
     if not a.no_measure:
         extra = [x for k in ("num_train", "num_test") if getattr(a, k) for x in (f"--{k.replace('_', '-')}", str(getattr(a, k)))]
-        measure(runs, a.data_dir, tasks, extra)
+        measure(runs, a.data_dir, tasks, extra, claimed() if a.claims_only else None)
     text = blocks(runs)
     with open(os.path.join(a.runs, "fig2.md"), "w") as f:
         f.write("# The reViT paper's Fig. 2 at CPU scale\n\n" + text + "\n")

@@ -214,3 +214,30 @@ def test_keep_results_weights_keeps_a_finished_runs_model_and_flags_for_a_chain_
     assert keep_results.main([runs, str(tmp_path / "other"), "--weights", "vit/seed2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--weights vit/seed2" in err and not (tmp_path / "other").exists()
+
+
+def test_fig2_claims_only_measures_what_the_registered_claims_read_seed_by_seed(tmp_path, monkeypatch):
+    """--claims-only (claimed()): the linear probe at each depth a claim reads and the segmentation probe at L, no
+    other probe and depth; seeds in order; a cached probe is not measured again."""
+    import probe
+    calls = []
+
+    def fake_cli(argv):
+        out, depth, task = argv[argv.index("--out-dir") + 1], int(argv[argv.index("--depth") + 1]), argv[3][11:]
+        calls.append((os.path.basename(os.path.dirname(out)), task, depth, out[-1]))
+        with open(os.path.join(out, f"probe_{task}_depth{depth}.json"), "w") as f:
+            json.dump({"top1": 1.0, "miou": 1.0}, f)
+        return 0
+    monkeypatch.setattr(probe, "cli", fake_cli)
+    for seed in (1, 0):
+        fig2_run(tmp_path, "revit-e4-fig2-elastic", seed, {6: 30.0} if seed == 0 else {})
+        fig2_run(tmp_path, "revit-smear-fig2-elastic", seed, {})
+    runs = summarize_fig2.load_runs(str(tmp_path))
+    summarize_fig2.measure(runs, "data", ("linear", "seg", "depth"), only=summarize_fig2.claimed())
+    e4 = {(t, d) for a, t, d, s in calls if a == "revit-e4-fig2-elastic" and s == "1"}
+    assert e4 == {("linear", 4), ("linear", 6), ("linear", 8), ("linear", 12), ("seg", 6)}
+    smear = {(t, d) for a, t, d, s in calls if a == "revit-smear-fig2-elastic" and s == "0"}
+    assert smear == {("linear", 6), ("linear", 12), ("seg", 6)}
+    assert ("revit-e4-fig2-elastic", "linear", 6, "0") not in calls  # cached
+    assert [s for *_, s in calls] == sorted(s for *_, s in calls)  # seed 0's probes first
+    assert len(calls) == 15
