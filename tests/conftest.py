@@ -42,3 +42,44 @@ def pytest_collection_modifyitems(config, items):
         order_items(items, config.getoption("--test-order"))
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+
+
+class HostReads:
+    """Records every read of a tensor's value by the host inside the block (.item(), bool(), ==, a copy to the
+    CPU): on a GPU each is a sync that stops the host from queueing work ahead; a CPU stand-in for
+    torch.cuda.set_sync_debug_mode("error") (tests/test_speed.py, tests/test_step_logs.py: `from conftest import
+    HostReads`). With meta=True the tensors under test live on the `meta` device (a GPU-like device without data):
+    only reads of those are recorded, each answered with zeros."""
+    READS = ("_local_scalar_dense", "is_nonzero", "equal", "item")
+
+    def __init__(self, meta=False):
+        self.meta = meta
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        import torch
+        seen = self.seen = []
+        meta, reads = self.meta, self.READS
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                name = func.__name__.split(".")[0]
+                if not meta:
+                    if name in reads:
+                        seen.append(func.__name__)
+                    return func(*args, **kwargs)
+                if args and torch.is_tensor(args[0]) and args[0].is_meta:
+                    if name == "_to_copy" and kwargs.get("device", torch.device("meta")) != torch.device("meta"):
+                        seen.append(name)
+                        return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+                    if name == "_local_scalar_dense":
+                        seen.append(name)
+                        return 0
+                return func(*args, **kwargs)
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from conftest import HostReads
 
 import data
 from training import optim, registry
@@ -333,28 +334,6 @@ def test_compile_scope_model_is_refused_where_the_forward_is_not_one_graph_and_a
     assert kernels.compile_for_training(plain, "blocks") is plain
     whole = kernels.compile_for_training(bvit.BViT(**kw), "model")
     assert whole.__class__ is not bvit.BViT and whole._orig_mod.__class__ is bvit.BViT  # torch.compile's wrapper
-
-
-class HostReads:
-    """Records every read of a tensor's value by the host (.item(), bool(), ==) inside the block: on a
-    GPU each is a sync that stops the host from queueing work ahead. A CPU stand-in for
-    torch.cuda.set_sync_debug_mode("error")."""
-
-    def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        seen = self.seen = []
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func.__name__.split(".")[0] in ("_local_scalar_dense", "is_nonzero", "equal", "item"):
-                    seen.append(func.__name__)
-                return func(*args, **(kwargs or {}))
-        self.mode = Mode()
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
 
 
 def snapshot(model, opt):

@@ -9,6 +9,7 @@ import types
 
 import pytest
 import torch
+from conftest import HostReads
 
 import train
 from training import figures, monitor, optim
@@ -44,34 +45,6 @@ def test_step_records_every_n_steps_with_the_rate_each_step_used_and_the_epoch_r
         [{k: v for k, v in r.items() if k not in timing} for r in epoch]
 
 
-class FakeReads:
-    """A CPU stand-in for a GPU that counts the host's reads: the loop's tensors live on the `meta` device
-    (no data), and every read of one (a copy to the CPU, .item()) is recorded and answered with zeros."""
-
-    def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        seen = self.seen = []
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                name = func.__name__.split(".")[0]
-                if name in ("_to_copy", "_local_scalar_dense") and args[0].is_meta and \
-                        kwargs.get("device", torch.device("meta")) != torch.device("meta"):
-                    seen.append(name)
-                    return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
-                if name == "_local_scalar_dense" and args[0].is_meta:
-                    seen.append(name)
-                    return 0
-                return func(*args, **kwargs)
-        self.mode = Mode()
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
-
-
 def gpu_monitor(tmp_path, log_every):
     """A Monitor as train.py builds it, for a run on a GPU-like device (meta: reads every CHECK_EVERY steps)."""
     args = types.SimpleNamespace(workers=0, save_every=None, max_nonfinite=20, model="bvit", preset=None,
@@ -97,7 +70,7 @@ def test_a_step_record_reads_the_device_at_its_steps_only(tmp_path, log_every):
         loss, bad = torch.empty((), device="meta"), torch.empty((), device="meta")
         opt.grad_norm = torch.empty((), device="meta")
         sums.images += 8
-        with FakeReads() as r:
+        with HostReads(meta=True) as r:
             m.after_step(step, 0, step, loss, bad, sums)
         if r.seen:
             reads[step] = len(r.seen)
