@@ -311,7 +311,7 @@ for size in "sbl":
         AIMS[f"in1k-revit-{size}16-e{e}"] = f"{top1} (reViT Table 5" + (", Table 1)" if e == 4 else ")")
 # The paper's number each preset aims at (train.py prints it with the preset and in --list-presets).
 PAPER = {name: "none (an arm of a claim, README \"Results\")" for name in PRESETS}
-PAPER["cpu-first-bvit"] = "none (README's first number: top-1 7.30 %, top-5 25.29 % on CPU-2, Intel Xeon)"
+PAPER["cpu-first-bvit"] = "none (README's first number: top-1 7.30 %, top-5 25.29 % on an Intel Xeon and on CPU-2, AMD EPYC)"
 for size in "sbl":
     arms = [("vit", "ViT", {}), ("bvit", "bViT", {}), ("bvit", "Raptor-like bViT", {"k": 4})]
     arms += [("revit", "reViT", {"experts": e}) for e in (1, 2, 3, 4, 8) if e != 3 or size == "s"]  # E=3: Table 5, S
@@ -450,7 +450,7 @@ PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, 
 # of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": docs/presets.md's ImageNet
 # GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
 TIMES = {name: ("?", "?") for name in PRESETS}
-TIMES["cpu-first-bvit"] = ("4.2 min alone", "?")  # README's first run alone on the cores: 254 s wall on the AMD EPYC
+TIMES["cpu-first-bvit"] = ("3.2 min", "?")  # README's first run: 190 s wall on CPU-2 (AMD EPYC) at 98ab1d2, one thread beside two runs
 # (issue 41's new-user trial, 2026-12-01; 2 min 46 s on the Intel Xeon, README's first run)
 MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.2, "bvit-ds": 18.9,
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5,

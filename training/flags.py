@@ -7,6 +7,7 @@ what a flag left out stands for). Which flags a model reads, and which shape it,
 resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
+import difflib
 import importlib.util
 import json
 import math
@@ -553,8 +554,10 @@ def parse_args(p, argv=None):
     preset = args.preset if args.preset is not None else config.get("preset")
     if preset is not None:
         if preset not in PRESETS:
+            close = difflib.get_close_matches(preset, PRESETS, n=3, cutoff=0.6)
             p.error(f"--preset {preset} is unknown{f' (in --config {args.config})' if args.preset is None else ''}; "
-                    f"allowed: {', '.join(PRESETS)}")
+                    + (f"did you mean {' or '.join(close)}? " if close else "")
+                    + f"python train.py --list-presets lists all {len(PRESETS)} (--list-presets WORD: those matching it)")
         p.set_defaults(**PRESETS[preset][1])
     actions = {a.dest: a for a in p._actions}
     below = {k: parsed_default(actions[k], p.get_default(k)) for k in config}  # what the file's values replace
