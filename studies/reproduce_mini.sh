@@ -163,14 +163,25 @@ for group in first rest dependent last; do  # last: LoopVAE's Transformer-core a
   done
 done
 echo "${#queue[@]} run(s) to do, $JOBS at a time, in $OUT"
-for job in "${queue[@]}"; do
-  src=$(needs "${job% *}")
-  if [ -n "$src" ]; then  # the arm it starts from may still be training in this call
-    while [ ! -f "$OUT/$src/seed${job##* }/done.json" ] && [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
-  fi
+todo=("${queue[@]}")  # started in order, each as soon as a lane is free and the run it starts from has finished:
+while [ ${#todo[@]} -gt 0 ]; do  # a later seed's runs fill a lane while an earlier chain waits for its stage
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  next=-1
+  for i in "${!todo[@]}"; do
+    # shellcheck disable=SC2086
+    set -- ${todo[$i]}
+    src=$(needs "$1")
+    if [ -z "$src" ] || [ -f "$OUT/$src/seed$2/done.json" ]; then next=$i; break; fi
+  done
+  if [ "$next" -lt 0 ]; then
+    if [ "$(jobs -rp | wc -l)" -gt 0 ]; then wait -n; continue; fi
+    for job in "${todo[@]}"; do run_one $job; done  # nothing runs: what they start from failed (each says so)
+    break
+  fi
   # shellcheck disable=SC2086
-  run_one $job &
+  run_one ${todo[$next]} &
+  unset 'todo[next]'
+  todo=("${todo[@]}")
   sleep 1
 done
 wait

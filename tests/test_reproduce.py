@@ -166,7 +166,7 @@ def test_reproduce_mini_fig2_trains_the_teacher_then_both_students_of_it_then_th
     stage whose student has not finished is refused before anything runs."""
     data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
     out = tmp_path / "fig2"
-    env = dict(os.environ, OUT=str(out), SEEDS="1", ARMS="fig2", JOBS="1", DATA=data_dir, EXTRA="--max-steps 1 "
+    env = dict(os.environ, OUT=str(out), SEEDS="1", ARMS="fig2", JOBS="2", DATA=data_dir, EXTRA="--max-steps 1 "
                "--batch-size 8 --val-subset 16 --eval-batch-size 16 --embed-dim 16 --num-heads 2 --eval-depths 6")
     script = os.path.join(ROOT, "studies", "reproduce_mini.sh")
     r = subprocess.run(["bash", script], env=dict(env, ARMS="revit-smear-fig2-elastic"), capture_output=True,
