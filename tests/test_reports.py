@@ -28,17 +28,47 @@ def lines(capsys):
 
 
 def full_disk_at(monkeypatch, name):
-    """Every write of the run's file `name` (exits.write) fails as on a full disk."""
+    """Every write of the run's file `name` (exits.write; a whole file goes to NAME.tmp first) fails as on a full
+    disk."""
     real = open
 
     def fake(path, *a, **kw):
-        if os.path.basename(str(path)) == name:
+        if os.path.basename(str(path)) in (name, name + ".tmp"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(path, *a, **kw)
     monkeypatch.setattr(exits, "open", fake, raising=False)
 
 
 # ----------------------------------------------------------------------------- writes that fail
+def test_a_whole_file_write_that_fails_midway_keeps_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
+    """exits.write of a whole file: written to PATH.tmp and renamed, so a full disk (or a signal) mid-write keeps the
+    previous file whole (depth_eval.json keeps the depths before) and leaves no PATH.tmp; an append is unchanged."""
+    path = tmp_path / "depth_eval.json"
+    exits.write(str(path), '{"results": [1]}', "kept")
+    real = open
+
+    class Half:  # writes half the text, then the disk is full
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(exits, "open", lambda p, *a, **kw: Half(real(p, *a, **kw)), raising=False)
+    with pytest.raises(exits.Fail, match="depth_eval.json failed .No space left on device.; free space in .*; kept"):
+        exits.write(str(path), '{"results": [1, 2, 3, 4]}', "kept")
+    assert path.read_text() == '{"results": [1]}' and os.listdir(tmp_path) == ["depth_eval.json"]
+    monkeypatch.undo()
+    exits.write(str(path), "\n", "kept", append=True)
+    assert path.read_text() == '{"results": [1]}\n'
+
+
 def test_a_full_disk_at_the_log_keeps_the_epoch_in_the_checkpoint(tmp_path, capsys, monkeypatch):
     full_disk_at(monkeypatch, "log.jsonl")
     out = tmp_path / "o"

@@ -121,14 +121,29 @@ def stopping(stop, ddp, device):
 
 
 def write(path, text, kept, append=False):
-    """Write (append: add) `text` to the run's file `path`. A write that fails (a full disk, a folder
-    that became read-only) raises Fail: one line naming the file, what the run keeps (`kept`, e.g.
-    Stop.kept()) and how to continue, never a traceback."""
+    """Write (append: add) `text` to the run's file `path`. A whole file is written to PATH.tmp and renamed over
+    `path`, so a run ended mid-write (a signal, a full disk) keeps the previous file whole (depth_eval.json,
+    rewritten after each depth, keeps the depths before). A write that fails (a full disk, a folder that became
+    read-only) raises Fail: one line naming the file, what the run keeps (`kept`, e.g. Stop.kept()) and how to
+    continue, never a traceback; the partial PATH.tmp is removed."""
+    if append:
+        try:
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError as e:
+            raise cannot_write(path, e, kept)
+        return
+    tmp = path + ".tmp"
     try:
-        with open(path, "a" if append else "w") as f:
+        with open(tmp, "w") as f:
             f.write(text)
-    except OSError as e:
-        raise cannot_write(path, e, kept)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise cannot_write(path, e, kept)
+        raise
 
 
 def cannot_write(path, e, kept):
