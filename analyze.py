@@ -38,6 +38,7 @@ import data
 from analysis import alignment, anytime, loops, ranks, steps
 from training import flags, registry
 from training.weights import read_weights
+from training.evaluation import depth_problem
 from training.exits import Fail, printable_output
 from training.figures import pyplot
 
@@ -209,6 +210,9 @@ def main(argv=None):
     if not args.out_dir:
         raise Fail("the following arguments are required: --out-dir")
     model, val_set, run = load(args)
+    too_deep = args.depth and depth_problem("--depth", [args.depth], run)
+    if too_deep:
+        raise Fail(too_deep)
     if args.teacher:
         return main_alignment(args, model, val_set, run)
     if args.anytime:
@@ -287,8 +291,11 @@ def main_ranks(args):
     ranks.json in --out-dir (default: the checkpoint's folder) and printed as a table."""
     if args.teacher or args.anytime:
         raise Fail(f"--ranks: one analysis per command; drop {'--teacher' if args.teacher else '--anytime'}")
-    model = registry.model_from_checkpoint(read_weights(args.resume, "--resume"), args.resume, "--resume",
-                                           flags.get_parser(), None)
+    ck = read_weights(args.resume, "--resume")
+    model = registry.model_from_checkpoint(ck, args.resume, "--resume", flags.get_parser(), None)
+    too_deep = args.depth and depth_problem("--depth", [args.depth], ck["args"])
+    if too_deep:
+        raise Fail(too_deep)
     try:
         res = ranks.expert_ranks(model, args.depth)
     except ValueError as e:

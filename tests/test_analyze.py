@@ -251,6 +251,11 @@ def test_bad_checkpoints_are_one_line_and_exit_2(tmp_path, capsys, checkpoints):
     torch.save(ck, tmp_path / "mismatch.pt")
     assert "do not fit" in one_error_line(capsys, ["--resume", str(tmp_path / "mismatch.pt")] + out)
     assert "--num-images" in one_error_line(capsys, ["--resume", checkpoints["bvit"][0], "--num-images", "0"] + out)
+    for extra in ([], ["--ranks"]):  # beyond 32x the trained depth (as --eval-depths): refused before any work
+        ckpt = checkpoints["revit"][0]
+        err = one_error_line(capsys, ["--resume", ckpt, "--depth", "129"] + extra + out)
+        assert "--depth 129: at most 32x the trained depth 4 (128)" in err
+    assert analyze.cli(["--resume", checkpoints["revit"][0], "--ranks", "--depth", "128", "--out-dir", str(tmp_path)]) == 0
 
 
 @pytest.mark.slow

@@ -123,11 +123,17 @@ def check_eval_depths(args):
     time grows with its depth (depth L costs L / trained of the trained depth's evaluation), and so does
     reViT's memory: its FFN is merged for every step, once per forward (reViT's depth 100000 asked 26 GB of
     a GPU). 32x takes the studies' 4x and --eval-only's default 8x with room; deeper is a study of its own."""
-    trained = trained_depth(args)
+    return depth_problem("--eval-depths", args.eval_depths or [], args)
+
+
+def depth_problem(flag, depths, run):
+    """The first of `depths` (flag `flag`: --eval-depths, analyze.py's --depth) beyond EVAL_DEPTH_LIMIT x the
+    trained depth of `run` (resolved flags: a Namespace or a dict) as one line naming the flag, else None."""
+    trained = trained_depth(run)
     most = EVAL_DEPTH_LIMIT * trained
-    over = [d for d in args.eval_depths or [] if d > most]
+    over = [d for d in depths if d > most]
     if over:
-        return (f"--eval-depths {over[0]}: at most {EVAL_DEPTH_LIMIT}x the trained depth {trained} ({most}): an "
+        return (f"{flag} {over[0]}: at most {EVAL_DEPTH_LIMIT}x the trained depth {trained} ({most}): an "
                 "evaluation's time grows with its depth, and reViT's memory too (its FFN merged for every step); give "
                 f"depths up to {most}")
     return None
