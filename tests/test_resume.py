@@ -46,6 +46,25 @@ def test_resuming_into_the_folder_of_another_run_is_refused_and_leaves_it_untouc
     assert [r["epoch"] for r in records(empty)] == [1]
 
 
+def test_flags_restored_from_a_checkpoint_are_checked_as_given_ones(tmp_path, job, capsys):
+    """A checkpoint's saved flags go through the flags' own checks (types, choices) when --resume restores them: a
+    changed file with --mlp-ratio nan or an unknown --solver is one line naming the file and the flag, exit 2 (before:
+    the run built its model from the value)."""
+    import torch
+    assert train.cli(job + ["--max-steps", "1", "--out-dir", str(tmp_path / "A")]) == 0
+    ck = torch.load(tmp_path / "A" / "ckpt.pt", weights_only=True)
+    for key, value, said in (("mlp_ratio", float("nan"), "its saved --mlp-ratio: expected a finite number, got 'nan'"),
+                             ("solver", "bogus", "its saved --solver: 'bogus' is not one of")):
+        bad = tmp_path / f"bad_{key}.pt"
+        torch.save({**ck, "args": {**ck["args"], key: value}}, bad)
+        capsys.readouterr()
+        assert train.cli(job + ["--resume", str(bad), "--max-steps", "2", "--out-dir", str(tmp_path / key)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--resume {bad}: {said}" in err[0], err
+        assert not (tmp_path / key).exists()
+    assert train.cli(job + ["--resume", str(tmp_path / "A" / "ckpt.pt"), "--max-steps", "2"]) == 0  # an intact one
+
+
 def test_a_refused_resume_leaves_nothing_behind(tmp_path, job, capsys):
     """A --resume refused in the set-up (here a flag that changes the model) creates no output folder and no
     .lock (before: an empty folder holding .lock); nor does a refused --eval-only."""

@@ -764,8 +764,12 @@ def checkpoint_args(p, args, path, keep, flag):
         return args  # --finetune from a plain state dict: the command line describes the model
     saved = ck["args"]
     through = linked(named)  # set through a flag that was given
+    actions = {a.dest: a for a in p._actions}
     for k, v in saved.items():
         if hasattr(args, k) and k not in named and k not in through and keep(k):
+            a = actions.get(k)
+            if a is not None and (a.type or a.choices) and v is not None:  # checked as its command-line text is
+                config_value(p, a, v, f"{flag} {path}: its saved {a.option_strings[0]}")  # (a changed file: exit 2)
             setattr(args, k, v)
     args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
     if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
