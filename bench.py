@@ -28,6 +28,9 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
                                         compile region; goal <= 1.2); CPU seconds on the CPU (compile_seconds)
   bvit_blocks_compile_d48_over_d12      the same on the regional path (--compile-scope blocks; up to
                                         commit 6162896 the key bvit_compile_time_d48_over_d12)
+  block_{while_loop,unrolled}_compile_d48_over_d12  (--only loop_compile) the same for one bViT block's
+                                        training call stepped by torch.while_loop / a Python loop; the note:
+                                        gradients vs eager, and on CUDA whether the call syncs the host
   revit_dynamic_over_materialized_b1/_b64  inference latency of dynamic reViT / its materialized model
   loader_over_model_img_per_s           CIFAR loader images/s / the model's training images/s
   imagefolder_img_per_s                 image-folder loader, CPU workers (PIL), 224 px (absolute)
@@ -44,8 +47,8 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
                                         operating point in DIR/anytime.json (analyze.py --anytime: top-1
                                         within 0.5 points of full depth) over the fixed-depth forward of
                                         the checkpoint DIR/ckpt.pt, on its first 512 validation images
-On the CPU the default set leaves out cifar_preset, timm_compiled and loopvae (CPU_ON_REQUEST; --only
-runs them). Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
+On the CPU the default set leaves out cifar_preset, timm_compiled and loopvae (CPU_ON_REQUEST), and every
+default set loop_compile (ON_REQUEST); --only runs them. Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
 loops: many steps per timing and one sync, as train.py queues them). --json is rewritten after
 every key, so a run cut short keeps its results. --only NAME,... runs some measurements only
 (MEASUREMENTS: matmul, cifar_preset, exit_delay, mfu_b16, timm_eager, ...). Exit status: 0, 1 when a
@@ -156,6 +159,58 @@ def compile_seconds(name, depth, scope, cfg, device, amp):
         step()
         sync(device)
         return first - (clock() - t0)
+
+
+def loop_compile_seconds(depth, rolled, cfg, device):
+    """Compile seconds (as compile_seconds: CUDA wall, CPU CPU-seconds; inductor's caches off) of one
+    training call of a bViT block applied `depth` times, `rolled` as torch.while_loop (the loop kept in the
+    graph, its body traced once) or unrolled (a Python loop, as the whole-model path traces it), compiled
+    with fullgraph=True; and the gradients' largest difference from eager's, relative to their largest
+    value. On CUDA also whether the compiled call reads a value back to the host (a host sync, which the
+    whole-model path must not have): True / False; None on the CPU (issue 66, docs/speed.md)."""
+    clock = time.perf_counter if device.type == "cuda" else cpu_seconds
+    torch.manual_seed(0)
+    block = bvit.Block(cfg["dim"], cfg["heads"]).to(device)
+    x = torch.randn(cfg["batch"], 17, cfg["dim"], device=device)
+
+    def loop(x):
+        if rolled:  # (the count is carried on the device: a CPU scalar would keep CUDA graphs off)
+            return torch.while_loop(lambda i, h: i < depth, lambda i, h: (i + 1, block(h)),
+                                    (torch.zeros((), dtype=torch.long, device=device), x))[1]
+        for _ in range(depth):
+            x = block(x)
+        return x
+
+    def grads(fn):
+        block.zero_grad(set_to_none=True)
+        fn(x).float().square().mean().backward()
+        return [q.grad.clone() for q in block.parameters()]
+
+    with inductor_config.patch(force_disable_caches=True, **({} if device.type == "cuda" else {"compile_threads": 1})):
+        torch._dynamo.reset()
+        compiled = torch.compile(loop, fullgraph=True)
+        sync(device)
+        t0 = clock()
+        got = grads(compiled)
+        sync(device)
+        first = clock() - t0
+        syncs = None
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                grads(compiled)
+                syncs = False
+            except RuntimeError:
+                syncs = True
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        t0 = clock()
+        grads(compiled)
+        sync(device)
+        seconds = first - (clock() - t0)
+    want = grads(loop)
+    diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(got, want))
+    return seconds, diff, syncs
 
 
 @torch.no_grad()
@@ -486,7 +541,9 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, 
 # out ~1 on a CPU by construction (it runs each kernel as it is called: their keys are read on CUDA), and
 # studies/summarize_loopvae.py runs the LoopVAE ledger itself (issue 66's goal: the default set <= 180 s on CPU-2).
 CPU_ON_REQUEST = ("cifar_preset", "timm_compiled", "loopvae")
+ON_REQUEST = ("loop_compile",)  # left out of every default set: a probe of torch's loop primitive (issue 66)
 MEASUREMENTS = ("matmul", "cifar_preset", "exit_delay", "mfu_b16", "timm_eager", "timm_compiled", "compile_times",
+               "loop_compile",
                 "revit_dynamic", "loader", "folders", "memory", "loopvae", "anytime")
 
 
@@ -629,6 +686,15 @@ def run(args):
             report(f"{name}_{scope}_compile_d48_over_d12", c48 / c12, f"d12 {c12:.1f} {unit}, d48 {c48:.1f} {unit} "
                    f"(D={size['dim']}, batch {size['batch']})")
 
+    def loop_compile():
+        size = dict(dim=192, heads=3, batch=256) if cuda else dict(dim=16, heads=2, batch=8)
+        unit = "wall s" if cuda else "CPU s"
+        loop_compile_seconds(2, True, size, device)  # (pays the first compilation's one-time imports, discarded)
+        for rolled, key in ((True, "block_while_loop"), (False, "block_unrolled")):
+            (c12, e12, s12), (c48, e48, s48) = (loop_compile_seconds(d, rolled, size, device) for d in (12, 48))
+            note = f"d12 {c12:.1f} {unit}, d48 {c48:.1f} {unit}; gradients vs eager {max(e12, e48):.1e} (relative)"
+            report(f"{key}_compile_d48_over_d12", c48 / c12, note + ("" if s48 is None else f"; host syncs: {s48}"))
+
     def revit_dynamic():
         for b in (1, 64):
             report(f"revit_dynamic_over_materialized_b{b}", revit_latency(cfg, b, device, amp, warmup, repeats),
@@ -701,15 +767,17 @@ def run(args):
     measurements = [("matmul", matmul), ("cifar_preset", cifar_preset), ("exit_delay", exit_delay)]
     measurements += [("mfu_b16", mfu_b16)] if cuda else []
     measurements += [("timm_eager", timm_eager)]
-    measurements += [] if args.smoke else [("timm_compiled", timm_compiled), ("compile_times", compile_times)]
+    measurements += [] if args.smoke else [("timm_compiled", timm_compiled), ("compile_times", compile_times),
+                                           ("loop_compile", loop_compile)]
     measurements += [("revit_dynamic", revit_dynamic), ("loader", loader), ("folders", folders), ("memory", memory),
                      ("loopvae", loopvae_costs)]
     measurements += [("anytime", anytime_speed)] if args.anytime else []
     if args.smoke:  # the smoke run checks the script without compiling: no compiled process either
         measurements.remove(("exit_delay", exit_delay))
     only = set(args.only.split(",")) if args.only else None
-    if not cuda and not only and not args.smoke:  # the CPU's default set (module docstring)
-        measurements = [(name, fn) for name, fn in measurements if name not in CPU_ON_REQUEST]
+    if not only:  # the default sets (module docstring)
+        measurements = [(name, fn) for name, fn in measurements
+                        if name not in ON_REQUEST and (cuda or args.smoke or name not in CPU_ON_REQUEST)]
     info["seconds_each"] = spent = {}  # wall and CPU seconds of each measurement (the default set's budget)
     for name, fn in measurements:
         if only and name not in only:

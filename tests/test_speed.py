@@ -242,6 +242,17 @@ def test_a_whole_model_graph_compiles_the_step_once_whatever_the_depth(name):
     assert counts[3] - counts[2] == (3 if name == "srvit" else 0) and counts[2] > 0, counts
 
 
+@pytest.mark.slow
+def test_bench_loop_compile_measures_a_rolled_loop_whose_gradients_are_eagers():
+    """bench.py --only loop_compile (issue 66's probe of torch.while_loop, left out of every default set):
+    the block's training call stepped by torch.while_loop, compiled with fullgraph=True, gives eager's
+    gradients on this torch (the pinned 2.14.1: 4e-7 relative at depth 12 and 48, docs/speed.md); on the
+    CPU no host-sync verdict (None)."""
+    import bench
+    seconds, diff, syncs = bench.loop_compile_seconds(3, True, dict(dim=16, heads=2, batch=4), torch.device("cpu"))
+    assert seconds > 0 and diff < 1e-5 and syncs is None, (seconds, diff)
+    assert "loop_compile" in bench.MEASUREMENTS and "loop_compile" in bench.ON_REQUEST
+
 def test_nested_regions_are_used_only_on_a_checked_torch_and_with_buffer_reuse_off(monkeypatch):
     """torch 2.14.1's inductor, with its buffer reuse on, gives a whole-model graph with nested regions
     wrong gradients (a buffer reused across the region's calls): kernels.compile_for_training marks the
