@@ -210,7 +210,8 @@ PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags
 SEARCH = {"e2": ("E=2 experts (Table 5's largest single step is E=1 -> 2)", dict(experts=2)),
           "long": ("13 epochs instead of 10 (the schedule that fits 60 min)", dict(epochs=13)),
           "wide": ("D=192 in 3 heads (Ti width), 3 epochs", dict(embed_dim=192, num_heads=3, epochs=3, warmup_epochs=0.15)),
-          "p4": ("patch 4 (64 tokens, the init arms' grid), 2 epochs", dict(patch_size=4, epochs=2, warmup_epochs=0.25))}
+          "p4": ("patch 4 (64 tokens, the init arms' grid), 2 epochs", dict(patch_size=4, epochs=2, warmup_epochs=0.25)),
+          "router": ("the router (A.1) at 10x the learning rate (--router-lr-scale 10)", dict(router_lr_scale=10.0))}
 PRESETS.update({f"c100-mini-revit-search-{k}": (f"mini study arm, engagement search: c100-mini-revit-e4 with {what}",
                                                 {**PRESETS["c100-mini-revit-e4"][1], **flags}) for k, (what, flags) in SEARCH.items()})
 
@@ -491,8 +492,10 @@ TIMES.update({"c100-mini-revit-e4-fig2": ("est. 20 min, pair", "?"), "c100-mini-
               "c100-mini-revit-smear-fig2-elastic": ("est. 10 min, pair", "?")})
 # The engagement search, estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
 # D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
+# The router at 10x: as c100-mini-revit-e4 (the same step).
 TIMES.update({"c100-mini-revit-search-e2": ("est. 43 min, pair", "?"), "c100-mini-revit-search-long": ("est. 56 min, pair", "?"),
-              "c100-mini-revit-search-wide": ("est. 52 min, pair", "?"), "c100-mini-revit-search-p4": ("est. 37 min, pair", "?")})
+              "c100-mini-revit-search-wide": ("est. 52 min, pair", "?"), "c100-mini-revit-search-p4": ("est. 37 min, pair", "?"),
+              "c100-mini-revit-search-router": ("est. 43 min, pair", "?")})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():

@@ -351,7 +351,7 @@ def optimizer_and_schedule(args, model, distiller, train_loader):
     1-D parameters; a feature distiller's projection trains too. The schedule: linear warmup, then
     cosine to --min-lr, over the run's optimizer steps (--max-steps compresses it). Returns (optimizer,
     scheduler, steps per epoch, total steps, warmup steps)."""
-    groups = optim.param_groups(model, args.weight_decay)
+    groups = optim.param_groups(model, args.weight_decay, args.lr, args.router_lr_scale)
     if args.opt == "lamb":
         optimizer = optim.Lamb(groups, lr=args.lr, eps=1e-8)
     else:

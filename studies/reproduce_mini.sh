@@ -53,7 +53,7 @@ UNTESTED="odevit-blackbox odevit-euler-nfe4 odevit-heun-nfe4 odevit-rk4-nfe4 vit
 FIG2="revit-e4-fig2 revit-smear-fig2 revit-e4-fig2-elastic revit-smear-fig2-elastic"
 # The search for a supervised recipe on which reViT E=4's experts engage (presets.SEARCH; ARMS=search): each candidate
 # changes one thing of revit-e4, at most ~60 min; summarize_mini.py's comparison table shows its eq. 6 / eq. 9 terms.
-SEARCH="revit-search-e2 revit-search-long revit-search-wide revit-search-p4"
+SEARCH="revit-search-e2 revit-search-long revit-search-wide revit-search-p4 revit-search-router"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
 # them with studies/summarize_loopvae.py (PSNR/SSIM, loop interventions, cost ledger): the four CNN arms,
 # Stage 2 of the global arm of each seed (loopvae-gan, after it), then the Transformer-core arms of

@@ -310,7 +310,7 @@ ELASTIC = ["revit-e1-elastic", "revit-e1-cont", "revit-e4-elastic", "revit-e4-co
 INIT = ["init-pytorch", "init-mimetic", "init-structured"]  # the structured-init claims (issue 50)
 UNTESTED = ["odevit-blackbox", "odevit-euler-nfe4", "odevit-heun-nfe4", "odevit-rk4-nfe4", "vit-d48", "bvit-d48"]  # issue 64
 FIG2 = ["revit-e4-fig2", "revit-smear-fig2", "revit-e4-fig2-elastic", "revit-smear-fig2-elastic"]  # reViT's Fig. 2
-SEARCH = ["revit-search-e2", "revit-search-long", "revit-search-wide", "revit-search-p4"]  # E=4 engagement (issue 63)
+SEARCH = ["revit-search-e2", "revit-search-long", "revit-search-wide", "revit-search-p4", "revit-search-router"]  # E=4 engagement (issue 63)
 
 
 def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another_seeds_silent_source(tmp_path,

@@ -201,3 +201,38 @@ def test_resume_and_eval_only_take_the_data_dir_from_the_checkpoint_unless_it_is
     assert train.cli(["--eval-only", "--resume", out, *given, "--out-dir", str(tmp_path / "ev2")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(str(tmp_path / "given") in ln for ln in err), err
+
+
+def test_router_lr_scale_gives_the_router_its_own_rate_through_the_schedule_and_resume(tmp_path, job, capsys):
+    """--router-lr-scale s (issue 63's engagement search; not the paper's): reViT's router (A.1, `router.*`) trains at
+    s x the learning rate of every other parameter at every step of warmup and decay, and after --resume; a resume
+    that would change the optimizer's groups is one line, exit 2. Without the flag the groups are the usual two."""
+    import torch
+    import revit
+    from training import optim
+    m = revit.ReViT(img_size=32, patch_size=8, num_classes=10, embed_dim=32, num_heads=2, depth=3, experts=4)
+    assert [len(g["params"]) for g in optim.param_groups(m, 0.05)] == [
+        len(optim.param_groups(m, 0.05, 1e-3, 4.0)[i]["params"]) + n for i, n in ((0, 2), (1, 2))]
+    groups = optim.param_groups(m, 0.05, 1e-3, 4.0)
+    router = {id(p) for n, p in m.named_parameters() if n.startswith("router.")}
+    assert [{id(p) for p in g["params"]} <= router for g in groups] == [False, False, True, True]
+    assert [(g.get("lr"), g["weight_decay"]) for g in groups[2:]] == [(4e-3, 0.05), (4e-3, 0.0)]
+    revit_job = job + ["--model", "revit", "--experts", "4", "--warmup-epochs", "1", "--epochs", "3"]
+
+    def rates(path):  # each group's learning rate in the checkpoint, over the first group's
+        gs = load(path)["optimizer"]["param_groups"]
+        return [round(g["lr"] / gs[0]["lr"], 6) for g in gs]
+    a = tmp_path / "A"
+    assert train.cli(revit_job + ["--router-lr-scale", "4", "--max-steps", "10", "--out-dir", str(a)]) == 0
+    assert rates(a / "ckpt.pt") == [1, 1, 4, 4]  # (in warmup: 8 steps an epoch)
+    capsys.readouterr()
+    assert train.cli(revit_job + ["--resume", str(a / "ckpt.pt"), "--router-lr-scale", "1", "--out-dir", str(a)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its --router-lr-scale is 4 and this run's 1" in err[0] and "--finetune" in err[0], err
+    assert train.cli(revit_job + ["--resume", str(a / "ckpt.pt"), "--router-lr-scale", "2", "--out-dir", str(a)]) == 0
+    assert rates(a / "ckpt.pt") == [1, 1, 2, 2]  # (this run's scale, after warmup)
+    for bad, said in ((["--model", "vit"], "--router-lr-scale is a flag of --model revit"),
+                      (["--model", "revit", "--experts", "1"], "--routing depth --experts 1"),
+                      (["--model", "revit", "--routing", "smear"], "--routing smear --experts 4")):
+        assert train.cli(job + bad + ["--router-lr-scale", "3", "--out-dir", str(tmp_path / "x")]) == 2
+        assert said in capsys.readouterr().err, bad

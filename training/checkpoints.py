@@ -104,6 +104,13 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
         why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
         raise Fail(f"--resume {path}: its weights do not fit this model ({why}); use the size flags of the original run")
     decays = [g["weight_decay"] for g in optimizer.param_groups]
+    scales = [g.get("lr_scale", 1.0) for g in optimizer.param_groups]  # (--router-lr-scale: its own groups)
+    mine = next((v for v in scales if v != 1), 1.0)
+    theirs = next((g["lr_scale"] for g in ck["optimizer"]["param_groups"] if g.get("lr_scale", 1.0) != 1), 1.0)
+    if (mine == 1) != (theirs == 1):  # (the groups differ in number: the optimizer's state cannot follow)
+        raise Fail(f"--resume {path}: its --router-lr-scale is {theirs:g} and this run's {mine:g}, and only a scale "
+                   f"other than 1 gives the router optimizer groups of its own: leave --router-lr-scale out to continue, "
+                   f"or start a new run from these weights with --finetune {path}")
     if len(ck["optimizer"]["param_groups"]) != len(optimizer.param_groups):  # the projection's group
         raise Fail(f"--resume {path}: this run's distillation differs from the checkpoint's (--teacher "
                    f"{ck['args'].get('teacher')}) in its trained feature projection; give the original --teacher "
@@ -113,14 +120,16 @@ def restore(ck, path, lr, model, optimizer, scheduler, scaler, ema=None, distill
     scheduler.load_state_dict(ck["scheduler"])
     if step is not None:
         scheduler.last_epoch = step
-    for g, wd in zip(optimizer.param_groups, decays):
+    for g, wd, scale in zip(optimizer.param_groups, decays, scales):
         g["weight_decay"] = wd
+        if scale != 1 or "lr_scale" in g:
+            g["lr_scale"] = scale  # (this run's, as its --lr)
         # the implementation is this run's, not the checkpoint's: train.py's step needs the fused
         # AdamW (it reads found_inf), which runs before 2026-12-01 saved as fused=False on the CPU
         g.update({k: optimizer.defaults[k] for k in ("fused", "foreach") if k in optimizer.defaults})
-    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
-    for g, f in zip(optimizer.param_groups, scheduler.lr_lambdas):  # as LambdaLR computes it
-        g["lr"] = lr * f(scheduler.last_epoch)
+    scheduler.base_lrs = [lr * g.get("lr_scale", 1.0) for g in optimizer.param_groups]  # (--router-lr-scale)
+    for g, base, f in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):  # as LambdaLR does
+        g["lr"] = base * f(scheduler.last_epoch)
     scaler.load_state_dict(ck["scaler"])
     if ema is not None and ck.get("ema") is not None:
         ema.load_state_dict(ck["ema"])

@@ -204,6 +204,9 @@ def get_parser():
       "softmoe = patch-count slots split over E full-width experts (Soft-MoE)")
     a("--lora-rank", type=count, default=0, help="revit with --experts 1: layer-wise LoRA baseline, a "
       "rank-r update per step on qkv, proj, fc1, fc2 (0 = off)")
+    a("--router-lr-scale", type=positive(float), default=1.0, help="revit (--routing depth, --experts > 1): the "
+      "router's (A.1) learning rate as a multiple of --lr, through warmup and decay; not the paper's (one rate): "
+      "a candidate of the search for a CPU recipe on which the experts engage (issue 63)")
     a("--lambda-bal", type=non_negative, default=1e-2, help="revit: weight of the gate-entropy "
       "balance loss mean_k [1 - H(g_k)/log E] (eq. 6; E > 1 only)")
     a("--lambda-z", type=non_negative, default=1e-3, help="revit: weight of the router z-loss "
@@ -451,6 +454,10 @@ def resolve(args, p, img_size):
                 "router as timm does (trunc-normal 0.02), so the base would not hold; use --init-base timm")
     if args.lora_rank and args.routing != "depth":
         p.error(f"--lora-rank is the baseline on the tied block (--routing depth --experts 1); got --routing {args.routing}")
+    if args.router_lr_scale != 1 and (args.routing != "depth" or args.experts == 1 or args.lora_rank):
+        p.error(f"--router-lr-scale scales reViT's depth router (--routing depth, --experts > 1); this run has "
+                f"--routing {args.routing} --experts {args.experts}" + (" --lora-rank" if args.lora_rank else "")
+                + " (it would change nothing): leave it out")
     if args.lora_rank and args.experts != 1:
         p.error(f"--lora-rank needs --experts 1 (the tied block plus one adapter per step), got --experts {args.experts}")
     if args.distill and not args.teacher:

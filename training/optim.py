@@ -26,16 +26,24 @@ def lr_lambda(total, warmup, lr, min_lr, warmup_lr=None):
     return f
 
 
-def param_groups(model, weight_decay):
-    """No weight decay on biases, norms, embeddings and other 1-D parameters (timm/DeiT)."""
-    decay, no_decay = [], []
+def param_groups(model, weight_decay, lr=None, router_lr_scale=1.0):
+    """No weight decay on biases, norms, embeddings and other 1-D parameters (timm/DeiT). With
+    `router_lr_scale` != 1 the parameters of reViT's router (A.1; named `router.*`) form groups of their
+    own at learning rate `lr` x router_lr_scale (the group's "lr_scale" says so; the schedule scales every
+    group alike): train.py --router-lr-scale, a candidate of issue 63's engagement search, not the paper's."""
+    groups = {}
     for name, prm in model.named_parameters():
         # "bias" by name too: stacked expert biases (reViT) are 2-D
-        if prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "bias"):
-            no_decay.append(prm)
-        else:
-            decay.append(prm)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decays = not (prm.ndim < 2 or name.split(".")[-1] in ("pos_embed", "cls_token", "bias"))
+        router = router_lr_scale != 1 and "router" in name.split(".")
+        groups.setdefault((router, decays), []).append(prm)
+    out = [{"params": groups.get((False, True), []), "weight_decay": weight_decay},
+           {"params": groups.get((False, False), []), "weight_decay": 0.0}]
+    for decays in (True, False):
+        if groups.get((True, decays)):
+            out.append({"params": groups[(True, decays)], "weight_decay": weight_decay if decays else 0.0,
+                        "lr": lr * router_lr_scale, "lr_scale": router_lr_scale})
+    return out
 
 
 def optimizer_step(model, optimizer, scaler, clip_grad):

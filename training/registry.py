@@ -117,7 +117,7 @@ def build_loopvae(args, common):
 
 
 # The registry: --model name -> its record. A new model adds one (in this table, or MODELS["name"] = Model(...)).
-REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "lambda_bal", "lambda_z", "lambda_div")
+REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "router_lr_scale", "lambda_bal", "lambda_z", "lambda_div")
 ODEVIT = ("solver", "ode_steps", "horizon", "field", "extend")
 LOOPVAE = ("num_blocks", "loops", "share", "operator", "num_groups", "latent_dim")  # its architecture (K, ...)
 MODELS = {
