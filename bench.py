@@ -141,24 +141,35 @@ def compile_seconds(name, depth, scope, cfg, device, amp):
     seconds of this process and its children (the C++ compiler), compiled in-process (compile_threads=1):
     a CPU shared with other jobs stretches wall time by their load, not the CPU time a compilation takes."""
     import revit
-    clock = time.perf_counter if device.type == "cuda" else cpu_seconds
     size = dict(depth=depth, img_size=cfg["img"], patch_size=cfg["patch"], num_classes=cfg["classes"],
                 embed_dim=cfg["dim"], num_heads=cfg["heads"])
-    with inductor_config.patch(force_disable_caches=True, **({} if device.type == "cuda" else {"compile_threads": 1})):
-        torch._dynamo.reset()
+    with cold_compiles(device):
         torch.manual_seed(0)
         m = (bvit.BViT(**size) if name == "bvit" else revit.ReViT(experts=4, **size)).to(device)
         step = train_step_fn(kernels.compile_for_training(m, scope, device), cfg["batch"], cfg["img"], cfg["classes"],
                              device, amp, True)
-        sync(device)
-        t0 = clock()
-        step()
-        sync(device)
-        first = clock() - t0
-        t0 = clock()
-        step()
-        sync(device)
-        return first - (clock() - t0)
+        return first_minus_steady(step, device)
+
+
+def cold_compiles(device):
+    """inductor's caches off; on the CPU compiled in-process (compile_threads=1), so that the process's CPU
+    seconds hold the C++ compiler's (compile_seconds). Resets dynamo on entry."""
+    torch._dynamo.reset()
+    return inductor_config.patch(force_disable_caches=True, **({} if device.type == "cuda" else {"compile_threads": 1}))
+
+
+def first_minus_steady(call, device):
+    """Seconds the first `call()` takes over a second one (what compiling cost): wall on CUDA, CPU seconds on the CPU."""
+    clock = time.perf_counter if device.type == "cuda" else cpu_seconds
+    sync(device)
+    t0 = clock()
+    call()
+    sync(device)
+    first = clock() - t0
+    t0 = clock()
+    call()
+    sync(device)
+    return first - (clock() - t0)
 
 
 def loop_compile_seconds(depth, rolled, cfg, device):
@@ -168,7 +179,6 @@ def loop_compile_seconds(depth, rolled, cfg, device):
     with fullgraph=True; and the gradients' largest difference from eager's, relative to their largest
     value. On CUDA also whether the compiled call reads a value back to the host (a host sync, which the
     whole-model path must not have): True / False; None on the CPU (issue 66, docs/speed.md)."""
-    clock = time.perf_counter if device.type == "cuda" else cpu_seconds
     torch.manual_seed(0)
     block = bvit.Block(cfg["dim"], cfg["heads"]).to(device)
     x = torch.randn(cfg["batch"], 17, cfg["dim"], device=device)
@@ -186,14 +196,9 @@ def loop_compile_seconds(depth, rolled, cfg, device):
         fn(x).float().square().mean().backward()
         return [q.grad.clone() for q in block.parameters()]
 
-    with inductor_config.patch(force_disable_caches=True, **({} if device.type == "cuda" else {"compile_threads": 1})):
-        torch._dynamo.reset()
-        compiled = torch.compile(loop, fullgraph=True)
-        sync(device)
-        t0 = clock()
-        got = grads(compiled)
-        sync(device)
-        first = clock() - t0
+    with cold_compiles(device):
+        compiled, got = torch.compile(loop, fullgraph=True), []
+        seconds = first_minus_steady(lambda: got.append(grads(compiled)), device)
         syncs = None
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode("error")
@@ -204,10 +209,7 @@ def loop_compile_seconds(depth, rolled, cfg, device):
                 syncs = True
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        t0 = clock()
-        grads(compiled)
-        sync(device)
-        seconds = first - (clock() - t0)
+        got = got[0]
     want = grads(loop)
     diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(got, want))
     return seconds, diff, syncs
