@@ -31,7 +31,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 import kernels
 from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
-from training.exits import INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, printable_output, say, stopping
+from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, leave_process_group,
+                            printable_output, say, stopping)
 from training.monitor import EpochSums, Monitor, announce, model_log
 from training.run import Run, choose_device
 
@@ -118,8 +119,7 @@ def main(argv=None, stop=None):
     if run.master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
-    if run.ddp:
-        dist.destroy_process_group()
+    leave_process_group()
     if lock is not None:
         lock.close()
 
@@ -427,6 +427,7 @@ def cli(argv=None):
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         kernels.release_compile_workers()  # a compiled run exits now, not never (kernels.py)
+        leave_process_group(finished=False)  # (the normal ending left it in main; gloo's otherwise, see exits.py)
     return 0
 
 

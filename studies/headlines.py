@@ -90,11 +90,12 @@ def lines():
         import summarize_fig2
         fr = summarize_fig2.load_runs(fig2[0])
         fig2_said = [(c.key, summarize_fig2.judge(c, fr)[2]) for c in registry.claims_of("fig2")]
-        verdicts = ("not run yet" if all(v == "not run" for _, v in fig2_said)
-                    else both(fig2_said))
-        out.append(regime + f"; **its Fig. 2** (depth vs feature gate): {verdicts}.")
+        plain = {v.split(" (")[0].split(",")[0] for _, v in fig2_said}
+        verdicts = ("not run yet" if plain == {"not run"} else f"{len(fig2_said)} claims {plain.pop()}"
+                    if len(plain) == 1 else both(fig2_said))
+        out.append(regime + f"; **Fig. 2** (depth vs feature gate): {verdicts}.")
     else:
-        out.append(regime + "; **its Fig. 2** (depth vs feature gate): not run yet.")
+        out.append(regime + "; **Fig. 2** (depth vs feature gate): not run yet.")
     mini = kept("mini")
     if mini:
         rows = summarize_anytime.claims(summarize_anytime.load_runs(mini[0]))

@@ -1,5 +1,5 @@
 """pytest's configuration. README's test command runs the suite in 2 processes (pytest-xdist, -n 2):
-each then computes with one thread, as the study runs of studies/ do, since two processes with
+each computes with one thread (also without -n), as the study runs of studies/ do, since two processes with
 two threads each on two cores spend much of their time waiting for each other. (pytest imports this file
 while it collects tests/, in every worker, so the setting holds for test_models.py too.)
 
@@ -12,10 +12,12 @@ import random
 
 import pytest
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # set by pytest-xdist in each of its processes
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # for the subprocesses the tests start
-    import torch
-    torch.set_num_threads(1)
+# One thread in every pytest process, with or without -n: tests compare the weights of runs in subprocesses
+# (one thread) with runs in pytest's own process bit for bit, and a float sum over 2 threads is not the
+# one over 1 (a pytest without -n on 2 cores failed test_cluster's Ctrl-C test on a run that crossed an epoch).
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # for the subprocesses the tests start
+import torch  # noqa: E402
+torch.set_num_threads(1)
 
 
 def pytest_addoption(parser):

@@ -154,6 +154,23 @@ def cannot_write(path, e, kept):
     return Fail(f"writing {path} failed ({e.strerror or e}); {fix}; {kept}")
 
 
+def leave_process_group(finished=True):
+    """Leave the DDP process group, if this process joined one, before the interpreter exits: a gloo
+    group still open at exit can end the process with SIGABRT ("terminate called without an active
+    exception") after its last line was printed, and torchrun then reports a signal instead of the run's
+    exit status. `finished`: the run ended normally. NCCL's group is left only then, as before (after
+    a failure its teardown can wait on a peer that is gone); gloo's teardown is local and always
+    safe. Safe to call more than once."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if not finished and dist.get_backend() == "nccl":
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception:  # (a group already broken by the failure that ends the run: the exit closes it)
+        pass
+
+
 def say(line):
     """One line on stderr, on a line of its own below an open progress bar (tqdm.write)."""
     tqdm.write(line, file=sys.stderr)
