@@ -487,9 +487,12 @@ TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:
 # steps took 0.22 s (depth-only gate) and 0.37 s (feature-only gate) a step against 0.32 s for the second regime's
 # revit-e4+feature-only at depth 8, whose runs took 23 and 35 min (results/revit-teacher): x 0.68 and x 1.13 of their
 # mean, 29 min; the elastic stages 3 of the 10 epochs.
-TIMES.update({"c100-mini-revit-e4-fig2": ("est. 20 min, pair", "?"), "c100-mini-revit-smear-fig2": ("est. 33 min, pair", "?"),
-              "c100-mini-revit-e4-fig2-elastic": ("est. 6 min, pair", "?"),
-              "c100-mini-revit-smear-fig2-elastic": ("est. 10 min, pair", "?")})
+# Fig. 2's chain, measured (results/revit-fig2, 2026-12-05, CPU-2 AMD EPYC, b2aad27, one thread, two lanes): the
+# depth-gate students 17-19 min, the feature-gate students 33 min alone on a lane and ~45 beside another run, the
+# elastic stages 4.7-5 and 9-10 min.
+TIMES.update({"c100-mini-revit-e4-fig2": ("18 min, pair", "?"), "c100-mini-revit-smear-fig2": ("33-45 min, pair", "?"),
+              "c100-mini-revit-e4-fig2-elastic": ("5 min, pair", "?"),
+              "c100-mini-revit-smear-fig2-elastic": ("10 min, pair", "?")})
 # The engagement search, estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
 # D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
 # The router at 10x: as c100-mini-revit-e4 (the same step).

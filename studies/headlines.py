@@ -9,6 +9,7 @@ summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini) and summar
 study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
 """
 import argparse
+import collections
 import contextlib
 import io
 import os
@@ -62,6 +63,17 @@ def both(parts):
     return ", ".join(f"{k} {v}" for k, v in plain)
 
 
+def tally(parts, prefix):
+    """'6 claims cannot tell' when every part has one verdict, else the other verdicts by name (less
+    `prefix`) before the count of the commonest: 'near-best-at-2L agree; 5 others cannot tell'."""
+    plain = [(k[len(prefix):] if k.startswith(prefix) else k, v.split(" (")[0].split(",")[0]) for k, v in parts]
+    common = collections.Counter(v for _, v in plain).most_common(1)[0][0]
+    rest = [f"{k} {v}" for k, v in plain if v != common]
+    n = len(plain) - len(rest)
+    return "; ".join(rest + [f"{n} {'others' if rest else 'claims'} {common}" if n > 1 else
+                             next(f"{k} {v}" for k, v in plain if v == common)])
+
+
 def lines():
     """The headline bullets, one per study."""
     out = []
@@ -90,12 +102,10 @@ def lines():
         import summarize_fig2
         fr = summarize_fig2.load_runs(fig2[0])
         fig2_said = [(c.key, summarize_fig2.judge(c, fr)[2]) for c in registry.claims_of("fig2")]
-        plain = {v.split(" (")[0].split(",")[0] for _, v in fig2_said}
-        verdicts = ("not run yet" if plain == {"not run"} else f"{len(fig2_said)} claims {plain.pop()}"
-                    if len(plain) == 1 else both(fig2_said))
-        out.append(regime + f"; **Fig. 2** (depth vs feature gate): {verdicts}.")
+        verdicts = "not run yet" if all(v == "not run" for _, v in fig2_said) else tally(fig2_said, "fig2-")
+        out.append(regime + f"; **Fig. 2**: {verdicts}.")
     else:
-        out.append(regime + "; **Fig. 2** (depth vs feature gate): not run yet.")
+        out.append(regime + "; **Fig. 2**: not run yet.")
     mini = kept("mini")
     if mini:
         rows = summarize_anytime.claims(summarize_anytime.load_runs(mini[0]))
