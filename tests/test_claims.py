@@ -173,6 +173,15 @@ def test_readmes_headlines_are_what_the_kept_runs_give(tmp_path, capsys):
     assert "not engaged at this scale" in capsys.readouterr().out  # the supervised reViT rows
 
 
+def test_headlines_tally_names_every_verdict_that_is_not_the_commonest():
+    """One line for many claims: the verdicts that differ from the commonest are named, never folded into it."""
+    import headlines
+    said = [("fig2-a", "cannot tell (2 of 3 seeds)"), ("fig2-b", "agree"), ("fig2-c", "cannot tell")]
+    assert headlines.tally(said, "fig2-") == "b agree; 2 others cannot tell"
+    assert headlines.tally(said[:1] + said[2:], "fig2-") == "2 claims cannot tell"
+    assert headlines.tally([("x", "agree"), ("y", "disagree")], "fig2-") == "y disagree; x agree"
+
+
 def test_keep_results_stamps_a_kept_runs_commit_date_for_a_clone_without_history(tmp_path):
     """A run started before reproduce_mini.sh wrote commit_date gets it when kept (from git), so that the
     registration test can compare dates where .git is absent."""
