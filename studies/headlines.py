@@ -4,8 +4,8 @@
     python studies/headlines.py --readme README.md  # write them between README's <!-- headlines --> markers
 
 Each line is one summarizer's verdicts on the registered claims (studies/claims.py) over the kept runs in results/:
-summarize_mini (results/mini, results/init, results/revit), summarize_teacher (results/revit-teacher),
-summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini) and summarize_loopvae (results/loopvae); the GPU
+summarize_mini (results/mini, results/init, results/revit; results/revit-search, the engagement search),
+summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini) and summarize_loopvae (results/loopvae); the GPU
 study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
 """
 import argparse
@@ -15,6 +15,7 @@ import io
 import os
 import sys
 import textwrap
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -87,8 +88,12 @@ def lines():
     revit = mini_runs(kept("revit"))
     vs = [registry.judge(c, *summarize_mini.paired(c, revit))[2] for c in registry.claims_of("revit")]
     idle = sum(v.startswith("not engaged") for v in vs)
-    out.append(f"**reViT, supervised:** {idle} of {len(vs)} claims (ours on elastic depth too) not engaged at this scale: "
-               f"E=4's experts stay idle (eq. 6, eq. 9) ({LINK['revit']}).")
+    search = mini_runs(kept("revit-search"))  # (the engagement search: one seed per candidate recipe)
+    gate = types.SimpleNamespace(gate=registry.REVIT_E4_ENGAGED)
+    on = sum(bool(registry.engaged(gate, registry.mean_record([r.get("last") for r in rs]))) for rs in search.values())
+    tried = f"; {on} of {len(search)} recipes searched engage" if search else ""
+    out.append(f"**reViT, supervised:** {idle} of {len(vs)} claims not engaged at this scale: "
+               f"E=4's experts stay idle (eq. 6, eq. 9){tried} ({LINK['revit']}).")
     import summarize_anytime
     import summarize_loopvae
     import summarize_teacher
