@@ -5,7 +5,7 @@ while it collects tests/, in every worker, so the setting holds for test_models.
 
 `--test-order reverse` or `--test-order random:SEED` runs the collected tests in reverse or in a seeded
 random order (the same on every xdist worker, which xdist requires): no test may depend on what ran
-before it, and these orders find one that does (docs/training.md "Tests"). The default keeps the files'
+before it, and these orders find one that does (README, "Install and test"). The default keeps the files'
 order, which README's command and CI use."""
 import os
 import random
