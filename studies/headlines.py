@@ -5,8 +5,8 @@
 
 Each line is one summarizer's verdicts on the registered claims (studies/claims.py) over the kept runs in results/:
 summarize_mini (results/mini, results/init, results/revit; results/revit-search, the engagement search),
-summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini) and summarize_loopvae (results/loopvae); the GPU
-study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
+summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini)
+and summarize_loopvae (results/loopvae); the GPU study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
 """
 import argparse
 import collections
@@ -56,23 +56,28 @@ def said(c, runs):
     return f"{label} {v.split(' (')[0]} ({mean:+.2f} ± {'-' if half == float('inf') else f'{half:.2f}'})"
 
 
+def plain(verdict):
+    """A verdict without its notes: 'cannot tell (2 of 3 seeds)' -> 'cannot tell'."""
+    return verdict.split(" (")[0].split(",")[0]
+
+
 def both(parts):
     """'(a)-(d) cannot tell' when every part has one verdict, else '(a) agree, (b) cannot tell'."""
-    plain = [(k, v.split(" (")[0].split(",")[0]) for k, v in parts]
-    if len({v for _, v in plain}) == 1:
-        return f"{plain[0][0]}-{plain[-1][0]} {plain[0][1]}" if len(plain) > 1 else f"{plain[0][0]} {plain[0][1]}"
-    return ", ".join(f"{k} {v}" for k, v in plain)
+    said = [(k, plain(v)) for k, v in parts]
+    if len({v for _, v in said}) == 1:
+        return f"{said[0][0]}-{said[-1][0]} {said[0][1]}" if len(said) > 1 else f"{said[0][0]} {said[0][1]}"
+    return ", ".join(f"{k} {v}" for k, v in said)
 
 
 def tally(parts, prefix):
     """'6 claims cannot tell' when every part has one verdict, else the other verdicts by name (less
     `prefix`) before the count of the commonest: 'near-best-at-2L agree; 5 others cannot tell'."""
-    plain = [(k[len(prefix):] if k.startswith(prefix) else k, v.split(" (")[0].split(",")[0]) for k, v in parts]
-    common = collections.Counter(v for _, v in plain).most_common(1)[0][0]
-    rest = [f"{k} {v}" for k, v in plain if v != common]
-    n = len(plain) - len(rest)
-    return "; ".join(rest + [f"{n} {'others' if rest else 'claims'} {common}" if n > 1 else
-                             next(f"{k} {v}" for k, v in plain if v == common)])
+    said = [(k[len(prefix):] if k.startswith(prefix) else k, plain(v)) for k, v in parts]
+    common = collections.Counter(v for _, v in said).most_common(1)[0][0]
+    rest = [f"{k} {v}" for k, v in said if v != common]
+    same = [k for k, v in said if v == common]
+    last = f"{len(same)} {'others' if rest else 'claims'} {common}" if len(same) > 1 else f"{same[0]} {common}"
+    return "; ".join(rest + [last])
 
 
 def lines():
