@@ -6,7 +6,8 @@
 Each line is one summarizer's verdicts on the registered claims (studies/claims.py) over the kept runs in results/:
 summarize_mini (results/mini, results/init, results/revit; results/revit-search, the engagement search),
 summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini)
-and summarize_loopvae (results/loopvae); the GPU study's line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
+and summarize_loopvae (results/loopvae); the GPU study's line beside the block is written by hand. Nothing is
+measured: what a summarizer has not cached reads "not run".
 """
 import argparse
 import collections
