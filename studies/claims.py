@@ -169,16 +169,16 @@ def older(commit, date, registered, git=ROOT):
     return date < when[:len(date)]
 
 
-def engaged(claim, record):
-    """Whether the claim's mechanism is at work: every (key, op, threshold) of claim.gate holds on
-    `record` (arm a's last epoch of log.jsonl, averaged over seeds by the caller). True when the claim has
-    no gate; None when a gated key is missing from the record (not measured)."""
+def engaged(gate, record):
+    """Whether a mechanism is at work: every (key, op, threshold) of `gate` (a claim's .gate) holds on
+    `record` (arm a's last epoch of log.jsonl, averaged over seeds by the caller). True for an empty gate;
+    None when a gated key is missing from the record (not measured)."""
     ops = {">=": lambda x, t: x >= t, "<=": lambda x, t: x <= t}
-    if not claim.gate:
+    if not gate:
         return True
-    if any(k not in record or record[k] is None for k, _, _ in claim.gate):
+    if any(k not in record or record[k] is None for k, _, _ in gate):
         return None
-    return all(ops[op](record[k], t) for k, op, t in claim.gate)
+    return all(ops[op](record[k], t) for k, op, t in gate)
 
 
 def mean_record(records):
@@ -197,7 +197,7 @@ def judge(claim, a, b, cpus=None, record=None, widen=0.0):
     if not a:
         return None, None, "not run"
     mean, half = interval(a, b, cpus, widen)
-    on = engaged(claim, record or {})
+    on = engaged(claim.gate, record or {})
     v = "not engaged at this scale" if on is False else verdict(claim.kind, claim.margin, a, b, cpus, widen)
     if on is None:
         v += " (signature not measured)"

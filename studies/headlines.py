@@ -16,7 +16,6 @@ import io
 import os
 import sys
 import textwrap
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -95,8 +94,8 @@ def lines():
     vs = [registry.judge(c, *summarize_mini.paired(c, revit))[2] for c in registry.claims_of("revit")]
     idle = sum(v.startswith("not engaged") for v in vs)
     search = mini_runs(kept("revit-search"))  # (the engagement search: one seed per candidate recipe)
-    gate = types.SimpleNamespace(gate=registry.REVIT_E4_ENGAGED)
-    on = sum(bool(registry.engaged(gate, registry.mean_record([r.get("last") for r in rs]))) for rs in search.values())
+    records = [registry.mean_record([r.get("last") for r in rs]) for rs in search.values()]
+    on = sum(bool(registry.engaged(registry.REVIT_E4_ENGAGED, rec)) for rec in records)
     tried = f"; {on} of {len(search)} recipes searched engage" if search else ""
     out.append(f"**reViT, supervised:** {idle} of {len(vs)} claims not engaged at this scale: "
                f"E=4's experts stay idle (eq. 6, eq. 9){tried} ({LINK['revit']}).")
