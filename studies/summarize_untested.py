@@ -4,6 +4,7 @@ black-box field and solver gains, bViT's width trend, each judged by the one rul
     OUT=runs/untested ARMS=untested SEEDS="0 1 2" bash studies/reproduce_mini.sh
     python studies/summarize_untested.py runs/untested [--results docs/results.md] [--no-measure] [--num-images N]
     python studies/summarize_untested.py results/untested        # the kept runs: only what they cached
+    python studies/summarize_untested.py runs/untested runs/seed2  # several folders read as one (partners elsewhere)
 
 Reads RUNS/ARM/seed<k>/ of the claims' arms (finished runs: done.json): the top-1 of the last epoch of log.jsonl
 (the trained depth). A claim's arm may be a contrast "X - Y" (claims.CONTRAST): per seed, X's top-1 minus Y's. Its
@@ -230,7 +231,8 @@ def blocks(runs):
 def main(argv=None):
     from training import flags  # (the number types and one-line errors of every tool)
     cli = flags.Parser(prog="summarize_untested.py", description=__doc__.split("\n\n")[0])
-    cli.add_argument("runs", nargs="?", default="runs/untested")
+    cli.add_argument("runs", nargs="*", default=["runs/untested"], help="run folders, read as one (a seed's partner "
+                     "runs may lie in another study's folder); summary.md goes to the first")
     cli.add_argument("--results", metavar="FILE", help="write the claims and the arms' table between this file's "
                      "<!-- untested-claims --> markers (docs/results.md)")
     cli.add_argument("--no-measure", action="store_true", help="only read what is cached")
@@ -239,10 +241,13 @@ def main(argv=None):
     a = cli.parse_args(argv)
     if a.results and not os.path.isfile(a.results):
         fail(f"--results {a.results}: no such file")
-    try:
-        runs = study_runs(a.runs, load_runs, ARMS, COMMAND, "summarize_untested.py")
-    except ValueError as e:  # a damaged JSON file of a run
-        fail(f"{a.runs}: a run's file does not parse ({e})")
+    runs = {}
+    for root in a.runs:
+        try:
+            for arm, rs in study_runs(root, load_runs, ARMS, COMMAND, "summarize_untested.py").items():
+                runs.setdefault(arm, []).extend(rs)
+        except ValueError as e:  # a damaged JSON file of a run
+            fail(f"{root}: a run's file does not parse ({e})")
     short = sorted(f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs
                    if r.get("args", {}).get("max_steps") or r.get("args", {}).get("val_subset"))
     if a.results and short:
@@ -250,10 +255,10 @@ def main(argv=None):
     if not a.no_measure:
         measure(runs, a.num_images, a.data_dir)
     text = blocks(runs)
-    with open(os.path.join(a.runs, "summary.md"), "w") as f:
+    with open(os.path.join(a.runs[0], "summary.md"), "w") as f:
         f.write("# The papers' claims never tested before\n\n" + text + "\n")
     if a.results:
-        write_blocks(a.results, {"untested-claims": text}, a.runs, prefix="untested", tool="summarize_untested.py",
+        write_blocks(a.results, {"untested-claims": text}, a.runs[0], prefix="untested", tool="summarize_untested.py",
                      figures=())
     print(text)
 

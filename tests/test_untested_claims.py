@@ -218,6 +218,22 @@ def test_pairs_are_made_by_seed_number_and_fewer_seeds_are_said(tmp_path):
     assert verdict("crossroads-blackbox-costs", {}) == "not run"
 
 
+def test_partner_runs_in_another_folder_are_read_with_the_study(tmp_path, capsys):
+    """summarize_untested.py FOLDER OTHER reads both as one: the partner arms (vit, bvit) of a seed may lie in another
+    study's folder (runs/seed2); summary.md goes to the first. Without OTHER the width claim has no pairs."""
+    study(tmp_path / "untested", {k: v for k, v in SCORES.items() if k not in ("vit", "bvit")})
+    study(tmp_path / "seed2", {k: SCORES[k] for k in ("vit", "bvit")})
+    def width_row():
+        text = (tmp_path / "untested" / "summary.md").read_text()
+        return next(line for line in text.splitlines() if line.startswith("| bvit-width-trend-mini:"))
+    summarize_untested.main([str(tmp_path / "untested"), "--no-measure"])
+    assert width_row().endswith("| not run |")
+    summarize_untested.main([str(tmp_path / "untested"), str(tmp_path / "seed2"), "--no-measure"])
+    assert width_row().endswith("| agree |")  # vit - bvit read from seed2, bvit's CKA included
+    assert not (tmp_path / "seed2" / "summary.md").exists()
+    capsys.readouterr()
+
+
 def test_a_run_made_before_the_registration_is_left_out(tmp_path):
     study(tmp_path, skip={("vit", 0)})
     make_run(tmp_path, "vit", 0, 60.0, date="2026-12-01 10:00")  # before 2026-12-04 17:27
