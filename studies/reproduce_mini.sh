@@ -91,8 +91,16 @@ if [ ! -f "$DATA/cifar-100-python/train" ]; then
   exit 2
 fi
 
+# busy DIR: whether a training process of another call holds DIR's lock (training/checkpoints.py lock_out_dir: a
+# POSIX record lock, tested here without taking it)
+busy() { [ -f "$1/.lock" ] && ! python -c "import os, sys; os.lockf(os.open(sys.argv[1], os.O_RDONLY), os.F_TEST, 0)" \
+  "$1/.lock" 2>/dev/null; }
+
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
+  # two calls on one OUT (a lane started beside a running call): what the other finished or runs is left to it
+  [ -f "$dir/done.json" ] && { echo "skip $arm seed $seed (finished by another call)"; return 0; }
+  busy "$dir" && { echo "skip $arm seed $seed (another call is running it: $dir)"; return 0; }
   local src
   src=$(needs "$arm")
   if [ -n "$src" ] && [ ! -f "$OUT/$src/seed$2/done.json" ]; then  # it failed in this call
@@ -189,7 +197,7 @@ failed=0  # a run failed if it left no done.json (a quick failure's exit status 
 for job in "${queue[@]}"; do
   # shellcheck disable=SC2086
   set -- $job
-  [ -f "$OUT/$1/seed$2/done.json" ] || failed=1
+  [ -f "$OUT/$1/seed$2/done.json" ] || busy "$OUT/$1/seed$2" || failed=1  # (another call's run is not a failure)
 done
 if compgen -G "$OUT/*/seed*/done.json" > /dev/null; then
   case " $ARMS " in

@@ -159,6 +159,23 @@ def test_reproduce_mini_runs_each_arm_once_and_summarizes(tmp_path):
     assert r.returncode == 1 and "FAILED bvit-ds seed 0" in r.stderr  # a failed run fails the script
 
 
+def test_a_second_call_on_the_same_folder_leaves_the_run_another_call_is_running(tmp_path):
+    """Two calls of reproduce_mini.sh on one OUT (a lane started beside a running call): a run whose folder another
+    process has locked (training/checkpoints.py lock_out_dir) is skipped untouched, and is not counted as failed."""
+    import fcntl
+    data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
+    d = tmp_path / "mini" / "bvit" / "seed0"
+    d.mkdir(parents=True)
+    env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit", JOBS="1", DATA=data_dir)
+    with open(d / ".lock", "a+") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by this process, as a running train.py holds it
+        r = subprocess.run(["bash", os.path.join(ROOT, "studies", "reproduce_mini.sh")], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"skip bvit seed 0 (another call is running it: {d})" in r.stdout
+    assert sorted(os.listdir(d)) == [".lock"]  # no running.json, partial.json or train.log of this call
+
+
 @pytest.mark.slow
 def test_reproduce_mini_fig2_trains_the_teacher_then_both_students_of_it_then_their_elastic_stages(tmp_path):
     """ARMS=fig2 (the reViT paper's Fig. 2): vit, the two students distilled from that seed's vit (not seed 0's,
