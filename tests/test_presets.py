@@ -2,6 +2,7 @@
 arms train one step, the matched pairs are matched, and LAMB and the binary cross-entropy follow
 their formulas. CPU only, in-process `train.cli` calls on a tiny fake CIFAR-100 folder."""
 import json
+import shlex
 import math
 import os
 import sys
@@ -657,3 +658,15 @@ def test_bce_loss_is_the_binary_cross_entropy_formula(name):
         assert torch.allclose(model(x, y)[1], torch.stack(list(model.aux.values())).mean(), atol=1e-6)
     with pytest.raises(ValueError, match="loss"):
         MODEL_FILES[name](loss="mse", **kw)
+
+
+def test_every_presets_flags_line_pastes_back_to_the_same_run(capsys):
+    """--list-presets NAME prints a `flags:` line; pasted as a command line (without --preset) it resolves to the
+    same run as --preset NAME (--print-config), for every preset: no `--randaug 0.0` an integer flag refuses, no
+    `--bce False` or `--eval-depths None` the parser cannot read."""
+    for name in presets.PRESETS:
+        assert train.cli(["--list-presets", name]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("flags: "))
+        pasted = config(capsys, *shlex.split(line[len("flags: "):]))
+        preset = config(capsys, "--preset", name)
+        assert {k: v for k, v in pasted.items() if k != "preset"} == {k: v for k, v in preset.items() if k != "preset"}, name

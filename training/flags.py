@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import shlex
 import sys
 
 import torch
@@ -824,6 +825,29 @@ def effective(k, v, run):
     return MODELS[run["model"]].defaults(run).get(k) if run.get("model") in MODELS else None
 
 
+def command_line(flags):
+    """`flags` ({dest: value}, a preset's) as a train.py command line that parses back to the same values: a
+    switch by its name (--gap; --bce / --no-bce), a value left at None or a plain switch left off omitted (their
+    defaults), a whole number of an integer flag without ".0", a list comma-joined, a value quoted where needed."""
+    actions = {a.dest: a for a in get_parser()._actions}
+    words = []
+    for k, v in flags.items():
+        name, action = "--" + k.replace("_", "-"), actions.get(k)
+        if v is None or v is False and not isinstance(action, argparse.BooleanOptionalAction):
+            continue
+        if isinstance(v, bool):
+            words.append(name if v else "--no-" + name[2:])
+            continue
+        value = ",".join(map(str, v)) if isinstance(v, list) else str(v)
+        if isinstance(v, float) and v.is_integer() and action is not None and action.type is not None:
+            try:
+                action.type(value)
+            except (argparse.ArgumentTypeError, TypeError, ValueError):  # an integer flag: 0.0 -> 0
+                value = str(int(v))
+        words += [name, value]
+    return shlex.join(words)
+
+
 def list_presets(text=""):
     """--list-presets [TEXT]: a table, one row per preset: its name, model (built on the meta device:
     shapes only, no memory, no init), parameters, the time a run takes (presets.TIMES, which says where
@@ -834,8 +858,7 @@ def list_presets(text=""):
         what, flags = PRESETS[text]
         cpu, gpu = TIMES[text]
         print(f"{text}: {what}\npaper: {PAPER[text]}\ntime: CPU-2 {cpu}; one H200 {gpu}\nflags: "
-              + " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
-                         for k, v in flags.items()))
+              + command_line(flags))
         return
     t, rows = text.lower(), []
     for name, (what, flags) in PRESETS.items():
