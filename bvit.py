@@ -455,7 +455,7 @@ def _sized(size, untied, **kw):
     kw.setdefault("depth", 24 if size == "l" else 12)
     if untied:
         kw.setdefault("num_blocks", kw["depth"])
-    return BViT(embed_dim=dim, num_heads=heads, **kw)
+    return BViT(**{"embed_dim": dim, "num_heads": heads, **kw})  # (a given width wins, as in timm)
 
 
 def bvit_ti(**kw): return _sized("ti", False, **kw)

@@ -545,7 +545,7 @@ def _sized(size, **kw):
     dim, heads = _SIZES[size]
     if "steps" not in kw:
         kw.setdefault("depth", 24 if size == "l" else 12)
-    return ODEViT(embed_dim=dim, num_heads=heads, **kw)
+    return ODEViT(**{"embed_dim": dim, "num_heads": heads, **kw})  # (a given width wins, as in timm)
 
 
 def odevit_ti(**kw): return _sized("ti", **kw)

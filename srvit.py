@@ -490,7 +490,7 @@ _SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}
 def _sized(size, **kw):
     dim, heads = _SIZES[size]
     kw.setdefault("depth", 24 if size == "l" else 12)
-    return SRViT(embed_dim=dim, num_heads=heads, **kw)
+    return SRViT(**{"embed_dim": dim, "num_heads": heads, **kw})  # (a given width wins, as in timm)
 
 
 def srvit_ti(**kw): return _sized("ti", **kw)

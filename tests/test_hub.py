@@ -62,3 +62,13 @@ def test_a_weights_file_that_holds_code_is_refused_and_nothing_runs(tmp_path, ca
     assert "code ran" not in capsys.readouterr().out
     with pytest.raises(pickle.UnpicklingError):  # (the file does hold code: a plain pickle load would run it)
         torch.load(path, weights_only=True)
+
+
+@pytest.mark.parametrize("family", ["vit", "bvit", "revit", "srvit", "odevit"])
+def test_a_given_width_wins_over_the_entrys_size(family):
+    """As timm's size entries: embed_dim= and num_heads= given to an entry (a run trained at another width, e.g. the
+    first run's D=128) replace the size's, instead of a TypeError for a keyword given twice."""
+    import hubconf
+    with torch.device("meta"):
+        model = getattr(hubconf, f"{family}_s16")(embed_dim=128, num_heads=2, depth=2, img_size=32)
+    assert (model.embed_dim, model.patch_size, model.img_size) == (128, 16, 32)
