@@ -19,6 +19,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # for the subprocesses the tests 
 import torch  # noqa: E402
 torch.set_num_threads(1)
 
+# The real data the tests read where present (README: $RVITS_DATA, else ../shared/data beside the repository):
+# CIFAR-100 (cifar-100-python/) and the ImageNet sample (imagenet-sample/); tests that need them skip without.
+DATA = os.environ.get("RVITS_DATA") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                    "..", "shared", "data")
+SAMPLE = os.path.join(DATA, "imagenet-sample")
+
 
 def pytest_addoption(parser):
     parser.addoption("--test-order", default="files", metavar="ORDER",

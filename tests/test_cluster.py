@@ -217,7 +217,7 @@ def test_a_second_run_on_a_live_out_dir_is_refused_and_a_dead_one_leaves_no_lock
 
 
 # ----------------------------------------------------------------------------- signals to the whole process group (issue 24)
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
+from conftest import SAMPLE  # noqa: E402  ($RVITS_DATA/imagenet-sample, else ../shared/data's)
 
 
 def command(args, launcher):
@@ -254,7 +254,7 @@ def test_a_signal_to_the_whole_process_group_stops_at_a_checkpoint_and_the_reque
     workers = "2" if "2 loader" in case else "1"
     if "folder" in case:
         if not os.path.isdir(SAMPLE):
-            pytest.skip("../shared/data/imagenet-sample not present")
+            pytest.skip(f"{SAMPLE} not present (set RVITS_DATA)")
         data_flags = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "32", "--patch-size", "8"]
     else:
         data_flags = ["--data", "cifar100", "--data-dir", fake_cifar(tmp_path / "data"), "--cpu-loader"]

@@ -20,8 +20,8 @@ from test_train import TINY, fake_cifar
 
 pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
-needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
+from conftest import SAMPLE  # noqa: E402  ($RVITS_DATA/imagenet-sample, else ../shared/data's)
+needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason=f"{SAMPLE} not present (set RVITS_DATA)")
 FOLDER = ["--data", "imagenet", "--data-dir", SAMPLE, "--img-size", "64", "--device", "cpu", "--workers", "0",
           "--batch-size", "8", "--val-subset", "16", "--eval-batch-size", "16", "--max-steps", "1"]
 VIT = dict(embed_dim=32, depth=2, num_heads=2)

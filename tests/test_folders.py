@@ -19,8 +19,8 @@ import train
 from test_train import TINY
 from training.flags import get_parser, parse_args
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-sample")
-needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="../shared/data/imagenet-sample not present")
+from conftest import SAMPLE  # noqa: E402  ($RVITS_DATA/imagenet-sample, else ../shared/data's)
+needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason=f"{SAMPLE} not present (set RVITS_DATA)")
 CLASSES = sorted(os.listdir(os.path.join(SAMPLE, "train")))[:3] if os.path.isdir(SAMPLE) else []
 RUN = TINY + ["--data", "imagenet", "--img-size", "32", "--patch-size", "8", "--batch-size", "4",
               "--max-steps", "2"]

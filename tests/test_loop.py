@@ -21,7 +21,7 @@ import revit
 import srvit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-DATA = os.environ.get("RVITS_DATA") or os.path.join(ROOT, "..", "shared", "data")
+from conftest import DATA  # noqa: E402  ($RVITS_DATA, else ../shared/data)
 HAVE_CIFAR = os.path.isfile(os.path.join(DATA, "cifar-100-python", "train"))
 needs_cifar = pytest.mark.skipif(not HAVE_CIFAR, reason=f"real CIFAR-100 not found in {DATA} (set RVITS_DATA)")
 
