@@ -9,6 +9,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -73,6 +74,13 @@ def test_resume_prints_changed_flags_and_refuses_a_new_batch_size_mid_epoch(tmp_
     assert train.cli(flags + ["--batch-size", "16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--batch-size was 8, now 16" in err[0] and "mid-epoch" in err[0], err
+    assert f"--config {out}/args.json gives every flag of the run" in err[0]  # and it does (on a copy of the run):
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    assert train.cli(["--config", os.path.join(copy, "args.json"), "--out-dir", copy, "--resume",
+                      os.path.join(copy, "ckpt.pt"), "--max-steps", "4"]) == 0
+    assert load(os.path.join(copy, "ckpt.pt"))["step"] == 4
+    capsys.readouterr()
     assert train.cli(flags + ["--repeated-aug", "3"]) == 2  # another sampler: other images for the rest of the epoch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--repeated-aug was 0, now 3" in err[0] and "mid-epoch" in err[0], err

@@ -159,15 +159,18 @@ def resume_changes(ck, args, world, path):
                if k in saved and k not in NOT_COMPARED and effective(k, saved[k], saved) != effective(k, v, vars(args))]
     if len(ck["rng"]) != world:
         changes.append(("processes", len(ck["rng"]), world))
+    saved_flags = os.path.join(os.path.dirname(path), "args.json")  # the run's own flags, beside its checkpoint
+    original = (f"give the original value (--config {saved_flags} gives every flag of the run)"
+                if os.path.isfile(saved_flags) else "give the original value")
     for k, old, new in changes:
         flag = "processes" if k == "processes" else "--" + k.replace("_", "-")
         if k in arch:  # (given on the command line: the others come from the checkpoint)
-            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; give the "
-                       f"original value, or start a new run from these weights with --finetune {path}")
+            raise Fail(f"--resume {path}: {flag} was {old}, now {new}, which changes the model; {original}, "
+                       f"or start a new run from these weights with --finetune {path}")
         if ck["batch"] and (k in EPOCH_FLAGS or k == "processes"):
             raise Fail(f"--resume {path}: {flag} was {old}, now {new}: the checkpoint is mid-epoch (step "
                        f"{ck['batch']} of epoch {ck['epoch']}), where this changes which images the remaining "
-                       "steps see; give the original value, or resume from an end-of-epoch checkpoint")
+                       f"steps see; {original}, or resume from an end-of-epoch checkpoint")
         lines.append(f"resume: {flag} {old} -> {new}" + (f": {CHANGE_NOTES[k]}" if k in CHANGE_NOTES else ""))
     return lines
 
