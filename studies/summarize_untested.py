@@ -228,6 +228,20 @@ def blocks(runs):
     return claims_block(runs) + "\n\n" + " ".join(notes) + ("\n\n" + arms_table(runs) if runs else "")
 
 
+def read(roots):
+    """The finished runs of the claims' arms in the folders `roots`, read as one ({arm: [run]}, load_runs' records;
+    a seed's partner may lie in another study's folder). Exits 2 with one line for a folder that is not a study or a
+    run's file that does not parse."""
+    runs = {}
+    for root in roots:
+        try:
+            for arm, rs in study_runs(root, load_runs, ARMS, COMMAND, "summarize_untested.py").items():
+                runs.setdefault(arm, []).extend(rs)
+        except ValueError as e:  # a damaged JSON file of a run
+            fail(f"{root}: a run's file does not parse ({e})")
+    return runs
+
+
 def main(argv=None):
     from training import flags  # (the number types and one-line errors of every tool)
     cli = flags.Parser(prog="summarize_untested.py", description=__doc__.split("\n\n")[0])
@@ -241,13 +255,7 @@ def main(argv=None):
     a = cli.parse_args(argv)
     if a.results and not os.path.isfile(a.results):
         fail(f"--results {a.results}: no such file")
-    runs = {}
-    for root in a.runs:
-        try:
-            for arm, rs in study_runs(root, load_runs, ARMS, COMMAND, "summarize_untested.py").items():
-                runs.setdefault(arm, []).extend(rs)
-        except ValueError as e:  # a damaged JSON file of a run
-            fail(f"{root}: a run's file does not parse ({e})")
+    runs = read(a.runs)
     short = sorted(f"{arm} seed {r['seed']}" for arm, rs in runs.items() for r in rs
                    if r.get("args", {}).get("max_steps") or r.get("args", {}).get("val_subset"))
     if a.results and short:
