@@ -230,8 +230,9 @@ def blocks(runs):
 
 def read(roots):
     """The finished runs of the claims' arms in the folders `roots`, read as one ({arm: [run]}, load_runs' records;
-    a seed's partner may lie in another study's folder). Exits 2 with one line for a folder that is not a study or a
-    run's file that does not parse."""
+    a seed's partner may lie in another study's folder). One run per arm and seed: of runs of the same arm and seed
+    in several folders (a partner kept with both studies), the first a claim may judge (judged), else the first.
+    Exits 2 with one line for a folder that is not a study or a run's file that does not parse."""
     runs = {}
     for root in roots:
         try:
@@ -239,6 +240,11 @@ def read(roots):
                 runs.setdefault(arm, []).extend(rs)
         except ValueError as e:  # a damaged JSON file of a run
             fail(f"{root}: a run's file does not parse ({e})")
+    for arm, rs in runs.items():
+        pick = {}
+        for r in sorted(rs, key=lambda r: not judged(arm, r)):  # stable: folder order among equals
+            pick.setdefault(r["seed"], r)
+        runs[arm] = [pick[s] for s in sorted(pick)]
     return runs
 
 

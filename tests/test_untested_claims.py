@@ -234,6 +234,22 @@ def test_partner_runs_in_another_folder_are_read_with_the_study(tmp_path, capsys
     capsys.readouterr()
 
 
+def test_a_run_in_two_folders_is_read_once_the_fresh_one_first(tmp_path):
+    """A partner kept with both studies (results/untested and results/mini) counts once: the first folder's run;
+    where the first folder's run predates the claims and the second's does not, the second's."""
+    study(tmp_path / "untested")
+    make_run(tmp_path / "mini", "vit", 0, 10.0)  # the same arm and seed again, another score: never read
+    make_run(tmp_path / "mini", "bvit", 1, 10.0)
+    runs = summarize_untested.read([str(tmp_path / "untested"), str(tmp_path / "mini")])
+    assert [r["seed"] for r in runs["vit"]] == [0, 1, 2] and runs["vit"][0]["last"]["val_acc1"] == SCORES["vit"][0]
+    assert verdict("bvit-width-trend-mini", runs) == "agree"
+    (tmp_path / "old").mkdir()
+    make_run(tmp_path / "old", "vit", 0, 10.0, date="2026-12-01 10:00")  # before the registration
+    runs = summarize_untested.read([str(tmp_path / "old"), str(tmp_path / "untested")])
+    assert runs["vit"][0]["last"]["val_acc1"] == SCORES["vit"][0] and len(runs["vit"]) == 3
+    assert "Left out" not in summarize_untested.blocks(runs)
+
+
 def test_a_run_made_before_the_registration_is_left_out(tmp_path):
     study(tmp_path, skip={("vit", 0)})
     make_run(tmp_path, "vit", 0, 60.0, date="2026-12-01 10:00")  # before 2026-12-04 17:27
