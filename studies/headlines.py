@@ -5,9 +5,9 @@
 
 Each line is one summarizer's verdicts on the registered claims (studies/claims.py) over the kept runs in results/:
 summarize_mini (results/mini, results/init, results/revit; results/revit-search, the engagement search),
-summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini)
-and summarize_loopvae (results/loopvae); the GPU study's line beside the block is written by hand. Nothing is
-measured: what a summarizer has not cached reads "not run".
+summarize_teacher (results/revit-teacher), summarize_fig2 (results/revit-fig2), summarize_anytime (results/mini),
+summarize_untested (results/untested with results/mini) and summarize_loopvae (results/loopvae); the GPU study's
+line beside the block is written by hand. Nothing is measured: what a summarizer has not cached reads "not run".
 """
 import argparse
 import collections
@@ -24,7 +24,8 @@ import claims as registry  # noqa: E402
 import summarize_mini  # noqa: E402
 
 LINK = {"mini": "[CPU study][cpu]", "revit": "[reViT][revit]", "teacher": "[second regime][regime]",
-"anytime": "[anytime][anytime]", "loopvae": "[LoopVAE][loopvae]", "gpu": "[GPU study][gpu]"}
+"anytime": "[anytime][anytime]", "loopvae": "[LoopVAE][loopvae]", "gpu": "[GPU study][gpu]",
+"untested": "[untested claims][untested]"}
 
 
 def kept(*names):
@@ -54,6 +55,11 @@ def said(c, runs):
     if mean is None:
         return f"{label} not run"
     return f"{label} {v.split(' (')[0]} ({mean:+.2f} ± {'-' if half == float('inf') else f'{half:.2f}'})"
+
+
+UNTESTED = {"crossroads-blackbox-costs": "black-box cost", "crossroads-blackbox-costs-few": "a few points",
+            "crossroads-rk4-gain-not-uniform": "RK4 not uniform", "crossroads-heun-gain-not-uniform": "Heun not uniform",
+            "bvit-width-trend-mini": "width trend"}
 
 
 def plain(verdict):
@@ -121,6 +127,13 @@ def lines():
         rows = summarize_anytime.claims(summarize_anytime.load_runs(mini[0]))
         out.append("**Anytime inference** (ours): " + both([(r[0][:3], r[2]) for r in rows])
                    + f" ({LINK['anytime']}).")
+    untested = kept("untested")
+    if untested:  # issue 64's claims: their runs, with the partners' seeds kept in results/mini
+        import summarize_untested
+        with contextlib.redirect_stdout(io.StringIO()):
+            ur = summarize_untested.read(untested + kept("mini"))
+        said_ = [(UNTESTED.get(c.key, c.key), summarize_untested.judge(c, ur)[4]) for c in summarize_untested.CLAIMS]
+        out.append(f"**Never tested before** (Training Crossroads, bViT): {tally(said_, '')} ({LINK['untested']}).")
     loop = kept("loopvae")
     if loop:
         rows = summarize_loopvae.claims(summarize_loopvae.load_runs(loop[0]), None)
