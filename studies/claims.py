@@ -385,9 +385,10 @@ CLAIMS += [
 # Judged only on runs made after the registration, the partner arms' runs too (studies "untested" and
 # "untested-gpu": OUT=runs/untested ARMS=untested SEEDS="0 1 2" bash studies/reproduce_mini.sh), so that no run
 # known before the claim was written judges it.
-# The papers' claims rvits never tested before (issue 64), registered 2026-12-04 at 6162896, before any of their
-# runs. Four compare differences of arms: an arm may be a contrast "X - Y", per seed X's top-1 minus Y's, both
-# runs of that seed (paired() reads it; "vit-d48 - bvit-d48" is the ViT-minus-bViT gap at D=48). "Not uniform"
+# The papers' claims rvits never tested before (issue 64), registered 2026-12-04 at 257165c (the commit that holds
+# them; written on 6162896), before any of their runs. Four compare differences of arms: an arm may be a contrast "X
+# - Y", per seed X's top-1 minus Y's, both runs of that seed (paired() reads it; "vit-d48 - bvit-d48" is the
+# ViT-minus-bViT gap at D=48). "Not uniform"
 # needs a kind the three above lack:
 #     "!~"  a and b differ by more than `margin`, either way: the mirror of "~" (agree where "~" disagrees, the
 #           interval on a - b wholly outside +-margin; disagree where "~" agrees, the interval inside +-margin).
@@ -420,7 +421,7 @@ def judge_scores(claim, scores):
     return {"agree": "disagree", "disagree": "agree"}.get(said, said)
 
 
-ISSUE64 = "2026-12-04 17:27 6162896"
+ISSUE64 = "2026-12-04 17:53 257165c"
 CLAIMS += [  # the papers' claims never tested before (issue 64)
     # 1. Training Crossroads' black-box field, beside the state-subtracted one at the same NFE (8, Euler).
     Claim(key="crossroads-blackbox-costs", paper="Training Crossroads", where="abstract",

@@ -26,7 +26,7 @@ def test_issue_64s_claims_are_registered_before_their_runs_in_the_papers_words()
     assert {c.key for c in OURS} == {"crossroads-blackbox-costs", "crossroads-blackbox-costs-few",
                                       "crossroads-rk4-gain-not-uniform", "crossroads-heun-gain-not-uniform",
                                       "bvit-width-trend-mini", "bvit-width-trend-gpu"}
-    assert claims.ISSUE64 == "2026-12-04 17:27 6162896"
+    assert claims.ISSUE64 == "2026-12-04 17:53 257165c"
     quote = {"crossroads": "few accuracy points", "crossroads-rk4": "their gains are not uniform",
              "crossroads-heun": "their gains are not uniform", "bvit": "wider bViTs recovering much more"}
     for c in OURS:
