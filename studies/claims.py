@@ -386,10 +386,9 @@ CLAIMS += [
 # "untested-gpu": OUT=runs/untested ARMS=untested SEEDS="0 1 2" bash studies/reproduce_mini.sh), so that no run
 # known before the claim was written judges it.
 # The papers' claims rvits never tested before (issue 64), registered 2026-12-04 at 257165c (the commit that holds
-# them; written on 6162896), before any of their runs. Four compare differences of arms: an arm may be a contrast "X
-# - Y", per seed X's top-1 minus Y's, both runs of that seed (paired() reads it; "vit-d48 - bvit-d48" is the
-# ViT-minus-bViT gap at D=48). "Not uniform"
-# needs a kind the three above lack:
+# them; written on 6162896), before any of their runs. Four compare differences of arms: an arm may be a contrast
+# "X - Y", per seed X's top-1 minus Y's, both runs of that seed (paired() reads it; "vit-d48 - bvit-d48" is the
+# ViT-minus-bViT gap at D=48). "Not uniform" needs a kind the three above lack:
 #     "!~"  a and b differ by more than `margin`, either way: the mirror of "~" (agree where "~" disagrees, the
 #           interval on a - b wholly outside +-margin; disagree where "~" agrees, the interval inside +-margin).
 # judge_scores(claim, scores) gives any claim's verdict through the one rule, verdict(), with both.
