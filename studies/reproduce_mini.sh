@@ -10,7 +10,7 @@
 # Arms run in order of priority: the arms of the first three claims (matched FLOPs, matched
 # parameters, deep supervision) for every seed first, then the others. Each run is one process with
 # one thread; JOBS of them run side by side (2 on a 2-core machine).
-# Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 13), JOBS (2), DATA (the folder holding
+# Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 15), JOBS (2), DATA (the folder holding
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
 # Arms: the 12 study presets c100-mini-* and the structured-init claims' 3 (c100-mini-init-*: patch 4,
