@@ -883,6 +883,25 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
     assert st.claims(runs)[1][3] == "not run"
 
 
+def test_docs_mini_and_moe_blocks_are_what_the_kept_runs_give():
+    """docs/results.md's mini-table and mini-verdicts (results/mini with results/init) and docs/models.md's moe-table
+    (results/revit) are summarize_mini.py's blocks over those kept folders, as the pages' prose names them: a rebuild
+    from the wrong folders (the moe-table from results/mini, whose only reViT arm is revit-e4-elastic) fails here."""
+    def blocks(*names):
+        runs = {}
+        for name in names:
+            for arm, rs in summarize_mini.load_runs(os.path.join(ROOT, "results", name)).items():
+                runs.setdefault(arm, []).extend(rs)
+        return summarize_mini.summary(runs)
+    mini, revit = blocks("mini", "init"), blocks("revit")
+    results = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+    models = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
+    assert marked_block(results, "mini-table") == mini["mini-table"].strip()
+    assert marked_block(results, "mini-verdicts") == mini["mini-verdicts"].strip()
+    assert marked_block(models, "moe-table") == revit["moe-table"].strip()
+    assert "revit-lory" in marked_block(models, "moe-table")
+
+
 @pytest.mark.slow
 def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path, monkeypatch):
     """results/revit-teacher and results/mini (studies/keep_results.py): the second regime's and anytime
