@@ -43,15 +43,15 @@ def mini_runs(folders):
 
 
 SHORT = {"matched-flops": "matched FLOPs", "matched-params": "matched params", "ds-beyond-horizon": "deep sup. 4x",
-         "ds-nominal": "1x", "rk4-vs-euler": "RK4", "heun-vs-euler": "Heun", "srvit-r2": "SR-ViT",
-         "init-structured-vs-pytorch": "structured init", "init-structured-vs-mimetic": "vs mimetic"}
+         "ds-nominal": "deep sup. 1x", "rk4-vs-euler": "RK4 vs Euler", "heun-vs-euler": "Heun vs Euler",
+         "srvit-r2": "SR-ViT", "init-structured-vs-pytorch": "structured init",
+         "init-structured-vs-mimetic": "structured vs mimetic init"}
 
 
 def said(c, runs):
-    """'label verdict (a - b ± the smallest difference the seeds resolve)' of one claim over summarize_mini's runs;
-    * marks an exploratory claim."""
+    """'label verdict (a - b ± the smallest difference the seeds resolve)' of one claim over summarize_mini's runs."""
     mean, half, v = registry.judge(c, *summarize_mini.paired(c, runs))
-    label = SHORT.get(c.key, c.key) + "*" * c.exploratory
+    label = SHORT.get(c.key, c.key)
     if mean is None:
         return f"{label} not run"
     return f"{label} {v.split(' (')[0]} ({mean:+.2f} ± {'-' if half == float('inf') else f'{half:.2f}'})"
@@ -88,14 +88,16 @@ def tally(parts, prefix):
 
 def lines():
     """The headline bullets, one per study."""
-    out = []
+    out, exploratory = [], []  # (the exploratory claims stand apart, in a bullet of their own)
     runs = mini_runs(kept("mini", "init"))
     for title, keys in (("Training Crossroads", ("matched-flops", "matched-params", "ds-beyond-horizon", "ds-nominal",
                                                  "rk4-vs-euler", "heun-vs-euler")),
                         ("SoftMoR, structured init", ("srvit-r2", "init-structured-vs-pytorch",
                                                          "init-structured-vs-mimetic"))):
         cs = [c for c in registry.CLAIMS if c.key in keys]
-        out.append(f"**{title}:** " + "; ".join(said(c, runs) for c in cs) + f" ({LINK['mini']}).")
+        out.append(f"**{title}:** " + "; ".join(said(c, runs) for c in cs if not c.exploratory) + f" ({LINK['mini']}).")
+        exploratory += [said(c, runs) for c in cs if c.exploratory]
+    exploratory[-1] += f" ({LINK['mini']})"
     revit = mini_runs(kept("revit"))
     vs = [registry.judge(c, *summarize_mini.paired(c, revit))[2] for c in registry.claims_of("revit")]
     idle = sum(v.startswith("not engaged") for v in vs)
@@ -138,7 +140,9 @@ def lines():
     if loop:
         rows = summarize_loopvae.claims(summarize_loopvae.load_runs(loop[0]), None)
         sharing = sorted({r[3].split(' (')[0] for r in rows if r[0][:1] == "1"})
-        out.append(f"**LoopVAE*:** sharing {' / '.join(sharing)} on both cores; the other claims in {LINK['loopvae']}.")
+        exploratory.append(f"LoopVAE's sharing {' / '.join(sharing)} on both cores ({LINK['loopvae']})")
+    out.append("**Exploratory** (registered after their runs): "
+               + "; ".join(exploratory) + ".")
     return out
 
 
