@@ -326,7 +326,8 @@ CLAIMS += [
             f"{'30.41' if other == 'scale' else '31.04'} dB)", f"sharing: global beats {other}", "loopvae",
             f"loopvae-{pre}global", f"loopvae-{pre}{other}", 1, ">", None, "", 3, "each pass updates the features: "
             "the loop interventions' relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
-            exploratory=True, metric="PSNR (dB)") for pre, other in (("", "scale"), ("", "none"), ("vit-", "none"))],
+            exploratory=True, metric="PSNR (dB)", gate=(("loop_update_min", ">=", 0.01),))
+      for pre, other in (("", "scale"), ("", "none"), ("vit-", "none"))],
     *[Claim(f"loopvae-{n}", "LoopVAE", where, words, "loopvae", "loopvae-global", "loopvae-scale", 1, ">", None, "",
             3, "each pass updates the features: relative update > 1 % (loops.json)", "2026-12-01 12:31 4a9b6d4",
             exploratory=True, metric="PSNR per image and stage (summarize_loopvae.py)")

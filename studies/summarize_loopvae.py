@@ -113,6 +113,14 @@ def looped(runs, arms=LOOPED):
     return [r for arm in arms for r in runs.get(arm, []) if "loops" in r]
 
 
+def loop_signature(rs):
+    """The sharing claims' mechanism signature (studies/claims.py): {"loop_update_min": the smallest relative update
+    of any pass of any stage (analyze.py's loop interventions, loops.json), the mean over the runs `rs` that have
+    it}; {} when none has (the claim then reads "signature not measured")."""
+    mins = [min(min(u) for u in r["loops"]["update"].values()) for r in rs if "loops" in r]
+    return {"loop_update_min": sum(mins) / len(mins)} if mins else {}
+
+
 def claims(runs, ledger):
     """The six claims: a list of (claim, the paper, here, verdict) rows. Claim 1 on each core (the paper's
     Table 2 is a Transformer core; the mini arms are CNN, and the vit-* arms the Transformer core); claims
@@ -129,7 +137,8 @@ def claims(runs, ledger):
             if not g:
                 rows.append((text, paper_cell, f"c100-mini-loopvae-{pre}global / -{pre}{other}", "not run"))
                 continue
-            diff, half, v = registry.judge(claim[f"loopvae-sharing-{pre}{other}"], g, o, cpus)
+            diff, half, v = registry.judge(claim[f"loopvae-sharing-{pre}{other}"], g, o, cpus,
+                                           loop_signature(runs.get(pre + "global", [])))
             rows.append((text, paper_cell, f"{fmt(g)} vs {fmt(o)} dB ({diff:+.2f}, resolves {resolves(half)})", v))
     stage1, stage2 = intervention_rows(runs, LOOPED), intervention_rows(runs, STAGE2)
     if not stage1:

@@ -721,6 +721,21 @@ def test_summarize_loopvae_per_image_and_scale_free_rules_come_out_either_way(tm
     assert sl.cost_row(led(2e6, 21.0), led(1e6, 10.0))[3] == "cannot tell"  # 2.1x vs 2.0x: within the margin
 
 
+def test_loopvae_sharing_claims_are_gated_on_the_loop_updates():
+    """The sharing claims' signature (studies/claims.py: each pass updates the features, relative update > 1 %,
+    loops.json): where it holds the rule speaks, where it fails the row reads "not engaged at this scale", and where
+    no run measured it the verdict says so."""
+    import claims as registry
+    import summarize_loopvae as sl
+    claim = next(c for c in registry.CLAIMS if c.key == "loopvae-sharing-scale")
+    run = lambda smallest: {"loops": {"update": {"enc_f4": [0.3, smallest], "dec_f2": [0.2, 0.3]}}}
+    a, b = [19.0, 19.2, 19.1], [18.0, 18.2, 18.1]  # a ahead by 1 dB on every seed
+    assert sl.loop_signature([run(0.05), run(0.07), {}]) == {"loop_update_min": pytest.approx(0.06)}
+    assert registry.judge(claim, a, b, None, sl.loop_signature([run(0.05)]))[2] == "agree"
+    assert registry.judge(claim, a, b, None, sl.loop_signature([run(0.001)]))[2] == "not engaged at this scale"
+    assert registry.judge(claim, a, b, None, sl.loop_signature([{}]))[2] == "agree (signature not measured)"
+
+
 @pytest.mark.slow
 def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_markers(tmp_path, monkeypatch, capsys):
     import summarize_loopvae
@@ -749,7 +764,8 @@ def test_summarize_loopvae_gives_each_claim_its_verdict_and_writes_between_the_m
     assert "19.10 ± 0.10 vs 18.10 ± 0.10 dB (+1.00, resolves 0.00) | agree (2 of 3 seeds)" in claims[0]  # +1 on both
     assert claims[1].endswith("| cannot tell (2 of 3 seeds) |")  # +0.1 and -0.1: the interval straddles 0
     assert "Transformer core: global (4 blocks) beats none" in claims[2] and "20.00 vs 19.00 dB" in claims[2]
-    assert claims[2].endswith("| cannot tell (1 of 3 seeds) |")  # one pair resolves nothing
+    assert claims[2].endswith("| cannot tell (signature not measured) (1 of 3 seeds) |")  # one pair resolves nothing;
+    # (the Transformer arms have no loops.json: their loop updates, the sharing claims' signature, are not measured)
     assert "Stage 1 (6 runs)" in rows["2."] and "90%-100%" in rows["2."]
     assert rows["2."].endswith("| Stage 1: agree on the mean, not on every image; Stage 2 (2 runs): agree on the mean, "
                                "not on every image |")
