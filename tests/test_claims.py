@@ -135,10 +135,13 @@ def test_fig2_claims_are_judged_by_the_rule_and_read_not_engaged_when_the_expert
 
 
 def violations(registry, root=claims.ROOT, git=claims.ROOT):
-    """(claim, arm, seed) of every kept run older than a confirmatory claim that judges it."""
+    """(claim, arm, seed) of every kept run older than a confirmatory claim that judges it (the arms of a contrast
+    "X - Y" included)."""
+    def arms(c):
+        return {n for side in (c.a, c.b) for n in side.split(claims.CONTRAST)} | {c.gated}
     return [(c.key, arm, seed) for c in registry if not c.exploratory
             for arm, seed, commit, date in claims.kept_runs(c.study, root)
-            if arm in (c.a, c.b, c.gated) and claims.older(commit, date, c.registered, git)]
+            if arm in arms(c) and claims.older(commit, date, c.registered, git)]
 
 
 def test_no_kept_run_is_older_than_a_confirmatory_claim_that_judges_it():
@@ -150,6 +153,8 @@ def test_no_kept_run_is_older_than_a_confirmatory_claim_that_judges_it():
                          "2026-12-03 07:00 3ee76cf")]  # after revit-e4's and revit-e1's runs at eb32335
     assert len(violations(late, git=None)) == 4 and len(violations(late)) == 4
     assert violations([dataclasses.replace(late[0], exploratory=True)]) == []
+    contrast = dataclasses.replace(late[0], a="revit-e4 - revit-e1", b="revit-lora")  # each arm of "X - Y" counts
+    assert sorted({arm for _, arm, _ in violations([contrast], git=None)}) == ["revit-e1", "revit-e4"]  # (lora: later)
 
 
 def test_older_is_strict_ancestry_with_git_and_the_date_without():
