@@ -141,8 +141,7 @@ def lines():
         rows = summarize_loopvae.claims(summarize_loopvae.load_runs(loop[0]), None)
         sharing = sorted({r[3].split(' (')[0] for r in rows if r[0][:1] == "1"})
         exploratory.append(f"LoopVAE's sharing {' / '.join(sharing)} on both cores ({LINK['loopvae']})")
-    out.append("**Exploratory:** "
-               + "; ".join(exploratory) + ".")
+    out.append("**Exploratory:** " + "; ".join(exploratory) + ".")
     return out
 
 

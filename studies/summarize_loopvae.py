@@ -34,7 +34,6 @@ from training import flags  # noqa: E402  (the number types of every tool's flag
 ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
 LOOPED = ARMS[:3]  # the sharing scopes (CNN core): one 28-application graph, loops 1,2,4; Stage 1
 STAGE2 = ["gan"]  # Stage 2 of the global arm (c100-mini-loopvae-gan, from the global run of its seed)
-RATIO_MARGIN = registry.LOOPVAE_RATIO_MARGIN  # claim 6's margin (studies/claims.py; printed in the row)
 MEANS_ONLY = "not measured per image (these runs' loops.json hold means only: re-run analyze.py)"
 
 
@@ -260,11 +259,12 @@ def cost_row(a, u):
         lat, how = a["eval_ms_b8"] / u["eval_ms_b8"], "the eval forward latency (batch 8)"
     else:
         lat, how = u["img_per_s"] / a["img_per_s"], "the training step time (this ledger has no eval latency)"
-    v = ("agree" if lat > macs * (1 + RATIO_MARGIN) else "disagree" if lat < macs * (1 - RATIO_MARGIN)
+    margin = registry.LOOPVAE_RATIO_MARGIN  # (studies/claims.py, beside the claim)
+    v = ("agree" if lat > macs * (1 + margin) else "disagree" if lat < macs * (1 - margin)
          else "cannot tell")
     return ("6. looping costs more per MAC: the latency ratio exceeds the MAC ratio (global vs an unlooped hierarchy)",
             "1.57x the MACs, 2.85x the latency (vs a Flux-style CNN); 0.35x the weights",
-            f"{macs:.2f}x the MACs, {lat:.2f}x {how} (margin {RATIO_MARGIN:.0%}); {a['params'] / u['params']:.2f}x "
+            f"{macs:.2f}x the MACs, {lat:.2f}x {how} (margin {margin:.0%}); {a['params'] / u['params']:.2f}x "
             "the weights and the MACs' excess: by construction", v)
 
 
