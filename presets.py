@@ -457,24 +457,23 @@ MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5,
                  "srvit-r1": 13.4, "srvit-r2": 23.6}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
-# Issue 64's arms, estimated (2026-12-04, CPU-2 AMD EPYC, commit 6162896 + these presets, one thread, niced, beside
-# two training runs and other jobs: load ~9 on the 2 cores): the median of 11 training steps of batch 128 (forward,
-# backward, AdamW; docs/presets.md, 2026-12-04 "the arms of issue 64"), each arm interleaved with c100-mini-vit
-# (0.62 s), as a ratio to the step of the measured arm it is like, times that arm's wall minutes above: odevit-blackbox
-# 0.84x odevit-euler; the NFE-4 solver arms 0.45x, 0.44x, 0.51x their NFE-8 arms; vit-d48 0.36x vit, bvit-d48 0.37x
-# bvit. (D=192 at this recipe: 3.5x c100-mini-vit's step, est. 82 min, pair: over the ~45 CPU-minutes a study run
-# may take, so the wider pair of the width trend is the GPU study's, c100-gpu-vit-d96 / -bvit-d96 beside vit / bvit.)
-UNTESTED_MIN = {"odevit-blackbox": 0.84 * MINI_WALL_MIN["odevit-euler"], "odevit-euler-nfe4": 0.45 * MINI_WALL_MIN["odevit-euler"],
-                "odevit-heun-nfe4": 0.44 * MINI_WALL_MIN["odevit-heun"], "odevit-rk4-nfe4": 0.51 * MINI_WALL_MIN["odevit-rk4"],
-                "vit-d48": 0.36 * MINI_WALL_MIN["vit"], "bvit-d48": 0.37 * MINI_WALL_MIN["bvit"]}
-TIMES.update({f"c100-mini-{arm}": (f"est. {m:.0f} min, pair", "?") for arm, m in UNTESTED_MIN.items()})
+# Issue 64's arms, measured (results/untested, seeds 0-2, 2026-12-05/06, CPU-2 AMD EPYC, one thread, two runs side by
+# side): the mean of done.json's wall minutes (the spread: 16-18, 8-12, 8-10, 8-9, 6-9, 6-9). They were estimated
+# before their runs at 0.84x odevit-euler, 0.45x / 0.44x / 0.51x the NFE-8 solver arms, 0.36x vit and 0.37x bvit
+# (training steps timed 2026-12-04, docs/presets.md "the arms of issue 64"). (D=192 at this recipe: 3.5x
+# c100-mini-vit's step, est. 82 min, pair: over the ~45 CPU-minutes a study run may take, so the wider pair of the
+# width trend is the GPU study's, c100-gpu-vit-d96 / -bvit-d96 beside vit / bvit.)
+UNTESTED_MIN = {"odevit-blackbox": 16.9, "odevit-euler-nfe4": 9.5, "odevit-heun-nfe4": 8.8, "odevit-rk4-nfe4": 8.5,
+                "vit-d48": 7.1, "bvit-d48": 7.0}
+TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in UNTESTED_MIN.items()})
 # the GPU width pair: a quarter of c100-gpu-bvit's FLOPs (0.19 vs 0.73 GFLOPs per image): a quarter of its 3.3 min
 # by FLOPs, ~1 min (a small model leaves the GPU idle: at most the 3.3)
 TIMES.update({f"c100-gpu-{arm}": ("?", "est. 1 min") for arm in ("vit-d96", "bvit-d96")})
 # The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
 # step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
 # (median 1.72 vs 0.40 s), so 2 of c100-mini-vit's 10 epochs (23.5 min, pair) x 4.3 = 20 min, pair.
-TIMES.update({f"c100-mini-init-{arm}": ("est. 20 min, pair", "?") for arm in INIT_ARMS})
+# Measured (results/init, seeds 0-2, 2026-12-03/06, CPU-2 AMD EPYC, two runs side by side): 13-17 min, mean 14.9.
+TIMES.update({f"c100-mini-init-{arm}": ("14.9 min, pair", "?") for arm in INIT_ARMS})
 # The reViT arms at their paper's protocol (issue 49, 2026-12-03, CPU-2 AMD EPYC; results/revit): the mean wall
 # minutes of seeds 0 and 1 (done.json's wall_s), two runs side by side with other jobs on the cores at times
 # ("loaded": a quiet pair is faster). E=1's continuations, which the study did not run, are estimated as 3 of the
@@ -493,12 +492,14 @@ TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:
 TIMES.update({"c100-mini-revit-e4-fig2": ("18 min, pair", "?"), "c100-mini-revit-smear-fig2": ("33-45 min, pair", "?"),
               "c100-mini-revit-e4-fig2-elastic": ("5 min, pair", "?"),
               "c100-mini-revit-smear-fig2-elastic": ("10 min, pair", "?")})
-# The engagement search, estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
+# The engagement search was estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
 # D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
 # The router at 10x: as c100-mini-revit-e4 (the same step).
-TIMES.update({"c100-mini-revit-search-e2": ("est. 43 min, pair", "?"), "c100-mini-revit-search-long": ("est. 56 min, pair", "?"),
-              "c100-mini-revit-search-wide": ("est. 52 min, pair", "?"), "c100-mini-revit-search-p4": ("est. 37 min, pair", "?"),
-              "c100-mini-revit-search-router": ("est. 43 min, pair", "?")})
+# Measured (results/revit-search, seed 0, 2026-12-05 at b8351a4, CPU-2 AMD EPYC, two runs side by side): 14-20 min,
+# each under its estimate (e2 43, long 56, wide 52, p4 37, router 43: a quieter machine than the loaded reViT runs).
+TIMES.update({"c100-mini-revit-search-e2": ("14.2 min, pair", "?"), "c100-mini-revit-search-long": ("19.9 min, pair", "?"),
+              "c100-mini-revit-search-wide": ("16.4 min, pair", "?"), "c100-mini-revit-search-p4": ("14.1 min, pair", "?"),
+              "c100-mini-revit-search-router": ("15.3 min, pair", "?")})
 TIMES["c100-gpu-bvit"] = TIMES["c100-gpu-bvit-ti"] = ("?", "3.3 min train")
 IN1K_GPU_HOURS = {"s": 19, "b": 32, "l": 111}  # docs/presets.md: est. H200 hours of 300 epochs
 for name, (what, flags) in PRESETS.items():

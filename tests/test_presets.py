@@ -395,7 +395,7 @@ def test_each_engagement_search_candidate_changes_one_thing_of_revit_e4_within_a
         flags = presets.PRESETS[f"c100-mini-{arm}"][1]
         changed = {k for k in set(flags) | set(base) if flags.get(k) != base.get(k)} - {"epochs", "warmup_epochs"}
         assert len(changed) <= 2 and (changed or flags["epochs"] != base["epochs"]), (arm, changed)  # (D and heads)
-        assert float(presets.TIMES[f"c100-mini-{arm}"][0].split()[1]) <= 60, arm
+        assert float(presets.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0]) <= 60, arm
 
 
 def test_fig2_arms_are_two_students_of_one_teacher_differing_only_in_the_gate_then_one_elastic_stage(capsys, tmp_path,
@@ -435,8 +435,8 @@ def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_d
         cfg = config(capsys, "--preset", f"c100-mini-{arm}")
         assert (32 // cfg["patch_size"]) ** 2 >= 64 and cfg["embed_dim"] // cfg["num_heads"] == 32, arm
         assert (cfg["model"], cfg["init_base"], cfg["epochs"], cfg["drop_path"]) == ("vit", "pytorch", 2, 0.0), arm
-        minutes = float(presets.TIMES[f"c100-mini-{arm}"][0].split()[1])
-        assert presets.TIMES[f"c100-mini-{arm}"][0].startswith("est.") and minutes <= 20, arm
+        minutes = float(presets.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0])
+        assert minutes <= 20, arm  # (measured: 13-17 min, results/init)
     assert [arms[a]["init"] for a in INIT] == ["default", "mimetic", "structured"]
     p = get_parser()
     m = registry.build_model(resolve(parse_args(p, ["--preset", "c100-mini-init-pytorch"]), p, 32), 32, 100)
