@@ -45,7 +45,7 @@ def mini_runs(folders):
 SHORT = {"matched-flops": "matched FLOPs", "matched-params": "matched params", "ds-beyond-horizon": "deep sup. 4x",
          "ds-nominal": "deep sup. 1x", "rk4-vs-euler": "RK4 vs Euler", "heun-vs-euler": "Heun vs Euler",
          "srvit-r2": "SR-ViT", "init-structured-vs-pytorch": "structured init",
-         "init-structured-vs-mimetic": "structured vs mimetic init"}
+         "init-structured-vs-mimetic": "mimetic vs structured init"}  # (a - b: a = mimetic)
 
 
 def said(c, runs):

@@ -68,7 +68,8 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
     assert "paper: ImageNet-1k top-1 83.0 (reViT Table 5, Table 1)" in full and "--experts 4" in full and "--opt adamw" in full
-    assert train.cli(["--list-presets", "nosuch"]) == 0 and "no preset matches 'nosuch'" in capsys.readouterr().out
+    assert train.cli(["--list-presets", "nosuch"]) == 2  # bad input: one line, exit 2
+    assert "--list-presets 'nosuch': no preset matches" in capsys.readouterr().err
 
 
 def test_the_first_preset_is_readmes_first_command(capsys):

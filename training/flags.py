@@ -556,7 +556,8 @@ def parse_args(p, argv=None):
     checkpoint, or a default, is never refused as if someone had given it (`given`)."""
     args = p.parse_args(argv)
     if args.list_presets is not None:
-        list_presets(args.list_presets)
+        if not list_presets(args.list_presets):
+            p.error(f"--list-presets {args.list_presets!r}: no preset matches; --list-presets alone lists all {len(PRESETS)}")
         sys.exit(0)
     config = read_config(p, args.config) if args.config else {}
     preset = args.preset if args.preset is not None else config.get("preset")
@@ -853,13 +854,14 @@ def list_presets(text=""):
     shapes only, no memory, no init), parameters, the time a run takes (presets.TIMES, which says where
     each figure comes from) and what it reproduces, cut to fit a line; TEXT keeps the presets whose name,
     model or description contain it ("cpu" / "gpu": those with a time on that hardware). A preset's
-    exact name prints all of it: what it reproduces, the paper's number (presets.PAPER), times, flags."""
+    exact name prints all of it: what it reproduces, the paper's number (presets.PAPER), times, flags.
+    Returns False (nothing printed) when TEXT matches no preset."""
     if text in PRESETS:
         what, flags = PRESETS[text]
         cpu, gpu = TIMES[text]
         print(f"{text}: {what}\npaper: {PAPER[text]}\ntime: CPU-2 {cpu}; one H200 {gpu}\nflags: "
               + command_line(flags))
-        return
+        return True
     t, rows = text.lower(), []
     for name, (what, flags) in PRESETS.items():
         cpu, gpu = TIMES[name]
@@ -872,8 +874,7 @@ def list_presets(text=""):
                                 default_img_size(args), 1000 if args.data == "imagenet" else 100)
         rows.append((name, args.model, f"{model.num_params() / 1e6:.3g} M", cpu, gpu, what))
     if not rows:
-        print(f"no preset matches {text!r}; --list-presets alone lists all {len(PRESETS)}")
-        return
+        return False
     print("times (presets.TIMES): wall time of training and evaluation ('train': training only) on CPU-2 (2 cores, AMD\n"
           "EPYC unless named), 'alone' = the only run, 'pair' = two side by side, one thread each; est. = estimated\n"
           "(docs/presets.md says from what), ? = not measured. --list-presets NAME prints a preset in full.")
@@ -883,6 +884,7 @@ def list_presets(text=""):
     for r in [head] + rows:
         what = r[5] if len(r[5]) <= room else r[5][:room - 3] + "..."
         print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + what)
+    return True
 
 
 def default_img_size(args):
