@@ -227,7 +227,7 @@ def figures(runs, root, title="c100-mini: accuracy beyond the training horizon")
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     styles = iter([":", "--", "-.", (0, (1, 3)), (0, (5, 5))] * 3)  # untied arms: reference lines
-    greys = iter(["black", "dimgray", "darkgray", "black", "dimgray"] * 3)
+    greys = iter(["black", "dimgray", "darkgray"] * 5)  # 3 greys against 5 styles: no two lines alike
     for arm, rs in runs.items():
         ks = sorted(k for k in rs[0]["depths"] if all(k in r["depths"] for r in rs))
         if len(ks) < 2:  # an untied model: its trained-depth accuracy as a reference line
@@ -365,7 +365,10 @@ def main(root, results=None, docs=None, only=None):
             sys.exit(2)
         # each block goes to --docs when that file holds its markers, else to --results (which says when it lacks them)
         in_docs = {k for k in blocks if docs and f"<!-- {k} -->" in open(docs).read()}
-        write_blocks(results, {k: v for k, v in blocks.items() if k not in in_docs}, root)
+        # the figures belong to the study's table: a call for another block (--blocks moe-table on results/revit)
+        # leaves docs/mini_*.png alone
+        figs = ("depth", "gates") if "mini-table" in blocks else ()
+        write_blocks(results, {k: v for k, v in blocks.items() if k not in in_docs}, root, figures=figs)
         if in_docs:
             write_blocks(docs, {k: blocks[k] for k in in_docs}, root, figures=())
     print(text)

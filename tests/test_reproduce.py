@@ -365,9 +365,12 @@ def test_summarize_writes_its_tables_between_the_readme_markers(tmp_path, capsys
     assert e.value.code == 2 and "markers" in capsys.readouterr().err
     # --blocks: one study's folder (reViT's arms alone) writes its block and leaves the others' tables alone
     readme.write_text("<!-- mini-table -->\nkept\n<!-- /mini-table -->\n<!-- moe-table -->\n<!-- /moe-table -->\n")
+    (runs / "depth.png").write_bytes(b"the reViT folder's figure")
+    (tmp_path / "docs" / "mini_depth.png").write_bytes(b"the study's figure")
     summarize_mini.main(str(runs), str(readme), None, ["moe-table"])
     text = readme.read_text()
     assert "\nkept\n" in text and "| SMEAR lands near reViT E=4" in text
+    assert (tmp_path / "docs" / "mini_depth.png").read_bytes() == b"the study's figure"  # not the other folder's
     with pytest.raises(SystemExit) as e:
         summarize_mini.main(str(runs), str(readme), None, ["moe"])
     assert e.value.code == 2 and "--blocks moe: allowed: mini-table" in capsys.readouterr().err
