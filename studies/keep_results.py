@@ -30,7 +30,7 @@ sys.path[:0] = [os.path.join(ROOT, "scripts"), ROOT]
 import provenance  # noqa: E402  (a kept run's commit date)
 from training.exits import Fail  # noqa: E402  (--weights: the reader's one-line failures)
 
-SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock")
+SKIP = shutil.ignore_patterns("*.pt", "train.log", "running.json", "partial.json", ".lock", ".claim")
 
 
 def keep_model_line(log, out):

@@ -95,6 +95,9 @@ fi
 # POSIX record lock, tested here without taking it)
 busy() { [ -f "$1/.lock" ] && ! python -c "import os, sys; os.lockf(os.open(sys.argv[1], os.O_RDONLY), os.F_TEST, 0)" \
   "$1/.lock" 2>/dev/null; }
+# claimed DIR: whether another call's run_one holds DIR/.claim (below; taken for an instant to test it, which a
+# run_one waiting up to 2 s for it outlasts)
+claimed() { [ -f "$1/.claim" ] && command -v flock > /dev/null && ! flock -n "$1/.claim" true; }
 
 run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done with its wall time
   local arm=$1 seed=$2 dir="$OUT/$1/seed$2" preset=${1%%+*} flags=()
@@ -106,6 +109,15 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
   if [ -n "$src" ] && [ ! -f "$OUT/$src/seed$2/done.json" ]; then  # it failed in this call
     echo "FAILED $arm seed $2: it starts from the $src arm of seed $2, which has not finished ($OUT/$src/seed$2); run it first" >&2
     return 1
+  fi
+  # two calls reaching one run at the same moment (before either train.py holds .lock): the first to take $dir/.claim
+  # (flock(1), released when its holder exits, however it ends) runs it; the other leaves the folder as it is
+  local claim=""
+  if command -v flock > /dev/null; then
+    mkdir -p "$dir"
+    exec {claim}>> "$dir/.claim"
+    flock -w 2 "$claim" || { exec {claim}>&-; echo "skip $arm seed $seed (another call is running it: $dir)"; return 0; }
+    [ -f "$dir/done.json" ] && { exec {claim}>&-; echo "skip $arm seed $seed (finished by another call)"; return 0; }
   fi
   case "$arm" in *-fig2|*-fig2-elastic) flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt") ;; esac  # (the objective: the preset's)
   if [ "$src" = vit ] && [[ "$arm" == *+* ]]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
@@ -153,8 +165,9 @@ print(p)" "$dir" 2>/dev/null || echo 0)
   else
     echo "{\"wall_s\": $wall}" > "$dir/partial.json"  # time spent so far, added when it continues
     echo "FAILED $arm seed $seed (exit $rc): $(tail -n 1 "$dir/train.log")" >&2
-    return 1
   fi
+  [ -n "$claim" ] && exec {claim}>&-  # the claim ends once done.json or partial.json is written
+  [ $rc -eq 0 ]
 }
 
 queue=()
@@ -197,7 +210,7 @@ failed=0  # a run failed if it left no done.json (a quick failure's exit status 
 for job in "${queue[@]}"; do
   # shellcheck disable=SC2086
   set -- $job
-  [ -f "$OUT/$1/seed$2/done.json" ] || busy "$OUT/$1/seed$2" || failed=1  # (another call's run is not a failure)
+  [ -f "$OUT/$1/seed$2/done.json" ] || busy "$OUT/$1/seed$2" || claimed "$OUT/$1/seed$2" || failed=1  # (another call's run is not a failure)
 done
 if compgen -G "$OUT/*/seed*/done.json" > /dev/null; then
   case " $ARMS " in

@@ -176,6 +176,25 @@ def test_a_second_call_on_the_same_folder_leaves_the_run_another_call_is_running
     assert sorted(os.listdir(d)) == [".lock"]  # no running.json, partial.json or train.log of this call
 
 
+def test_two_calls_reaching_one_run_at_once_run_it_once(tmp_path):
+    """Two calls of reproduce_mini.sh that reach the same run at the same moment, before either's train.py holds the
+    folder's .lock: the one holding the run's .claim (flock) runs it; the other skips it without writing into its
+    folder and does not count it as failed (before, both started it: the second train.py refused the lock, and its
+    call wrote partial.json and a train.log line into the first's folder and failed)."""
+    import fcntl
+    data_dir = fake_cifar(tmp_path / "data", n_train=32, n_test=16)
+    d = tmp_path / "mini" / "bvit" / "seed0"
+    d.mkdir(parents=True)
+    env = dict(os.environ, OUT=str(tmp_path / "mini"), SEEDS="0", ARMS="bvit", JOBS="1", DATA=data_dir)
+    with open(d / ".claim", "a+") as claim:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held, as the other call's run_one holds it
+        r = subprocess.run(["bash", os.path.join(ROOT, "studies", "reproduce_mini.sh")], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"skip bvit seed 0 (another call is running it: {d})" in r.stdout
+    assert sorted(os.listdir(d)) == [".claim"]
+
+
 @pytest.mark.slow
 def test_reproduce_mini_fig2_trains_the_teacher_then_both_students_of_it_then_their_elastic_stages(tmp_path):
     """ARMS=fig2 (the reViT paper's Fig. 2): vit, the two students distilled from that seed's vit (not seed 0's,
