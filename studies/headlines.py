@@ -68,11 +68,16 @@ def plain(verdict):
 
 
 def both(parts):
-    """'(a)-(d) cannot tell' when every part has one verdict, else '(a) agree, (b) cannot tell'."""
+    """'(a)-(d) cannot tell' when every part has one verdict, else the parts grouped by verdict in the order each
+    verdict first comes: '(a) agree, (c) disagree, (b, d) cannot tell'."""
     said = [(k, plain(v)) for k, v in parts]
     if len({v for _, v in said}) == 1:
         return f"{said[0][0]}-{said[-1][0]} {said[0][1]}" if len(said) > 1 else f"{said[0][0]} {said[0][1]}"
-    return ", ".join(f"{k} {v}" for k, v in said)
+    groups = {}  # verdict -> its parts, in order
+    for k, v in said:
+        groups.setdefault(v, []).append(k)
+    name = lambda ks: ks[0] if len(ks) == 1 else "(" + ", ".join(k.strip("()") for k in ks) + ")"
+    return ", ".join(f"{name(ks)} {v}" for v, ks in sorted(groups.items(), key=lambda g: len(g[1])))
 
 
 def tally(parts, prefix):
@@ -113,7 +118,7 @@ def lines():
     teacher, regime = kept("revit-teacher"), "**reViT's second regime:** not run"
     if teacher:
         rows = summarize_teacher.claims(summarize_teacher.load_runs(teacher[0]))
-        regime = ("**reViT's second regime** (distilled students): "
+        regime = ("**reViT's second regime** (students): "
                   + both([(r[0][:3], r[3]) for r in rows]) + f" ({LINK['teacher']})")
     fig2 = kept("revit-fig2")
     if fig2:

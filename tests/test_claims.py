@@ -187,6 +187,16 @@ def test_headlines_tally_names_every_verdict_that_is_not_the_commonest():
     assert headlines.tally([("x", "agree"), ("y", "disagree")], "fig2-") == "y disagree; x agree"
 
 
+def test_headlines_both_groups_parts_by_verdict_and_folds_only_one_verdict():
+    """A study's few claims on one line: one verdict for all reads '(a)-(d) ...'; mixed verdicts name every part,
+    each beside its own verdict, never under another's."""
+    import headlines
+    assert headlines.both([("(a)", "cannot tell (2 of 3 seeds)"), ("(b)", "cannot tell")]) == "(a)-(b) cannot tell"
+    parts = [("(a)", "agree"), ("(b)", "cannot tell"), ("(c)", "disagree"), ("(d)", "cannot tell (1 of 3 seeds)")]
+    assert headlines.both(parts) == "(a) agree, (c) disagree, (b, d) cannot tell"
+    assert headlines.both(parts[:2]) == "(a) agree, (b) cannot tell"
+
+
 def test_keep_results_stamps_a_kept_runs_commit_date_for_a_clone_without_history(tmp_path):
     """A run started before reproduce_mini.sh wrote commit_date gets it when kept (from git), so that the
     registration test can compare dates where .git is absent."""
