@@ -118,7 +118,7 @@ def lines():
     teacher, regime = kept("revit-teacher"), "**reViT's second regime:** not run"
     if teacher:
         rows = summarize_teacher.claims(summarize_teacher.load_runs(teacher[0]))
-        regime = ("**reViT's second regime** (students): "
+        regime = ("**reViT's second regime:** "
                   + both([(r[0][:3], r[3]) for r in rows]) + f" ({LINK['teacher']})")
     fig2 = kept("revit-fig2")
     if fig2:
@@ -144,8 +144,10 @@ def lines():
     loop = kept("loopvae")
     if loop:
         rows = summarize_loopvae.claims(summarize_loopvae.load_runs(loop[0]), None)
-        sharing = sorted({r[3].split(' (')[0] for r in rows if r[0][:1] == "1"})
-        exploratory.append(f"LoopVAE's sharing {' / '.join(sharing)} on both cores ({LINK['loopvae']})")
+        cores = [(core, sorted({r[3].split(" (")[0] for r in rows if r[0].startswith(f"1. sharing, {core} core")}))
+                 for core in ("CNN", "Transformer")]
+        exploratory.append("LoopVAE's sharing: " + ", ".join(f"{core} {' / '.join(vs)}" for core, vs in cores if vs)
+                           + f" ({LINK['loopvae']})")
     out.append("**Exploratory:** " + "; ".join(exploratory) + ".")
     return out
 
