@@ -68,8 +68,8 @@ def plain(verdict):
 
 
 def both(parts):
-    """'(a)-(d) cannot tell' when every part has one verdict, else the parts grouped by verdict in the order each
-    verdict first comes: '(a) agree, (c) disagree, (b, d) cannot tell'."""
+    """'(a)-(d) cannot tell' when every part has one verdict, else the parts grouped by verdict, the smaller groups
+    first (ties in the order they first come): '(a) agree, (c) disagree, (b, d) cannot tell'."""
     said = [(k, plain(v)) for k, v in parts]
     if len({v for _, v in said}) == 1:
         return f"{said[0][0]}-{said[-1][0]} {said[0][1]}" if len(said) > 1 else f"{said[0][0]} {said[0][1]}"
