@@ -44,7 +44,8 @@ class Claim:
     "mosaic mIoU", ...). depth_b: b's evaluation depth when it differs from a's (a claim about one arm at
     two depths). gate: ((log.jsonl key, ">=" or "<=", threshold), ...), the signature's thresholds on the
     last epoch (signals(), engaged()) of arm `gated` (default: a); empty when the signature is read by hand or
-    there is none.
+    there is none. fresh_seeds: the seeds it is judged on, named before any of their runs and never run before
+    for its arms (the replication, below); empty: the first `seeds` seeds of its study.
     """
     key: str
     paper: str
@@ -65,6 +66,7 @@ class Claim:
     depth_b: float | None = None
     gate: tuple = ()
     gated: str | None = None
+    fresh_seeds: tuple = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -128,7 +130,9 @@ KEPT = {"mini": "results/mini", "anytime": "results/mini", "init": "results/init
         "gpu": "results/gpu/results.jsonl",
         # issue 64's claims: every arm, the partners too, on seeds run after their registration (runs/untested,
         # kept here; the GPU pair's partners again in the GPU study after the registration)
-        "untested": "results/untested", "untested-gpu": "results/untested-gpu/results.jsonl"}
+        "untested": "results/untested", "untested-gpu": "results/untested-gpu/results.jsonl",
+        # issue 77's replication: fresh seeds 3, 4, 5 of the headline claims' arms, run after their registration
+        "replication": "results/replication"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -478,4 +482,43 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
           why_margin="as bvit-width-trend-mini: the gap at D=96 above the gap at D=192",
           seeds=3, signature="as bvit-width-trend-mini, of steps 1 and 12",
           registered=ISSUE64),
+]
+
+
+# ----------------------------------------------------------------------------- issue 77: the replication
+# One replication fixed in advance: four headline claims a user reads first, each written again here with its rule
+# (verdict(): the 90 % t-interval on the paired differences, widened by HARDWARE_NOISE for pairs on two CPU models),
+# its kind, its margin, its gate and the seeds that judge it, all before any of their runs. The seeds 3, 4 and 5 were
+# never run for any arm of any study (results/: seeds 0-2 only), so each run is new data, not a bit-exact rerun of a
+# run known before. Judged only on study "replication" (results/replication, runs of those seeds made at or after the
+# registering commit: OUT=runs/replication SEEDS="3 4 5" ARMS="..." bash studies/reproduce_mini.sh), printed as the
+# confirmatory replication beside the earlier verdicts, which it does not replace. A gate never replaces the rule's
+# verdict: the mechanism's reading is printed beside it.
+REPLICATION = "2026-12-07 07:40 PENDING"  # (filled in by the next commit with the commit that holds this block)
+FRESH = (3, 4, 5)
+CLAIMS += [
+    Claim(key="replication-matched-flops", paper=CROSSROADS, where="abstract",
+          words="standard ViTs remain preferable when FLOPs are the primary constraint", study="replication",
+          a="vit", b="bvit", depth=1, kind=">", margin=None,
+          why_margin="a direction: the untied ViT above the bViT of the same FLOPs (8 block applications)",
+          seeds=3, signature=None, registered=REPLICATION, fresh_seeds=FRESH),
+    Claim(key="replication-matched-params", paper=CROSSROADS, where="abstract",
+          words="recurrent ViTs offer a better accuracy--parameter trade-off under memory constraints",
+          study="replication", a="bvit-wide", b="vit-narrow", depth=1, kind=">", margin=None,
+          why_margin="a direction: the wider bViT above the narrow untied ViT of the same parameter memory",
+          seeds=3, signature=None, registered=REPLICATION, fresh_seeds=FRESH),
+    Claim(key="replication-ds-beyond-horizon", paper=CROSSROADS, where="abstract",
+          words="stage-wise deep supervision [...] degrades gracefully far beyond the training horizon, where naive "
+                "recurrence collapses to near-random performance",
+          study="replication", a="bvit-ds", b="bvit", depth=4, kind=">", margin=None,
+          why_margin="a direction: at 4x the trained depth (32 steps), the deep-supervised bViT above the naive one",
+          seeds=3, signature=DS_WORDS, registered=REPLICATION, gate=DS, fresh_seeds=FRESH),
+    Claim(key="replication-width-trend", paper="bViT", where="abstract",
+          words="recurrent performance improves with representation width, with wider bViTs recovering much more of "
+                "the performance of standard ViTs than narrow variants",
+          study="replication", a="vit-d48 - bvit-d48", b="vit - bvit", depth=1, kind=">", margin=None,
+          why_margin="'much more' has no number: the ViT-minus-bViT gap at D=48 above the gap at D=96 (a direction)",
+          seeds=3, signature="the shared block acts differently across steps: in analyze.py's cka.json of each bViT "
+                             "arm (bvit, bvit-d48), the self-CKA of step 1 and step 8 below 0.9, mean over seeds",
+          registered=REPLICATION, fresh_seeds=FRESH),
 ]

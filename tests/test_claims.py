@@ -265,3 +265,20 @@ def test_fig2_claims_only_measures_what_the_registered_claims_read_seed_by_seed(
     assert ("revit-e4-fig2-elastic", "linear", 6, "0") not in calls  # cached
     assert [s for *_, s in calls] == sorted(s for *_, s in calls)  # seed 0's probes first
     assert len(calls) == 15
+
+
+def test_the_replication_is_registered_on_fresh_seeds_no_study_ran_before():
+    """Issue 77: the replication's claims name their seeds before any run, and no kept run of any study (any arm)
+    used them, so each of its runs is new data, not a bit-exact rerun of a run known before."""
+    rep = [c for c in claims.CLAIMS if c.study == "replication"]
+    keys = {c.key for c in rep}
+    assert {"replication-matched-flops", "replication-matched-params", "replication-ds-beyond-horizon",
+            "replication-width-trend"} <= keys
+    for c in rep:
+        assert not c.exploratory and len(c.fresh_seeds) == c.seeds >= 3, c.key
+    fresh = {s for c in rep for s in c.fresh_seeds}
+    for study in set(claims.KEPT) - {"replication"}:
+        used = {seed for _, seed, _, _ in claims.kept_runs(study)}
+        assert not used & fresh, (study, used & fresh)
+    seen = {seed for _, seed, _, _ in claims.kept_runs("replication")}
+    assert seen <= fresh, seen - fresh
