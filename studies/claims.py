@@ -494,7 +494,7 @@ CLAIMS += [  # the papers' claims never tested before (issue 64)
 # registering commit: OUT=runs/replication SEEDS="3 4 5" ARMS="..." bash studies/reproduce_mini.sh), printed as the
 # confirmatory replication beside the earlier verdicts, which it does not replace. A gate never replaces the rule's
 # verdict: the mechanism's reading is printed beside it.
-REPLICATION = "2026-12-07 07:40 PENDING"  # (filled in by the next commit with the commit that holds this block)
+REPLICATION = "2026-12-07 07:09 c331672"  # (the commit that holds this block; its runs start from the next)
 FRESH = (3, 4, 5)
 CLAIMS += [
     Claim(key="replication-matched-flops", paper=CROSSROADS, where="abstract",
