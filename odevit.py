@@ -20,7 +20,7 @@ bvit.py. Optional machinery, after the model: the attention inits (`init=` on th
 bvit.py) and `resample_pos_embed`.
 
 Measured (2026-11-30, commit 5634327, a 2-core AMD EPYC CPU shared with other jobs, one thread;
-`STEPS=800 OUT=runs/crossroads_800 bash studies/crossroads_study.sh`): CIFAR-100, D=64, 2 heads,
+`STEPS=800 OUT=runs/crossroads_800 bash lab/crossroads_study.sh`): CIFAR-100, D=64, 2 heads,
 patch 4, 800 steps of batch 64 (~1 epoch), top-1 on the first 2000 test images (s.e. ~0.7 points),
 12 block evaluations each over T = 12: Euler x 12 10.35 (bit-identical to bViT, weights included),
 Heun x 6 9.30, RK4 x 3 10.25. Euler at 24 / 48 steps: extend="time" 7.35 / 3.40, extend="refine"

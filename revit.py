@@ -27,7 +27,7 @@ nested compile region of a step (`apply_step`), `resample_pos_embed` for other i
 `DenseReViT`, the model materialized at a fixed depth (paper 3.1, `ReViT.materialize`).
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
-`python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
+`python lab/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
 """
 import math
 

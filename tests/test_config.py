@@ -96,7 +96,7 @@ def test_a_missing_config_file_and_another_models_flag(tmp_path, capsys):
 
 
 def test_every_kept_runs_args_json_loads(capsys):
-    """The results/ runs' args.json (70, some from before flags were cut or changed their defaults) load as
+    """The lab/results/ runs' args.json (70, some from before flags were cut or changed their defaults) load as
     configs: the file of any kept run starts it again."""
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
     files = [os.path.join(d, "args.json") for d, _, names in os.walk(root) if "args.json" in names]

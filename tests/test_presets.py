@@ -54,7 +54,7 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
         assert line.split()[1] == flags["model"] and " M  " in line, line
         assert f"  {presets.TIMES[name][0]}  " in line and what[:20] in line, line
     by_name = dict(zip(presets.PRESETS, rows))
-    # figures as docs/results.md measured them (mini table's wall min; the first H200 run) or estimated them
+    # figures as lab/docs/results.md measured them (mini table's wall min; the first H200 run) or estimated them
     assert "0.142 M" in by_name["c100-mini-bvit"] and "  25.7 min, pair  " in by_name["c100-mini-bvit"]
     assert "  3.3 min train  " in by_name["c100-gpu-bvit-ti"] and "  est. 32 h  " in by_name["in1k-revit-b16-e4"]
     assert all(presets.TIMES[n][0] != "?" for n in presets.PRESETS if n.startswith("c100-mini-"))
@@ -319,7 +319,7 @@ def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another
                                                                                                     monkeypatch, capsys):
     """c100-mini-revit-eN-elastic / -cont and c100-mini-loopvae-gan continue seed 0's run (a path in the preset).
     Before that run exists, one line says to train it first; with --seed 1 the preset would silently continue
-    seed 0's run, so it is refused unless that seed's own run is given (as studies/reproduce_mini.sh does)."""
+    seed 0's run, so it is refused unless that seed's own run is given (as lab/reproduce_mini.sh does)."""
     monkeypatch.chdir(tmp_path)
     for name, flag in (("c100-mini-revit-e4-elastic", "--finetune"), ("c100-mini-loopvae-gan", "--stage2")):
         for argv, says in (([], "which does not exist yet: train it first"), (["--seed", "1"], "seed 0's run")):
@@ -437,45 +437,11 @@ def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_d
         assert (32 // cfg["patch_size"]) ** 2 >= 64 and cfg["embed_dim"] // cfg["num_heads"] == 32, arm
         assert (cfg["model"], cfg["init_base"], cfg["epochs"], cfg["drop_path"]) == ("vit", "pytorch", 2, 0.0), arm
         minutes = float(presets.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0])
-        assert minutes <= 20, arm  # (measured: 13-17 min, results/init)
+        assert minutes <= 20, arm  # (measured: 13-17 min, lab/results/init)
     assert [arms[a]["init"] for a in INIT] == ["default", "mimetic", "structured"]
     p = get_parser()
     m = registry.build_model(resolve(parse_args(p, ["--preset", "c100-mini-init-pytorch"]), p, 32), 32, 100)
     assert m.head.bias.any() and m.blocks[0].attn.qkv.bias.any()  # PyTorch's defaults reached the model
-
-
-def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
-    """c100-gpu-*: the arms of the mini study and of reViT's comparisons on the c100-gpu-bvit-ti recipe
-    at Ti width; only model flags differ; recurrent arms are evaluated at 0.5x-4x their depth."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "studies"))
-    import gpu_study
-    arms = sorted({a.split("+")[0] for a in gpu_study.ARMS})
-    assert sorted(n for n in presets.PRESETS if n.startswith("c100-gpu-")) == sorted(
-        [f"c100-gpu-{a}" for a in arms] + ["c100-gpu-bvit-ti"])
-    assert presets.PRESETS["c100-gpu-bvit-ti"][1] == presets.PRESETS["c100-gpu-bvit"][1]  # its first name
-    model_flags = {"model", "eval_depths", "size", "embed_dim", "num_heads", "depth", "stages", "experts",
-                   "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
-    recipe = {k: v for k, v in presets.PRESETS["c100-gpu-bvit"][1].items() if k not in model_flags}
-    assert recipe["epochs"] == 50 and recipe["randaug"] == 0.0 and recipe["batch_size"] == 512
-    for arm in arms:
-        flags = presets.PRESETS[f"c100-gpu-{arm}"][1]
-        assert {k: v for k, v in flags.items() if k not in model_flags} == recipe, arm
-        cfg = config(capsys, "--preset", f"c100-gpu-{arm}")
-        trained = cfg["recursions"] if cfg["model"] == "srvit" else cfg["depth"]
-        if cfg["model"] == "vit":
-            assert cfg["eval_depths"] is None
-        else:
-            assert cfg["eval_depths"] == sorted({max(1, int(f * trained)) for f in (0.5, 1, 2, 4)}), arm
-    vit, bv = build("c100-gpu-vit"), build("c100-gpu-bvit")
-    assert vit.flops_per_image() == bv.flops_per_image() and vit.embed_dim == bv.embed_dim == 192
-    wide, narrow = build("c100-gpu-bvit-wide"), build("c100-gpu-vit-narrow")
-    assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05 and narrow.num_blocks == 12
-    ode = [presets.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
-    assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [12, 12, 12]
-    assert build("c100-gpu-srvit-r2").flops_per_image() == pytest.approx(bv.flops_per_image(), rel=0.01)
-    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
-            + [("revit-lora", "revit-e1", {"lora_rank": 32})]:
-        assert presets.PRESETS[f"c100-gpu-{arm}"][1] == {**presets.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
 
 
 def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():

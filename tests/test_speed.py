@@ -573,7 +573,7 @@ def test_compiled_entry_points_release_their_compile_workers():
     H200 run: a first-time compiled process never exited; gpu_study's probe workers did not release)."""
     import ast
     entry = {"train.py": "cli", "bench.py": "main", "scripts/gpu_check.py": "main", "scripts/gpu_smoke.py": "main",
-             "studies/gpu_study.py": "probe_worker"}
+             "lab/gpu_study.py": "probe_worker"}
     for path, fn in entry.items():
         tree = ast.parse(open(os.path.join(ROOT, path)).read())
         func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn)

@@ -46,7 +46,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose error is one line on stderr, `PROG: error: ...`, exit status 2 (no usage
-    dump): train.py's, and every tool's that takes numbers (bench.py, studies/, scripts/)."""
+    dump): train.py's, and every tool's that takes numbers (bench.py, lab/, scripts/)."""
 
     def error(self, message):
         sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -685,11 +685,11 @@ def configure(p, argv):
             continue
         if "seed" in p.typed and args.seed != 0 and src.rstrip("/").endswith("seed0"):  # another seed: its own run
             p.error(f"--preset {args.preset} --seed {args.seed} {'distils' if k == 'teacher' else 'continues'} {src}, "
-                    f"seed 0's run; give that seed's own with --{k} {src[:-1]}{args.seed} (studies/reproduce_mini.sh "
+                    f"seed 0's run; give that seed's own with --{k} {src[:-1]}{args.seed} (lab/reproduce_mini.sh "
                     "does), or leave out --seed")
         if k != "teacher" and not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
             p.error(f"--preset {args.preset} continues the run {src}, which does not exist yet: train it first (its "
-                    f"arm's preset, with --out-dir {src}; studies/reproduce_mini.sh runs them in order), or give --{k} CKPT")
+                    f"arm's preset, with --out-dir {src}; lab/reproduce_mini.sh runs them in order), or give --{k} CKPT")
     for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
