@@ -257,7 +257,7 @@ class ReViT(nn.Module):
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
@@ -268,10 +268,9 @@ class ReViT(nn.Module):
             raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
         if not 0.0 <= depth_dropout < 1.0:
             raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
-        if init not in INITS:
-            raise ValueError(f"init={init!r} is not one of {INITS}")
-        if init_base not in INIT_BASES:
-            raise ValueError(f"init_base={init_base!r} is not one of {INIT_BASES}")
+        if init_base not in ("timm", "pytorch") or not (init is None or callable(init)):
+            raise ValueError(f"need init_base 'timm' or 'pytorch' and init None or a function model -> None "
+                             f"(inits.py: inits.structured), got {init_base!r}, {init!r}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
         # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
@@ -296,9 +295,6 @@ class ReViT(nn.Module):
         self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, experts=experts,
                                               layer_scale=layer_scale,
                                               drop_path=shared_drop_rate(drop_path_rate, range(depth), depth))])
-        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
-            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
-                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1
@@ -307,7 +303,9 @@ class ReViT(nn.Module):
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
         self.aux = {}
-        self._init_weights(init, init_base)
+        self._init_weights(init_base)
+        if init is not None:  # e.g. inits.structured: the attention init, on the base
+            init(self)
 
     def forward(self, x, targets=None, depth=None, keep=None):
         depth = self.depth if depth is None else depth
@@ -501,11 +499,15 @@ class ReViT(nn.Module):
         return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init, base):
-        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+    def _init_weights(self, base):  # the base (INIT_BASES); `init` runs after it (__init__)
         mlp = self.blocks[0].mlp
-        if base == "pytorch":
-            pytorch_base_(self)
+        if base == "pytorch":  # PyTorch's defaults (reset_parameters), pos_embed randn x 0.02, class token 0
+            for m in self.modules():  # (the structured-init paper's baseline: its code's weight_init='skip')
+                if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+                    m.reset_parameters()
+            nn.init.normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.zeros_(self.cls_token)
             # A.1: each expert as a dense FFN is initialized, here nn.Linear's default: U(+-1/sqrt(fan_in)).
             for w, b in ((mlp.fc1.weight, mlp.fc1.bias), (mlp.fc2.weight, mlp.fc2.bias)):  # (E, out, in), (E, out)
                 bound = 1.0 / math.sqrt(w.shape[-1])
@@ -536,11 +538,6 @@ class ReViT(nn.Module):
             w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
             nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
             nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
-            init_attention_(blk.attn, init, pos, grid)
 
     def set_grad_checkpointing(self, enable=True):
         """timm's name: recompute each block application's activations in the backward pass
@@ -597,100 +594,11 @@ def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 
 
 
 # ============================================================================= optional machinery
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-# The base init of every layer the attention init does not set (the official code's `weight_init`):
-# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
-# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
-# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
-INIT_BASES = ("timm", "pytorch")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
-
-
-def pytorch_base_(model):
-    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
-    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
-    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
-    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
-    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
-    for m in model.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-            m.reset_parameters()
-    nn.init.normal_(model.pos_embed, std=0.02)
-    if model.cls_token is not None:
-        nn.init.zeros_(model.cls_token)
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
-
-
 # ----------------------------------------------------------------------------- hierarchical compilation
-def nested_compile_region(fn):
-    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
-    mark = getattr(torch.compiler, "nested_compile_region", None)
-    return fn if mark is None else mark(fn)
-
-
-@nested_compile_region
+@getattr(torch.compiler, "nested_compile_region", lambda fn: fn)  # (a torch without it: the plain function)
 def apply_step(block, *args):
-    """block(*args): one block application of the recurrence, marked as a nested compile region
-    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
-    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
-    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
-    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
-    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
-    with buffer reuse off and on a torch where that was checked."""
+    """block(*args), one step as a nested compile region: with `model.nested_regions` on (kernels.py), a
+    whole-model torch.compile compiles the step once and calls it at every step; eagerly a plain call."""
     return block(*args)
 
 
