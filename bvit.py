@@ -3,27 +3,20 @@
 Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al.,
 arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et al.).
 
-Idea. A ViT stacks `depth` independently parameterized blocks. bViT applies ONE block `depth`
-times: z_{k+1} = F(z_k), so the parameter count no longer grows with depth, and the depth can be
-changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks serve the `depth`
-steps in contiguous phases, each block one run of consecutive steps: 1 is bViT, `depth` is the
-untied ViT/DeiT baseline (parameter names as in timm, so a timm ViT state dict loads with
-strict=True), 4 a four-phase model. (Raptor, Jacobs et al., arXiv 2512.19941, rewrites a trained
-ViT as a few blocks, each repeated over one contiguous "phase" of depth; our phases are equal.)
-Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
+Idea. A ViT stacks `depth` distinct blocks; bViT applies ONE block `depth` times, z_{k+1} = F(z_k), so the
+parameters do not grow with depth and the depth can change at inference (`model(x, depth=24)`). Here
+`num_blocks` blocks serve the steps in equal contiguous phases (Raptor, arXiv 2512.19941): 1 is bViT, `depth`
+the untied ViT/DeiT (timm's parameter names: a timm ViT state dict loads strictly). Deep supervision (Training
+Crossroads) reads logits after each of `stages` equal stages.
 
 Equations (ViT, Dosovitskiy et al., arXiv 2010.11929; pre-norm as timm): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
     logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without
-ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
-`layer_scale` is given); drop_path: stochastic depth. Without a class token the readout is global
-average pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name).
+ls1, ls2: LayerScale (the identity unless `layer_scale`); drop_path: stochastic depth; no class token: the token
+mean (GAP) through `fc_norm` (timm's names).
 
-Optional machinery, after the model: `init="mimetic"|"structured"` initializes attention as mimetic
-init (Trockman & Kolter, arXiv 2305.09828) or Structured Initialization (Zheng et al., arXiv
-2505.19985) do (`init_attention_`), on the base init `init_base` of every other layer: "timm"
-(trunc-normal 0.02, zero biases) or "pytorch" (PyTorch's own defaults: the structured-init paper's
-baseline, INIT_BASES); `resample_pos_embed` for other image sizes.
+After the model, its machinery: the base init (`init_base` "timm": trunc-normal 0.02, zero biases; "pytorch":
+PyTorch's defaults), the hook `init` (inits.py: mimetic, structured), compile regions, sizes, `resample_pos_embed`.
 
 Measured: see README.md "Results" (commands and hardware there).
 """
@@ -37,10 +30,8 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -48,18 +39,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -99,10 +85,8 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
-    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
-    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
-    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
+    """Pre-norm block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; timm's names). `stochastic`: drop path
+    on (default: drop_path > 0); a model passes one flag to all blocks, so a rate-0 block runs the same ops."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -122,25 +106,6 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
-
-
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -152,34 +117,18 @@ def classification_loss(logits, targets, kind="ce"):
 
 # ----------------------------------------------------------------------------- the model
 class BViT(nn.Module):
-    """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases.
+    """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases: step k of L uses block
+    floor(k * num_blocks / L) (our rule, for any call-time `depth`). num_blocks=1: bViT; =depth: ViT/DeiT.
 
-    Step k (0-based) of L uses block floor(k * num_blocks / L) (our rule: equal phases, recomputed
-    for any `depth` given at call time). num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
-
-    Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
-    targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
-    loss None without targets, else the mean over `stages` of the stage losses, each
-    cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
-    (`loss="bce"`). `model.aux` holds the detached per-stage losses of the last call.
-    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
-    `norm` the identity: global_pool="avg"); `dynamic_img_size=True` takes any H, W divisible by
-    patch_size, resampling pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes
-    each step's activations in the backward pass (training only).
-
-    Stochastic depth (`drop_path_rate`, one rule in every model file, `shared_drop_rate`): block b's
-    rate is the mean of the untied schedule linspace(0, drop_path_rate, depth) over the steps of its
-    phase, so the mean rate over the steps is the untied ViT's (rate / 2 for depth > 1) and
-    num_blocks=depth is DeiT/timm's schedule exactly; fixed at construction, for the trained depth.
-    Init: `init` (INITS) the attention init, `init_base` (INIT_BASES) every other layer's.
-    `block_fn` (timm's name; default Block): the recurrent block, called once per distinct block as
-    block_fn(dim=, num_heads=, mlp_ratio=, layer_scale=, drop_path=, stochastic=) (Block's arguments: the
-    block's own drop-path rate and LayerScale init) -> a module (B, T, D) -> (B, T, D); the model's init then
-    sets its nn.Linear and nn.LayerNorm layers (and, for init != "default", its attn: Attention's layout).
-
-    Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
-    divisible by num_heads, depth not divisible by stages, non-positive depth, ...) and for an
-    unknown init, init_base or loss.
+    `logits, loss = model(x, targets=None, depth=None)`: x (B, C, H, W); targets (B,) class indices or
+    (B, num_classes) probabilities; logits (B, num_classes); loss None without targets, else the mean over
+    `stages` of the stage losses, cross-entropy (`loss="ce"`) or DeiT III's BCE ("bce"); `model.aux`: the
+    detached stage losses. As timm: `class_token=False` reads the token mean through `fc_norm`;
+    `dynamic_img_size=True` takes any H, W divisible by patch_size (`resample_pos_embed`);
+    `set_grad_checkpointing()`; `block_fn` builds each distinct block with Block's keyword arguments.
+    Drop path: block b at the mean of timm's untied schedule over its phase's steps (`shared_drop_rate`).
+    Init: `init_base` "timm" or "pytorch" for every layer, then `init(model)` if given (inits.py).
+    ValueError for sizes that do not fit and for an unknown init_base or loss.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -379,10 +328,8 @@ class BViT(nn.Module):
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
@@ -456,6 +403,25 @@ def vit_l(**kw): return _sized("l", True, **kw)
 
 
 # ============================================================================= optional machinery
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):

@@ -38,10 +38,8 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -49,18 +47,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -85,25 +78,6 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
         x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
         return self.proj(x.transpose(1, 2).reshape(B, N, D))
-
-
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -548,10 +522,8 @@ class ReViT(nn.Module):
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
@@ -600,6 +572,25 @@ def apply_step(block, *args):
     """block(*args), one step as a nested compile region: with `model.nested_regions` on (kernels.py), a
     whole-model torch.compile compiles the step once and calls it at every step; eagerly a plain call."""
     return block(*args)
+
+
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
 
 
 # ----------------------------------------------------------------------------- other image sizes

@@ -37,10 +37,8 @@ from torch.utils.checkpoint import checkpoint
 # ----------------------------------------------------------------------------- building blocks
 # Copied from bvit.py on purpose (each model file stands alone): a diff shows only SoftMoR.
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -48,18 +46,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -99,10 +92,8 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
-    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
-    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
-    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
+    """Pre-norm block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; timm's names). `stochastic`: drop path
+    on (default: drop_path > 0); a model passes one flag to all blocks, so a rate-0 block runs the same ops."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -120,25 +111,6 @@ class Block(nn.Module):
         dp = self.training and self.stochastic
         x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
-
-
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -417,10 +389,8 @@ class SRViT(nn.Module):
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
@@ -487,6 +457,25 @@ def srvit_l(**kw): return _sized("l", **kw)
 
 
 # ============================================================================= optional machinery
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
