@@ -12,19 +12,10 @@ Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t =
     g(t) = softmax(router(t)),  router = Linear(1, 16) -> SiLU -> Linear(16, E)    (A.1)
     W(t) = sum_e g_e(t) W_e  for both FFN layers' weights and biases                (3.1)
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * FFN_{W(t_k)}(norm2(z)))
-Elastic depth (3.2, A.2): in training each step is dropped per image with probability
-`depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
-coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
-Elastic depth is the paper's second stage, not its supervised recipe: Table 6 (the recipe of Tables 1,
-3, 5, 10) has no depth dropout, and A.2-A.3 continue the trained models with per-image depth dropout
-0.3 ("for Fig. 2"). So depth_dropout defaults to 0.0 here and in train.py; the presets' `*-elastic`
-arms continue a fixed-depth run at 0.3 (presets.py says for how long: the paper does not).
-ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
-`layer_scale` is given); without a class token the readout is global average pooling (GAP: the
-mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
-model and its sizes: the attention inits (`init=` on the base `init_base=`, as in bvit.py), the
-nested compile region of a step (`apply_step`), `resample_pos_embed` for other image sizes, and
-`DenseReViT`, the model materialized at a fixed depth (paper 3.1, `ReViT.materialize`).
+Elastic depth (3.2, A.2): each step dropped per image with probability `depth_dropout` (the identity), the kept
+steps renumbered evenly over [0, 1]. It is the paper's second stage (A.2-A.3: 0.3), not its supervised recipe
+(Table 6: none), so it defaults to 0.0 (docs/models.md). ls1, ls2, drop_path, fc_norm: as in bvit.py.
+After the model: its machinery, `apply_step`, `resample_pos_embed`, and `DenseReViT` (materialized, 3.1).
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
 `python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
@@ -118,19 +109,16 @@ def ffn(x, w1, b1, w2, b2):
 
 
 def to_device(t, device):
-    """Device plumbing: a host tensor (the rows, coordinates and groups of an elastic step) on
-    `device` without making the host wait for the GPU: an asynchronous copy from pinned memory (a
-    pageable one may wait)."""
+    """A host tensor (an elastic step's rows, coordinates, groups) on `device` without a host wait: an
+    asynchronous copy from pinned memory."""
     if device.type == "cuda":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
 
 
 class Block(nn.Module):
-    """Pre-norm block with shared attention whose FFN weights are arguments, so one (compiled) step
-    function serves every step: `block(z, w1, b1, w2, b2)` with w1 (H, D), b1 (H,), w2 (D, H), b2 (D,).
-    `block.grouped(z, w1, b1, w2, b2, groups)`: weights (U, H, D), ..., image b uses FFN groups[b].
-    ls1, ls2 (LayerScale), drop_prob and stochastic as in bvit.py's Block."""
+    """bvit.py's Block with its FFN weights as arguments, so one (compiled) step serves every step:
+    `block(z, w1, b1, w2, b2)`, w1 (H, D), b1 (H,), w2 (D, H), b2 (D,); `grouped`: weights (U, ...), FFN groups[b]."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, experts=1, layer_scale=None, drop_path=0.0):
         super().__init__()
@@ -162,9 +150,8 @@ class Block(nn.Module):
 
 
 def router_losses(logits, mlp):
-    """Section 3.2's E > 1 terms (ReViT's class docstring) over the rows of `logits` (M, E), fp32, one
-    row per gate (reViT: the L steps of the grid; revit_moe's Lory: every image at every step), and
-    the experts of `mlp` (ExpertMlp): {"bal": eq. 6, "z": eq. 8, "div": eq. 9}, scalars."""
+    """Sec. 3.2's E > 1 terms (ReViT's docstring), scalars {"bal": eq. 6, "z": eq. 8, "div": eq. 9}, over the gates
+    `logits` (M, E) fp32 (reViT: the grid's L steps; Lory: each image at each step) and `mlp`'s experts."""
     E = logits.shape[1]
     entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # (M,) H(g), in nats
     theta = torch.cat([p.flatten(1) for p in mlp.tensors()], dim=1)  # (E, P)
@@ -178,9 +165,8 @@ def router_losses(logits, mlp):
 
 # ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
 def sample_keep(batch: int, depth: int, p: float, device=None):
-    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
-    An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
-    ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
+    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p; an image dropping all keeps
+    one uniformly chosen step (our choice). ReViT samples it on the CPU (a step's batch size is host data)."""
     keep = torch.rand(batch, depth, device=device) >= p
     empty = ~keep.any(1)  # (B,)
     pick = torch.randint(depth, (batch,), device=device)  # (B,) the step an empty image keeps
@@ -199,33 +185,19 @@ def step_coords(keep):
 class ReViT(nn.Module):
     """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
 
-    Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
-    targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
-    with `depth_dropout > 0` (elastic depth, A.2: 0.3 in the paper's second stage; the default 0.0
-    runs every step) a keep mask (B, depth) is sampled per call; `keep` may also be given (tests,
-    analysis). loss = cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy) + (E > 1
-    only, eq. 7) the regularizers of section 3.2, evaluated on the grid of the call's depth (our
-    choice: deterministic, independent of the drop mask):
-        L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]       eq. 6, H the Shannon entropy: 0 for a
-                                                          uniform gate, 1 for a one-hot one
-        L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8, router z-loss
-        L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e = expert e's
-                flattened fc1.weight, fc1.bias, fc2.weight, fc2.bias: 0 orthogonal, 1 (anti)parallel
-    weighted by lambda_bal, lambda_z, lambda_div (eq. 7: 1e-2, 1e-3, 1e-3). `model.aux` holds the
-    detached terms.
-    experts=1 is the tied bViT block (no router, no regularizers).
-    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
-    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
-    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
-    merging included) in the backward pass (training only).
-    Stochastic depth (`drop_path_rate`; the paper is silent): the one block serves all `depth` steps, so
-    it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
-    `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
-    Init: `init` (INITS) the shared attention's, `init_base` (INIT_BASES) every other layer's, the experts'
-    included (A.1: each expert as a dense FFN). `block_fn` (timm's name; default Block): the shared block,
-    called as block_fn(dim=, num_heads=, mlp_ratio=, experts=, layer_scale=, drop_path=) -> a module
-    `block(z, w1, b1, w2, b2)` whose `mlp` is an ExpertMlp (the experts the router merges) and, for
-    grid-free elastic depth, `grouped` (Block's). Bad sizes or names raise ValueError.
+    `logits, loss = model(x, targets=None, depth=None, keep=None)`: x (B, C, H, W); targets (B,) or (B, classes)
+    probabilities; logits (B, classes); keep (B, depth) bool, the elastic mask (sampled in training when
+    `depth_dropout > 0`). loss = CE (`loss="ce"`; "bce": DeiT III's) + for E > 1 (eq. 7) the terms of sec. 3.2
+    on the grid of the call's depth (our choice: independent of the drop mask), weighted by lambda_bal, lambda_z,
+    lambda_div (1e-2, 1e-3, 1e-3):
+        L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]                       eq. 6 (H: Shannon entropy)
+        L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8
+        L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e: expert e flattened
+    `model.aux`: the detached terms. experts=1 is the tied bViT block (no router, no regularizers).
+    As BViT: class_token, dynamic_img_size, set_grad_checkpointing (the merging recomputed too), drop path
+    (the one block at rate / 2, `shared_drop_rate`), `init_base` (the experts each as a dense FFN, A.1) then
+    `init(model)`; `block_fn` builds the shared block (Block's keyword arguments, experts= included): a module
+    `block(z, w1, b1, w2, b2)` with an ExpertMlp `mlp` and `grouped`. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -332,17 +304,11 @@ class ReViT(nn.Module):
 
     # ----------------------------------------------------- elastic depth: each image runs its kept steps
     def elastic(self, z, keep):
-        """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
-        runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
-        depth-n model. For each step k:
-          1. rows: the images that keep step k, (B_k,);
-          2. t: each such image's own coordinate at step k, (B_k,);
-          3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
-          4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
-        The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
-        known without waiting for the GPU. A kept step is not rescaled by 1 / (1 - p), as drop_path rescales its
-        survivors: our choice (the papers are silent; A.2 calls it DropPath and says a dropped step is the
-        identity), so a kept step computes what it computes at inference, where nothing is dropped."""
+        """Elastic depth (paper 3.2, A.2): z (B, N, D), keep (B, L) bool -> (B, N, D). Image b runs only its kept
+        steps, its j-th of n at t = j / (n - 1). Step k: 1. rows, the images keeping it; 2. t, their coordinates;
+        3. one merged FFN per distinct t; 4. the block on those rows, grouped by FFN (Block.grouped). The mask stays
+        on the CPU (a step's batch is host data). A kept step is not rescaled by 1 / (1 - p) (our choice; the
+        papers are silent): it computes what it computes at inference."""
         keep = keep.cpu()  # a mask given on the GPU: one copy
         if not keep.any(1).all():
             raise ValueError("keep must keep at least one step of every image")
@@ -386,10 +352,8 @@ class ReViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-    # ----------------------------------------------------- anytime: the recurrence one step at a time
-    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
-    # and blocks_per_step. forward(x, depth=L) without depth dropout is begin, step k = 0..L-1, readout,
-    # bit for bit (it runs them); a caller may read out after any step and drop images between steps.
+    # ----------------------------------------------------- anytime (docs/models.md): begin, step(k, depth), readout
+    # forward(x, depth=L) without depth dropout runs begin, step k = 0..L-1, readout, as bViT's.
     blocks_per_step = 1  # block applications per step
 
     def begin(self, x):
@@ -397,10 +361,8 @@ class ReViT(nn.Module):
         return self.embed(x)
 
     def step(self, z, k, depth=None, weights=None):
-        """Step k (0-based) of a `depth`-step run (default: the trained depth; any depth, the grid
-        resampled, sec. 3.2): the shared block with the FFN merged at t_k = k / (L - 1). weights: the
-        grid's merged FFNs (ffn_weights(grid(depth)), or each unbound into its L steps as forward holds
-        them), when the caller has them. z (B, N(+1), D)."""
+        """Step k of a `depth`-step run (any depth: the grid resampled, 3.2): z (B, T, D), the shared block with the FFN
+        merged at t_k = k / (L - 1); weights: the grid's merged FFNs (grid_weights), when the caller has them."""
         w1, b1, w2, b2 = self.ffn_weights(self.grid(depth)) if weights is None else weights
         return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
@@ -408,33 +370,25 @@ class ReViT(nn.Module):
         """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
         return self.classify(z)
 
-    # ----------------------------------------------------- timm's features API, on the anytime members
-    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
-    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
-    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
+    # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, L)) bit for bit; states keep the class token.
     def forward_features(self, x, depth=None):
-        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
-        (+1 class token): what forward_head reads (timm's forward_features)."""
+        """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
         return self.forward_intermediates(x, depth, indices=[])[0]
 
     def forward_head(self, x, pre_logits=False):
-        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
-        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
         x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
         return x if pre_logits else self.head(x)
 
     def no_weight_decay(self):
-        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
-        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
     def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates on the recurrence: x (B, C, H, W) -> (the final normalized tokens
-        (B, T, D), [the state (B, T, D) after each chosen step, in step order]), T = N patches (+1 class
-        token), for a `depth`-step run on its grid (default: as trained; any depth; no depth dropout).
-        indices (take_indices): None every step, an int n the last n, a list the steps it names;
-        norm=True: each state through the final norm. Runs begin and step with the grid's merged FFNs
-        (grid_weights), as forward does. ValueError for a step outside the run."""
+        """timm's forward_intermediates, as BViT's: x (B, C, H, W) -> (final normalized tokens (B, T, D), [the state
+        (B, T, D) after each step `indices` names (take_indices)]) of a `depth`-step run on its grid (no depth
+        dropout); norm=True: each state through the final norm."""
         depth = self.depth if depth is None else depth
         take, z, states = take_indices(depth, indices), self.begin(x), []
         weights = self.grid_weights(depth)
@@ -450,8 +404,7 @@ class ReViT(nn.Module):
         return self.ffn_weights(self.grid(depth))
 
     def reset_classifier(self, num_classes):
-        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
-        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D)."""
         self.num_classes = self.config["num_classes"] = num_classes  # (materialize builds from config)
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -514,8 +467,7 @@ class ReViT(nn.Module):
             nn.init.zeros_(self.patch_embed.proj.bias)
 
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block application's activations in the backward pass
-        (`_step`; training only). Returns self."""
+        """timm's name: recompute each step's activations in backward (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
@@ -529,10 +481,8 @@ class ReViT(nn.Module):
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
-        """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
-        no depth dropout) is compiled once with fullgraph and reused for every step and depth; the
-        merging and the elastic grouped steps stay eager (fullgraph: see bvit.BViT.compile_regions).
-        Call before DDP. Returns self."""
+        """Regional compilation (as BViT): the block's one-FFN step compiled once (fullgraph), for every step and
+        depth; the merging and the elastic grouped steps stay eager. Call before DDP. Returns self."""
         self.blocks[0].compile(fullgraph=True, **kwargs)
         return self
 
@@ -596,11 +546,8 @@ def take_indices(depth, indices):
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    """timm's resample_abs_pos_embed: pos_embed (1, num_prefix + n*n, D) -> (1, num_prefix + gh*gw, D) for grid
+    (gh, gw), bicubic with antialiasing in float32, prefix rows kept; itself for (n, n); ValueError: not square."""
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
     n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
     if n * n != patches.shape[1]:
@@ -615,9 +562,8 @@ def resample_pos_embed(pos_embed, grid, num_prefix):
 
 # ----------------------------------------------------------------------------- fixed-depth deployment (paper 3.1)
 class DenseReViT(ReViT):
-    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
-    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
-    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
+    """reViT materialized at depth L (paper 3.1): the same model with L dense FFNs `blocks.0.mlp.fc{1,2}` (slot k:
+    step k's merged FFN); no router, no merging at run time."""
 
     def __init__(self, src: ReViT, depth: int):
         super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})

@@ -260,11 +260,9 @@ class SRViT(nn.Module):
             h = self._step(blk, h)
         return h, self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
 
-    # ----------------------------------------------------- anytime: the recurrence one step at a time
-    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
-    # and blocks_per_step. A step is one recursion; its state (h, m, den, num) holds the running mixture
-    # (mix_add), and readout mixes the recursions so far: forward(x, depth=R) is begin, step r = 0..R-1,
-    # readout, bit for bit; a caller may read out after any step and drop images between steps.
+    # ----------------------------------------------------- anytime (docs/models.md): begin, step(k, depth), readout
+    # A step is one recursion; its state (h, m, den, num) holds the running mixture (mix_add), and readout
+    # mixes the recursions so far: forward(x, depth=R) is begin, step r = 0..R-1, readout, bit for bit.
     @property
     def blocks_per_step(self):  # block applications per step: the body's layers
         return len(self.blocks)
@@ -308,24 +306,19 @@ class SRViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-    # ----------------------------------------------------- timm's features API, on the anytime members
-    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
-    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
-    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
+    # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, L)) bit for bit; states keep the class token.
     def forward_features(self, x, depth=None):
-        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
-        (+1 class token): what forward_head reads (timm's forward_features)."""
+        """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
         return self.forward_intermediates(x, depth, indices=[])[0]
 
     def forward_head(self, x, pre_logits=False):
-        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
-        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
         x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
         return x if pre_logits else self.head(x)
 
     def no_weight_decay(self):
-        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
-        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
     def forward_intermediates(self, x, depth=None, indices=None, norm=False):
@@ -346,8 +339,7 @@ class SRViT(nn.Module):
         return self.norm(mix.result().to(h.dtype)), states
 
     def reset_classifier(self, num_classes):
-        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
-        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D)."""
         self.num_classes = num_classes
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -381,8 +373,7 @@ class SRViT(nn.Module):
             nn.init.zeros_(self.router.weight)  # uniform mixture at the start (our choice)
 
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block application's activations in the backward pass
-        (`_step`; training only). Returns self."""
+        """timm's name: recompute each step's activations in backward (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
@@ -479,11 +470,8 @@ def take_indices(depth, indices):
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    """timm's resample_abs_pos_embed: pos_embed (1, num_prefix + n*n, D) -> (1, num_prefix + gh*gw, D) for grid
+    (gh, gw), bicubic with antialiasing in float32, prefix rows kept; itself for (n, n); ValueError: not square."""
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
     n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
     if n * n != patches.shape[1]:
