@@ -3,8 +3,8 @@
 MODELS maps a --model name to its Model record: the builder `build(args, common) -> nn.Module` (`args`
 the resolved flags, training/flags.py, which it reads and never changes; `common` the keyword arguments
 every model file takes: img_size, patch_size, num_classes, embed_dim, depth, num_heads, mlp_ratio,
-class_token, layer_scale, drop_path_rate, and init / init_base / loss / dynamic_img_size only when asked
-for), and what the rest of rvits derives from it: the flags only it reads (flags.resolve refuses them for
+class_token, layer_scale, drop_path_rate, and init (inits.py) / init_base / loss / dynamic_img_size only
+when asked for), and what the rest of rvits derives from it: the flags only it reads (flags.resolve refuses them for
 another model), the ones of those that shape its weights (--finetune and --stage2 take them from a
 checkpoint, --resume refuses a change: arch_flags), the trained depth in --eval-depths' unit
 (trained_depth), its CPU-sized preset (the estimate's hint on a CPU), whether it is a tokenizer, and
@@ -172,7 +172,8 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
                   mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
                   drop_path_rate=args.drop_path)
     if args.init != "default":  # only then: a model without init= support fails with its own message
-        common["init"] = args.init
+        import inits  # the attention inits, one file for every model: the hook its constructor runs after its base
+        common["init"] = inits.INITS[args.init]
     if args.init_base != "timm":  # likewise
         common["init_base"] = args.init_base
     if args.bce:  # likewise: loss="bce" only when asked for
