@@ -90,3 +90,15 @@ def test_every_table_of_the_results_page_has_a_test_that_rebuilds_it():
     names = {line.split()[1] for line in open(RESULTS, encoding="utf-8") if line.startswith("<!-- ") and "/" not in line}
     assert names == {"gpu-table", "gpu-verdicts", "mini-table", "mini-verdicts", "anytime", "teacher-claims",
                      "fig2-claims", "untested-claims", "loopvae-claims"}
+
+
+def test_every_kept_runs_args_json_loads(tmp_path):
+    """The kept runs' args.json (some from before flags were cut or changed their defaults) load as train.py
+    --config files: the file of any kept run starts it again."""
+    from training import flags
+    lines = [ln for s in os.listdir(os.path.join(ROOT, "lab", "results"))
+             for ln in kept.read(os.path.join(ROOT, "lab", "results", s)) if "args.json" in ln["files"]]
+    assert len(lines) > 100
+    for i, ln in enumerate(lines):
+        (tmp_path / f"{i}.json").write_text(ln["files"]["args.json"])
+        flags.resolved(["--config", str(tmp_path / f"{i}.json")])
