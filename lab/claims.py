@@ -124,7 +124,8 @@ def verdict(kind, margin, a, b, cpus=None, widen=0.0):
     return "agree" if -margin < lo and hi < margin else "disagree" if lo > margin or hi < -margin else "cannot tell"
 
 
-# Where each study's kept runs are (lab/results/, lab/keep_results.py): study -> folder of ARM/seed<k>/.
+# Where each study's kept runs are (lab/results/, lab/keep_results.py): study -> its folder, whose runs.jsonl holds a
+# line per run (lab/kept.py), or a GPU study's results.jsonl.
 KEPT = {"mini": "lab/results/mini", "anytime": "lab/results/mini", "init": "lab/results/init", "revit": "lab/results/revit",
         "teacher": "lab/results/revit-teacher", "loopvae": "lab/results/loopvae", "fig2": "lab/results/revit-fig2",
         "gpu": "lab/results/gpu/results.jsonl",
@@ -143,14 +144,13 @@ def kept_runs(study, root=ROOT):
     if path.endswith(".jsonl"):
         lines = [json.loads(ln) for ln in open(path) if ln.strip()] if os.path.isfile(path) else []
         return [(r["arm"], r["seed"], r.get("commit", "?"), r.get("date", "?")) for r in lines]
+    import kept  # (lab/kept.py: a study's runs.jsonl; none there: no runs)
     runs = []
-    for arm in sorted(os.listdir(path)) if os.path.isdir(path) else []:
-        for seed in sorted(os.listdir(os.path.join(path, arm))) if os.path.isdir(os.path.join(path, arm)) else []:
-            done = os.path.join(path, arm, seed, "done.json")
-            if os.path.isfile(done):
-                d = json.load(open(done))
-                runs.append((arm, int(seed[4:]), d.get("commit", "?"), d.get("commit_date", "?")))
-    return runs
+    for line in kept.read(path):
+        if "done.json" in line["files"] and "arm" in line:
+            d = json.loads(line["files"]["done.json"])
+            runs.append((line["arm"], line["seed"], d.get("commit", "?"), d.get("commit_date", "?")))
+    return sorted(runs)
 
 
 def older(commit, date, registered, git=ROOT):

@@ -3,10 +3,12 @@
     python lab/keep_results.py runs/mini-loopvae lab/results/loopvae
     python lab/summarize_loopvae.py lab/results/loopvae        # the same summary.md, no retraining
 
-Copies RUNS/ARM/seed<k>/ of every finished run (done.json) into DEST/ARM/seed<k>/, and RUNS' own files
-(ledger.json, summary.md, figures), leaving out what is large or only means something while a run
+Keeps RUNS/ARM/seed<k>/ of every finished run (done.json) as a line of DEST/runs.jsonl (lab/kept.py: one JSON
+line per run, its files' text; a run kept before is replaced), and copies RUNS' own files (ledger.json, summary.md,
+figures) into DEST, leaving out what is large or only means something while a run
 trains: checkpoints (*.pt), train.log (of which its model line, "MODEL: P M params, F GFLOPs/img, ...", is kept
-as model.txt, what lab/summarize_mini.py reads of it), running.json, partial.json, .lock. A summarizer reads a kept run like a
+as model.txt, what lab/summarize_mini.py reads of it), running.json, partial.json, .lock, the per-run figures (PNG,
+drawn again from the JSON beside them). A summarizer reads a kept run, unpacked (lab/kept.py unpack), like a
 trained one (done.json, args.json, log.jsonl and the measurements it cached there: loops.json,
 probe_*.json, alignment.json, anytime.json, steps.json, cka.json); what it has not cached needs the checkpoint and is gone.
 Unfinished runs are not kept. Existing files in DEST are overwritten, others left alone.
@@ -14,8 +16,8 @@ Unfinished runs are not kept. Existing files in DEST are overwritten, others lef
 A chain of runs longer than the time a machine is held (Fig. 2: teacher, students, elastic stage, probes) goes
 on elsewhere from what was kept: --weights ARM/seed<k> ... also keeps those finished runs' weights, the
 model's and its flags only (ckpt.pt without the optimizer's state: the file --teacher, --finetune and probe.py
-read; a third of the checkpoint), so that `cp -r DEST RUNS` and the same reproduce_mini.sh command continue
-the chain from them. Delete them (git rm DEST/ARM/seed<k>/ckpt.pt) once nothing starts from them.
+read; a third of the checkpoint) as DEST/ARM/seed<k>/ckpt.pt, so that `python lab/kept.py unpack DEST RUNS` and
+the same reproduce_mini.sh command continue the chain from them. Delete them (git rm DEST/ARM/seed<k>/ckpt.pt) once nothing starts from them.
 
     python lab/keep_results.py runs/fig2 lab/results/revit-fig2 --weights vit/seed2 revit-e4-fig2/seed2
 """
@@ -24,9 +26,11 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "lab"), ROOT]
+import kept  # noqa: E402  (a study's kept runs: one line each)
 import provenance  # noqa: E402  (a kept run's commit date)
 from training.exits import Fail  # noqa: E402  (--weights: the reader's one-line failures)
 
@@ -59,10 +63,19 @@ def stamp_commit_date(done):
 
 
 def keep(runs, dest):
-    """Copy the finished runs under `runs` and its top-level files into `dest`; returns the runs kept
-    ("ARM/seed<k>"). Raises FileNotFoundError when `runs` is not a folder."""
+    """Keep the finished runs under `runs` in `dest`/runs.jsonl and copy its top-level files into `dest`; returns
+    the runs kept ("ARM/seed<k>"). Raises FileNotFoundError when `runs` is not a folder."""
     if not os.path.isdir(runs):
         raise FileNotFoundError(runs)
+    with tempfile.TemporaryDirectory(prefix="keep-") as staged:  # each run as a kept folder, then one line each
+        done = stage(runs, dest, staged)
+        kept.keep(staged, dest)
+    return done
+
+
+def stage(runs, dest, staged):
+    """Copy the finished runs under `runs` into `staged` (without what SKIP leaves out) and the top-level files
+    of `runs` into `dest`; returns the runs ("ARM/seed<k>")."""
     kept = []
     for arm in sorted(os.listdir(runs)):
         src = os.path.join(runs, arm)
@@ -73,10 +86,10 @@ def keep(runs, dest):
             continue
         for seed in sorted(os.listdir(src)):
             if os.path.isfile(os.path.join(src, seed, "done.json")):
-                shutil.copytree(os.path.join(src, seed), os.path.join(dest, arm, seed), ignore=SKIP,
+                shutil.copytree(os.path.join(src, seed), os.path.join(staged, arm, seed), ignore=SKIP,
                                 dirs_exist_ok=True)
-                keep_model_line(os.path.join(src, seed, "train.log"), os.path.join(dest, arm, seed, "model.txt"))
-                stamp_commit_date(os.path.join(dest, arm, seed, "done.json"))
+                keep_model_line(os.path.join(src, seed, "train.log"), os.path.join(staged, arm, seed, "model.txt"))
+                stamp_commit_date(os.path.join(staged, arm, seed, "done.json"))
                 kept.append(f"{arm}/{seed}")
     return kept
 
@@ -92,6 +105,7 @@ def keep_weights(run, out):
     ck = read_weights(os.path.join(run, "ckpt.pt"), "--weights")
     if not is_rvits_checkpoint(ck):
         raise Fail(f"--weights {run}/ckpt.pt: not an rvits checkpoint (model weights and the flags of its run)")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = out + ".tmp"
     torch.save({"model": ck["model"], "args": ck["args"]}, tmp)
     os.replace(tmp, out)

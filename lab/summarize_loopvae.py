@@ -47,6 +47,8 @@ def load_runs(root):
     its last epoch's validation metrics (psnr, ssim, l1, oor: out-of-range fraction), train_s
     (train.py's training seconds, which its checkpoints carry across a resume; done.json's wall_s
     misses what a stopped session lost), dir."""
+    import kept
+    root = kept.unpacked(root)  # (a kept study: its runs.jsonl's folders)
     runs = {}
     for arm in ARMS:
         arm_dir = os.path.join(root, f"loopvae-{arm}")

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from presets import SEARCH  # noqa: E402  (the engagement search's candidates)
 import claims as registry  # noqa: E402  (the claims and the one rule: lab/claims.py)
+import kept  # noqa: E402  (a kept study's runs.jsonl, unpacked)
 
 ORDER = ["vit", "bvit", "bvit-wide", "vit-narrow", "bvit-ds", "odevit-euler", "odevit-heun", "odevit-rk4",
          "revit-e1", "revit-e4", "srvit-r1", "srvit-r2", "vit+default", "init-pytorch", "init-mimetic",
@@ -49,6 +50,7 @@ MOE = {"revit-e4": "depth: E=4 merged by normalized depth (reViT), U = 1",
 def load_runs(root):
     """{arm: [run, ...]} for every finished run; run = {seed, acc (trained depth), depths
     {relative depth: top-1}, wall_s, gates, params...}."""
+    root = kept.unpacked(root)  # (a kept study: its runs.jsonl's folders)
     runs = {}
     found = sorted(os.listdir(root), key=lambda a: (ORDER.index(a) if a in ORDER else len(ORDER), a))
     for arm in found:
@@ -289,6 +291,7 @@ def study_runs(root, load, arms, command, tool):
 def finished_runs(root, arms, cached):
     """{arm: [{seed, dir, KEY: the JSON of ROOT/ARM/seed<k>/FILE for each KEY: FILE of `cached` that
     exists}]} of the finished runs (done.json) of `arms`, seeds in order: what a study's summarizer reads."""
+    root = kept.unpacked(root)  # (a kept study: its runs.jsonl's folders)
     runs = {}
     for arm in arms:
         arm_dir = os.path.join(root, arm)

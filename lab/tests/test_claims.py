@@ -205,7 +205,8 @@ def test_keep_results_stamps_a_kept_runs_commit_date_for_a_clone_without_history
     run.mkdir(parents=True)
     (run / "done.json").write_text(json.dumps({"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC"}))
     keep_results.keep(str(tmp_path / "runs"), str(tmp_path / "kept"))
-    done = json.loads((tmp_path / "kept" / "vit" / "seed0" / "done.json").read_text())
+    import kept
+    done = json.loads(kept.read(str(tmp_path / "kept"))[0]["files"]["done.json"])
     if os.path.exists(os.path.join(claims.ROOT, ".git")):
         assert done["commit_date"] == "2026-11-30 09:44" and done["wall_s"] == 1
     assert json.loads((run / "done.json").read_text()) == {"wall_s": 1, "commit": "e9b7d1a", "cpu": "AMD EPYC"}

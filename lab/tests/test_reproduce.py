@@ -26,6 +26,7 @@ import gpu_run  # noqa: E402
 import gpu_study  # noqa: E402
 import summarize_gpu  # noqa: E402
 import summarize_mini  # noqa: E402
+import kept  # noqa: E402
 from training.flags import get_parser, parse_args, resolve
 from training import registry
 
@@ -835,21 +836,25 @@ def test_kept_results_leave_checkpoints_out_and_rebuild_readmes_loopvae_tables(t
     (runs / "loopvae-none" / "seed0").mkdir(parents=True)
     (runs / "loopvae-none" / "seed0" / "ckpt.pt").write_text("")  # unfinished: no done.json
     (runs / "ledger.json").write_text("{}")
+    (runs / "loopvae-global" / "seed0" / "depth_eval.png").write_bytes(b"\x89PNG")  # a run's figure: drawn again
     assert keep_results.keep(str(runs), str(tmp_path / "kept")) == ["loopvae-global/seed0"]
-    assert sorted(os.listdir(tmp_path / "kept" / "loopvae-global" / "seed0")) == ["done.json", "log.jsonl", "loops.json"]
-    assert sorted(os.listdir(tmp_path / "kept")) == ["ledger.json", "loopvae-global"]
+    lines = kept.read(str(tmp_path / "kept"))  # one line per run (lab/kept.py)
+    assert [ln["dir"] for ln in lines] == ["loopvae-global/seed0"]
+    assert sorted(lines[0]["files"]) == ["done.json", "log.jsonl", "loops.json"]
+    assert sorted(os.listdir(tmp_path / "kept")) == ["ledger.json", "runs.jsonl"]
     (runs / "revit-e4" / "seed0").mkdir(parents=True)  # a classifier's run: its model line is kept (model.txt)
     for name, text in (("done.json", "{}"), ("train.log", "preset: x\nrevit: 0.365 M params, 0.032 GFLOPs/img, depth 8\nstep 1\n")):
         (runs / "revit-e4" / "seed0" / name).write_text(text)
     keep_results.keep(str(runs), str(tmp_path / "kept2"))
-    assert (tmp_path / "kept2" / "revit-e4" / "seed0" / "model.txt").read_text() == "revit: 0.365 M params, 0.032 GFLOPs/img, depth 8\n"
+    kept.unpack(str(tmp_path / "kept2"), str(tmp_path / "kept2-unpacked"))
+    assert (tmp_path / "kept2-unpacked" / "revit-e4" / "seed0" / "model.txt").read_text() == "revit: 0.365 M params, 0.032 GFLOPs/img, depth 8\n"
     assert keep_results.main([str(tmp_path / "nothing"), str(tmp_path / "k")]) == 2
     assert "is not a folder" in capsys.readouterr().err
-    kept = tmp_path / "loopvae"
-    shutil.copytree(os.path.join(ROOT, "lab", "results", "loopvae"), kept)
+    study = tmp_path / "loopvae"
+    kept.unpack(os.path.join(ROOT, "lab", "results", "loopvae"), str(study))  # the compact runs, unpacked
     monkeypatch.setattr(summarize_loopvae, "figures", lambda runs, root: None)
-    summarize_loopvae.main([str(kept)])  # every measurement cached: no checkpoint, no timing
-    summary, found = (kept / "summary.md").read_text(), 0
+    summarize_loopvae.main([str(study)])  # every measurement cached: no checkpoint, no timing
+    summary, found = (study / "summary.md").read_text(), 0
     for doc in (os.path.join("lab", "docs", "results.md"), os.path.join("docs", "models.md")):
         text = open(os.path.join(ROOT, doc)).read()
         for name in ("loopvae-claims", "loopvae-details"):
@@ -921,14 +926,15 @@ def test_the_second_regimes_claims_cannot_tell_within_the_noise_and_say_what_was
     assert st.claims(runs)[1][3] == "not run"
 
 
-def test_docs_mini_and_moe_blocks_are_what_the_kept_runs_give():
+def test_docs_mini_and_moe_blocks_are_what_the_kept_runs_give(tmp_path):
     """lab/docs/results.md's mini-table and mini-verdicts (lab/results/mini with lab/results/init) and docs/models.md's moe-table
     (lab/results/revit) are summarize_mini.py's blocks over those kept folders, as the pages' prose names them: a rebuild
     from the wrong folders (the moe-table from lab/results/mini, whose only reViT arm is revit-e4-elastic) fails here."""
     def blocks(*names):
         runs = {}
         for name in names:
-            for arm, rs in summarize_mini.load_runs(os.path.join(ROOT, "lab", "results", name)).items():
+            study = kept.unpack(os.path.join(ROOT, "lab", "results", name), str(tmp_path / name))
+            for arm, rs in summarize_mini.load_runs(study).items():
                 runs.setdefault(arm, []).extend(rs)
         return summarize_mini.summary(runs)
     mini, revit = blocks("mini", "init"), blocks("revit")
@@ -948,8 +954,8 @@ def test_readmes_teacher_and_anytime_tables_are_what_the_kept_runs_give(tmp_path
     import summarize_anytime
     import summarize_teacher
     teacher, mini = tmp_path / "revit-teacher", tmp_path / "mini"
-    shutil.copytree(os.path.join(ROOT, "lab", "results", "revit-teacher"), teacher)
-    shutil.copytree(os.path.join(ROOT, "lab", "results", "mini"), mini)
+    kept.unpack(os.path.join(ROOT, "lab", "results", "revit-teacher"), str(teacher))  # the compact runs, unpacked
+    kept.unpack(os.path.join(ROOT, "lab", "results", "mini"), str(mini))
     monkeypatch.setattr(summarize_anytime, "figure", lambda runs, root: None)
     summarize_teacher.main([str(teacher), "--no-measure"])
     summarize_anytime.main([str(mini), "--no-measure"])
