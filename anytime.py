@@ -58,7 +58,8 @@ P_VALUES = ("binomial", "hoeffding-bentkus", "hoeffding")
 # The threshold grids, each ordered from the threshold that exits least to the one that exits most (the
 # order of the fixed-sequence test, fixed before any calibration image is seen).
 _LOG = [10 ** (e / 4) for e in range(-40, 5)]  # 1e-10 .. 10, 4 a decade
-GRIDS = {"confidence": [1 - 10 ** (-e / 4) for e in range(28, 4, -1)] + [0.05 * i for i in range(18, -1, -1)],
+GRIDS = {"confidence": [1 - 10 ** (-e / 4) for e in range(28, 4, -1)] + [0.05 * i for i in range(18, 0, -1)]
+         + [0.04, 0.03, 0.02, 0.01, 0.0],
          "kl": _LOG, "update": _LOG, "second-order": _LOG}
 NEVER = {"confidence": math.inf, "kl": -math.inf, "update": -math.inf, "second-order": -math.inf}  # never fires
 
@@ -413,7 +414,9 @@ def calibrate(model, calib_loader, rule="confidence", risk=0.01, delta=0.1, budg
     table, steps = losses_of(tr, torch.cat(refs), rule, grid)
     j, ps = fixed_sequence(table, risk, delta, method)
     n = table.shape[0]
-    info = dict(calibration or {}, size=n, p_values=[None if p is None else round(p, 6) for p in ps],
+    tested = [p for p in ps if p is not None]
+    info = dict(calibration or {}, size=n, tested=len(tested), p_value_at_threshold=None if j is None else ps[j],
+                p_value_that_stopped=tested[-1] if tested[-1] > delta else None,
                 mean_steps=None if j is None else steps[j],
                 empirical_risk=None if j is None else float(table[:, j].mean()),
                 budget_risk=float(table[:, -1].mean()) if loss == "error" else 0.0)
