@@ -200,3 +200,37 @@ def test_bad_command_lines_are_one_line_and_exit_2(tmp_path, capsys):
             code = e.code
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and says in err[0], (argv, err)
+
+
+@pytest.mark.slow  # (trains through train.py)
+def test_calibrate_then_evaluate_a_checkpoint_and_refuse_another_ones_policy(tmp_path, capsys):
+    import train
+    from test_train import TINY, fake_cifar
+    cifar = fake_cifar(tmp_path / "data", n_test=40)
+    for run, seed in (("a", "0"), ("b", "1")):
+        assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--model", "bvit",
+                                 "--seed", seed, "--out-dir", str(tmp_path / run)]) == 0
+    capsys.readouterr()
+    ck, other, pol = str(tmp_path / "a" / "ckpt.pt"), str(tmp_path / "b" / "ckpt.pt"), str(tmp_path / "policy.json")
+    assert anytime.cli(["calibrate", "--resume", ck, "--risk", "0.2", "--delta", "0.2", "--out", pol]) == 0
+    policy = json.loads(open(pol).read())
+    assert policy["budget"] == 2 and policy["checkpoint_sha256"] == anytime.file_sha256(ck)
+    assert policy["calibration"]["size"] == 20 and "torch.randperm(40, seed 0)" in policy["calibration"]["description"]
+    assert "calibration images" in capsys.readouterr().out
+    out = tmp_path / "eval.json"
+    assert anytime.cli(["evaluate", "--resume", str(tmp_path / "a"), "--policy", pol, "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["images"] == 20 and 1 <= res["mean_steps"] <= 2 and "[20:]" in res["evaluation"]
+    capsys.readouterr()
+    for argv, says in ((["evaluate", "--resume", other, "--policy", pol], "calibrate a policy for this checkpoint"),
+                       (["evaluate", "--resume", ck, "--policy", pol, "--budget", "3"], "--budget 3: the policy was "
+                        "calibrated for 2 steps"),
+                       (["evaluate", "--resume", ck, "--policy", pol, "--split-seed", "4"], "--split-seed 4"),
+                       (["evaluate", "--resume", ck, "--policy", str(tmp_path / "none.json")], "cannot read it"),
+                       (["calibrate", "--resume", ck, "--risk", "0.1", "--budget", "17", "--out", pol],
+                        "--budget 17: at most 8x the trained depth (16 steps)"),
+                       (["calibrate", "--resume", ck, "--risk", "0.1", "--calib-size", "40", "--out", pol],
+                        "--calib-size must be in 1..39")):
+        assert anytime.cli(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (argv, err)
