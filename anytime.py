@@ -246,11 +246,14 @@ def fixed_sequence(losses, eps, delta, method="binomial"):
     Returns (index of the last certified threshold or None when the first fails, p-values (T,) as a list,
     None past the stop). With probability >= 1 - delta over the n i.i.d. images, every certified
     threshold has expected loss <= eps (LTT, arXiv 2110.01052: fixed-sequence testing controls the
-    family-wise error at delta without a correction). ValueError for eps or delta outside (0, 1)."""
+    family-wise error at delta without a correction). ValueError for eps or delta outside (0, 1), or a
+    binomial p-value of losses other than 0 and 1."""
     if not 0 < eps < 1:
         raise ValueError(f"risk eps must be in (0, 1), got {eps}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if method == "binomial" and not ((losses == 0) | (losses == 1)).all():
+        raise ValueError("the binomial p-value is exact for 0-1 losses only; use hoeffding-bentkus or hoeffding")
     n = losses.shape[0]
     means = losses.double().mean(0).tolist()
     last, ps = None, [None] * len(means)
@@ -269,7 +272,7 @@ def weights_sha256(model):
     for name, t in model.state_dict().items():
         t = t.detach().cpu().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # (0-d: reshaped)
     return h.hexdigest()
 
 

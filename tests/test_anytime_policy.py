@@ -105,6 +105,9 @@ def test_bad_risk_delta_rule_and_p_value_are_one_clear_error():
                      (dict(eps=math.nan, delta=0.1), "risk eps"), (dict(eps=0.1, delta=0.1, method="t"), "unknown p-value")):
         with pytest.raises(ValueError, match=says.replace("(", r"\(").replace(")", r"\)")):
             anytime.fixed_sequence(table([0]), **kw)
+    with pytest.raises(ValueError, match="exact for 0-1 losses only"):
+        anytime.fixed_sequence(torch.full((4, 2), 0.5), 0.1, 0.1)
+    assert anytime.fixed_sequence(torch.full((4, 2), 0.5), 0.1, 0.1, method="hoeffding")[0] is None  # bounded: fine
     m = models()["bvit"]
     with pytest.raises(ValueError, match="unknown exit rule"):
         anytime.calibrate(m, [], "entropy")
