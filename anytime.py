@@ -48,6 +48,7 @@ import json
 import math
 import os
 import sys
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -310,7 +311,7 @@ class Policy:
             raise PolicyError(f"a policy needs {', '.join(missing)}")
         for k in FIELDS:
             setattr(self, k, fields[k])
-        self._checked = set()
+        self._checked = weakref.WeakSet()  # the models whose weights were checked (once each)
 
     def to_dict(self):
         return {k: getattr(self, k) for k in FIELDS}
@@ -340,20 +341,22 @@ class Policy:
         if checkpoint is not None:
             got = file_sha256(checkpoint)
             if got != policy.checkpoint_sha256:
-                raise PolicyError(f"{path} was calibrated for the checkpoint with sha256 "
-                                  f"{str(policy.checkpoint_sha256)[:12]}..., not {checkpoint} ({got[:12]}...); "
+                was = (f"the checkpoint with sha256 {policy.checkpoint_sha256[:12]}..." if policy.checkpoint_sha256
+                       else "a model in Python, not a checkpoint file")
+                raise PolicyError(f"{path} was calibrated for {was}, not {checkpoint} ({got[:12]}...); "
                                   "calibrate a policy for this checkpoint")
         return policy
 
     def check_model(self, model):
-        """PolicyError unless `model`'s weights are those calibrated (weights_sha256); checked once per model."""
-        if id(model) in self._checked:
+        """PolicyError unless `model`'s weights are those calibrated (weights_sha256); checked once per model
+        object (weights changed in place afterwards are not seen)."""
+        if model in self._checked:
             return
         got = weights_sha256(model)
         if got != self.weights_sha256:
             raise PolicyError(f"this policy was calibrated for the weights with sha256 {self.weights_sha256[:12]}..., "
                               f"not this model's ({got[:12]}...); calibrate a policy for this model")
-        self._checked.add(id(model))
+        self._checked.add(model)
 
     def __call__(self, model, x, budget=None):
         """x (B, C, H, W) -> (logits (B, classes), steps (B,) long: the steps each image ran, 1..budget).
