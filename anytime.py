@@ -1,6 +1,6 @@
 """Anytime inference under a guarantee: each image leaves the recurrence at its first step where an exit
-rule fires, at a threshold calibrated so that at most a fraction eps of the predictions differ from the
-full-depth model's, with probability at least 1 - delta over the calibration images.
+rule fires, at a threshold calibrated so that the expected fraction of predictions that differ from the
+full-depth model's is at most eps, with probability at least 1 - delta over the calibration images.
 
     python anytime.py calibrate --resume RUN/ckpt.pt --risk 0.01 --delta 0.1 --rule confidence --out policy.json
     python anytime.py evaluate --resume RUN/ckpt.pt --policy policy.json

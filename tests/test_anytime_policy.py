@@ -220,6 +220,10 @@ def test_calibrate_then_evaluate_a_checkpoint_and_refuse_another_ones_policy(tmp
     assert policy["budget"] == 2 and policy["checkpoint_sha256"] == anytime.file_sha256(ck)
     assert policy["calibration"]["size"] == 20 and "torch.randperm(40, seed 0)" in policy["calibration"]["description"]
     assert "calibration images" in capsys.readouterr().out
+    strict = str(tmp_path / "strict.json")  # 20 images cannot certify 0.1 %: the full budget, said
+    assert anytime.cli(["calibrate", "--resume", ck, "--risk", "0.001", "--out", strict]) == 0
+    assert "no threshold certified: every image runs the full budget of 2 steps" in capsys.readouterr().out
+    assert json.loads(open(strict).read())["threshold"] is None
     out = tmp_path / "eval.json"
     assert anytime.cli(["evaluate", "--resume", str(tmp_path / "a"), "--policy", pol, "--json", str(out)]) == 0
     res = json.loads(out.read_text())
