@@ -134,7 +134,8 @@ def study_run(path, args):
         res["rules"][rule] = {str(eps): {**summary(per[eps], eps, args.delta, budget, full_risk), "per_split": per[eps]}
                               for eps in args.eps}
         print(f"{path} {rule}: " + "; ".join(
-            f"eps {eps}: {s['violations']}/{s['splits']} over, mean risk {100 * s['mean_risk']:.2f} %, "
+            f"eps {eps}: {s['violations']}/{s['splits']} over (90 % interval {100 * s['violation_interval_90'][0]:.0f}-"
+            f"{100 * s['violation_interval_90'][1]:.0f} %), mean risk {100 * s['mean_risk']:.2f} %, "
             f"{100 * s['fraction_of_blocks']:.0f} % of blocks" for eps, s in
             ((e, res["rules"][rule][str(e)]) for e in args.eps)), flush=True)
     if args.bench:

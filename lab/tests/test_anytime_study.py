@@ -59,3 +59,20 @@ def test_the_study_runs_on_a_tiny_checkpoint_and_writes_its_json(tmp_path, capsy
     with pytest.raises(SystemExit) as e:
         anytime_study.main([str(tmp_path), "--out-dir", str(out)])
     assert e.value.code == 2 and "no ckpt.pt there" in capsys.readouterr().err
+
+
+def test_the_figure_draws_each_run_and_rule_with_its_band(monkeypatch, tmp_path):
+    """(matplotlib is optional: a stand-in records the calls, so the figure's code runs without it)"""
+    from unittest import mock
+    plt = mock.MagicMock()
+    axes = (mock.MagicMock(), mock.MagicMock())
+    plt.subplots.return_value = (mock.MagicMock(), axes)
+    axes[0].plot.return_value = [mock.MagicMock()]
+    monkeypatch.setattr(anytime_study, "pyplot", lambda *paths: plt)
+    s = {"mean_risk": 0.004, "risk_quantile": 0.008, "fraction_of_blocks": 0.6}
+    res = {"runs": {"runs/a": {"rules": {r: {"0.01": s, "0.02": s} for r in ("confidence", "kl")}}}}
+    anytime_study.figure(res, str(tmp_path / "f.png"), [0.01, 0.02], 0.1)
+    assert axes[0].fill_between.call_count == 2 and axes[1].plot.call_count == 2
+    x, lo, hi = axes[0].fill_between.call_args[0][:3]
+    assert x == [1.0, 2.0] and lo == [0, 0] and hi == [0.8, 0.8]  # percent: the band up to the 90 % quantile
+    plt.subplots.return_value[0].savefig.assert_called_once()
