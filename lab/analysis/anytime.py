@@ -25,88 +25,14 @@ point (the fewest applications within WITHIN top-1 points of the trained depth),
 (`heldout_gain`), and says what the state does beyond the trained depth (`behaviour`).
 """
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import data
 
-RULES = ("confidence", "kl", "update", "second-order")
-
-
-def tokens(state):
-    """The token tensor (B, N, D) of a model's state (SR-ViT's state is a tuple: its h first)."""
-    return state[0] if isinstance(state, tuple) else state
-
-
-def rows(state, idx):
-    """The state of the images `idx` (a tuple state row by row; None entries stay None)."""
-    if isinstance(state, tuple):
-        return tuple(None if t is None else t[idx] for t in state)
-    return state[idx]
-
-
-def rms(t):
-    """Root mean square of each row of t (B, ...) -> (B,) in float32."""
-    return t.float().flatten(1).square().mean(1).sqrt()
-
-
-def stats(logits, h, prev):
-    """Per-image statistics of one step: logits (B, C), h (B, N, D) the step's tokens, prev the
-    previous step's stats or {"h": the embedding} -> {logp, h, conf, kl, update, d, second}
-    (nan where a rule has no value yet)."""
-    logp = F.log_softmax(logits.float(), -1)
-    diff = rms(h - prev["h"])
-    nan = torch.full_like(diff, float("nan"))
-    out = {"logp": logp, "h": h, "conf": logp.exp().max(-1).values, "d": diff,
-           "update": diff / rms(prev["h"]).clamp_min(1e-12)}
-    out["kl"] = (logp.exp() * (logp - prev["logp"])).sum(-1) if "logp" in prev else nan
-    out["second"] = (diff - prev["d"]).abs() / prev["d"].clamp_min(1e-12) if "d" in prev else nan
-    return out
-
-
-def fires(rule, s, threshold):
-    """(B,) bool: whether `rule` stops each image at this step, from its stats `s`."""
-    if rule == "confidence":
-        return s["conf"] > threshold
-    if rule == "kl":
-        return s["kl"] < threshold
-    if rule == "update":
-        return s["update"] < threshold
-    if rule == "second-order":
-        return s["second"] < threshold
-    raise ValueError(f"unknown exit rule {rule!r}; allowed: {', '.join(RULES)}")
-
-
-def check(model, budget):
-    """Refuse a budget the model cannot run (ValueError, one line)."""
-    if budget < 1:
-        raise ValueError(f"the step budget must be >= 1, got {budget}")
-    untied = getattr(model, "num_blocks", 1) == getattr(model, "depth", None) and getattr(model, "depth", 1) > 1
-    if untied and budget > model.depth:
-        raise ValueError(f"an untied ViT has {model.depth} blocks, so a budget of at most {model.depth} steps; "
-                         f"got {budget}")
-
-
-@torch.no_grad()
-def trace(model, x, budget):
-    """Every image run to `budget` steps, read out after each: {pred (B, L) long, conf, kl, update,
-    second (B, L) float (nan where undefined), residual (B, L): RMS(h_k - h_{k-1}), return2 (B, L):
-    RMS(h_k - h_{k-2}) (nan for k < 2), small when the state cycles with period 2}."""
-    check(model, budget)
-    state = model.begin(x)
-    prev, out = {"h": tokens(state)}, {k: [] for k in ("pred", "conf", "kl", "update", "second", "residual", "return2")}
-    older = None
-    for k in range(budget):
-        state = model.step(state, k, budget)
-        h_prev = prev["h"]
-        prev = stats(model.readout(state), tokens(state), prev)
-        out["return2"].append(rms(prev["h"] - older) if older is not None else torch.full_like(prev["d"], float("nan")))
-        older = h_prev
-        for key, name in (("pred", None), ("conf", "conf"), ("kl", "kl"), ("update", "update"),
-                          ("second", "second"), ("residual", "d")):
-            out[key].append(prev["logp"].argmax(-1) if key == "pred" else prev[name])
-    return {k: torch.stack(v, 1).cpu() for k, v in out.items()}
+# The exit path itself (the rules' statistics, trace, exit_steps, run) is the product's (anytime.py at the top
+# level: calibrated policies, issue 80); the analysis reads it from there.
+from anytime import RULES, check, exit_steps, fires, rms, rows, run, stats, tokens, trace  # noqa: F401
 
 
 def behaviour(residual, return2, trained):
@@ -171,48 +97,6 @@ def heldout_gain(tr, right, fixed_right, thresholds, blocks_per_step):
     se = float(d.std() / len(d) ** 0.5) if len(d) > 1 else float("nan")
     return {"rule": rule, "threshold": t, "chosen_gain": chosen, "gain": float(d.mean()), "se": se,
             "applications": apps, "images": len(d)}
-
-
-def exit_steps(tr, rule, threshold):
-    """(B,) the 0-based step at which each image of trace `tr` stops under `rule` at `threshold` (the
-    budget's last step when it never fires); rule "oracle" needs tr["right"] (B, L) bool."""
-    if rule == "oracle":
-        right = tr["right"]
-        stays = right.flip(1).cummin(1).values.flip(1)  # right from step k to the end
-        first = torch.where(stays.any(1), stays.float().argmax(1), torch.zeros(len(right), dtype=torch.long))
-        return first
-    key = {"confidence": "conf", "kl": "kl", "update": "update", "second-order": "second"}.get(rule)
-    if key is None:
-        raise ValueError(f"unknown exit rule {rule!r}; allowed: {', '.join(RULES)}, oracle")
-    v = tr[key]
-    fire = (v > threshold) if rule == "confidence" else (v < threshold)  # nan never fires
-    fire[:, -1] = True
-    return fire.float().argmax(1)
-
-
-@torch.no_grad()
-def run(model, x, rule, threshold, budget):
-    """The exit path: (logits (B, C) of each image's last step, its exit step (B,)); an image leaves the
-    batch when `rule` fires at `threshold` (or at the budget), so the work falls with the mean number of
-    steps."""
-    check(model, budget)
-    B = x.shape[0]
-    logits, steps = None, torch.zeros(B, dtype=torch.long, device=x.device)
-    state = model.begin(x)
-    idx, prev = torch.arange(B, device=x.device), {"h": tokens(state)}
-    for k in range(budget):
-        state = model.step(state, k, budget)
-        out = model.readout(state)
-        s = stats(out, tokens(state), prev)
-        done = fires(rule, s, threshold) if k < budget - 1 else torch.ones_like(idx, dtype=torch.bool)
-        logits = out.new_zeros(B, out.shape[1]) if logits is None else logits
-        logits[idx[done]], steps[idx[done]] = out[done], k
-        if done.all():
-            break
-        keep = ~done
-        idx, state = idx[keep], rows(state, keep)
-        prev = {key: s[key][keep] for key in ("logp", "h", "d")}
-    return logits, steps
 
 
 # ----------------------------------------------------------------------------- the analysis (analyze.py --anytime)
