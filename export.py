@@ -31,7 +31,7 @@ class FixedDepth(nn.Module):
         self.model, self.depth = model, depth
 
     def forward(self, x):
-        return self.model(x, depth=self.depth)[0]
+        return self.model(x, depth=self.depth)
 
 
 def _refuse_dispatch(model):

@@ -226,7 +226,8 @@ class Saver:
             try:
                 save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress,
                              "progress_ranks": [p for _, p in ranks], "rng": [r for r, _ in ranks],
-                             "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
+                             "args": vars(self.args), "classes": self.classes, "record": record,
+                             "pretrained_cfg": getattr(self.objects.get("model"), "pretrained_cfg", None)}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
                            f"{self.path}.tmp was removed; free space in {self.args.out_dir}; {self.stop.kept()}")
