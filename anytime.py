@@ -608,7 +608,7 @@ def main_evaluate(args):
         x = x.to(args.device)
         logits, steps = policy(model, x)
         with torch.no_grad():
-            full = model(x, depth=policy.budget)[0].argmax(1).cpu()
+            full = model(x, depth=policy.budget).argmax(1).cpu()
         pred = logits.argmax(1).cpu()
         disagree += int((pred != full).sum())
         wrong += int((pred != y).sum())

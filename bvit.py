@@ -3,11 +3,11 @@
 Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al.,
 arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et al.).
 
-Idea. A ViT stacks `depth` distinct blocks; bViT applies ONE block `depth` times, z_{k+1} = F(z_k), so the
-parameters do not grow with depth and the depth can change at inference (`model(x, depth=24)`). Here
-`num_blocks` blocks serve the steps in equal contiguous phases (Raptor, arXiv 2512.19941): 1 is bViT, `depth`
-the untied ViT/DeiT (timm's parameter names: a timm ViT state dict loads strictly). Deep supervision (Training
-Crossroads) reads logits after each of `stages` equal stages.
+Idea. A ViT stacks `depth` distinct blocks; bViT applies ONE block `depth` times, z_{k+1} = F(z_k), so the parameters
+do not grow with depth and the depth can change at inference (`model(x, depth=24)`). Here `num_blocks` blocks serve
+the steps in equal contiguous phases (Raptor, arXiv 2512.19941): 1 is bViT, `depth` the untied ViT/DeiT (timm's
+parameter names: a timm ViT state dict loads strictly). Deep supervision (Training Crossroads) reads logits after each
+of `stages` equal stages.
 
 Equations (ViT, Dosovitskiy et al., arXiv 2010.11929; pre-norm as timm): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
@@ -120,15 +120,14 @@ class BViT(nn.Module):
     """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases: step k of L uses block
     floor(k * num_blocks / L) (our rule, for any call-time `depth`). num_blocks=1: bViT; =depth: ViT/DeiT.
 
-    `logits, loss = model(x, targets=None, depth=None)`: x (B, C, H, W); targets (B,) class indices or
-    (B, num_classes) probabilities; logits (B, num_classes); loss None without targets, else the mean over
-    `stages` of the stage losses, cross-entropy (`loss="ce"`) or DeiT III's BCE ("bce"); `model.aux`: the
-    detached stage losses. As timm: `class_token=False` reads the token mean through `fc_norm`;
-    `dynamic_img_size=True` takes any H, W divisible by patch_size (`resample_pos_embed`);
-    `set_grad_checkpointing()`; `block_fn` builds each distinct block with Block's keyword arguments.
-    Drop path: block b at the mean of timm's untied schedule over its phase's steps (`shared_drop_rate`).
-    Init: `init_base` "timm" or "pytorch" for every layer, then `init(model)` if given (inits.py).
-    ValueError for sizes that do not fit and for an unknown init_base or loss.
+    `logits = model(x, depth=None)`, `logits, loss = model(x, targets)` (the training loop's form): x (B, C, H, W);
+    targets (B,) class indices or (B, num_classes) probabilities; logits (B, num_classes); loss the mean over `stages`
+    of the stage losses, cross-entropy (`loss="ce"`) or DeiT III's BCE ("bce"); `model.aux`: the detached stage
+    losses. As timm: `class_token=False` reads the token mean through `fc_norm`; `dynamic_img_size=True` takes any H, W
+    divisible by patch_size (`resample_pos_embed`); `set_grad_checkpointing()`; `block_fn` builds each distinct block
+    with Block's keyword arguments (timm's Block: rvits_timm.timm_block). Drop path: block b at the mean of timm's
+    untied schedule over its phase's steps (`shared_drop_rate`). Init: `init_base` "timm" or "pytorch" for every
+    layer, then `init(model)` if given (inits.py). ValueError for sizes that do not fit, an unknown init_base or loss.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -148,6 +147,7 @@ class BViT(nn.Module):
         self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names
         if stages < 1 or depth % stages:
             raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
         self.stages, self.loss = stages, loss
@@ -171,7 +171,11 @@ class BViT(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
-        self.aux = {}
+        self.aux, self.global_pool = {}, "token" if class_token else "avg"  # (timm's name for the readout)
+        self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{b}") for b in owner]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
         self._init_weights(init_base)
         if init is not None:  # e.g. inits.structured: the attention init, on the base
             init(self)
@@ -192,15 +196,14 @@ class BViT(nn.Module):
                 stage_logits.append(self.classify(z))
         logits = stage_logits[-1]
         if targets is None:
-            return logits, None
+            return logits
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         # The mean of the S stage losses, so the final readout weighs 1/S: our choice (the papers are silent; Training
         # Crossroads' abstract names no weights). As a sum of products with a Python float: no host-to-device copy.
-        loss = torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
-        return logits, loss
+        return logits, torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
 
     def phase_map(self, depth=None):
         """Block index used by each of the `depth` steps: [floor(k * num_blocks / depth)]."""
@@ -241,8 +244,7 @@ class BViT(nn.Module):
         return self.embed(x)
 
     def step(self, z, k, depth=None):
-        """Step k (0-based) of a `depth`-step run (default: the trained depth): the block of phase k
-        (phase_map). z (B, N(+1), D) -> (B, N(+1), D)."""
+        """Step k (0-based) of a `depth`-step run (default: as trained), phase_map's block: (B, T, D) -> (B, T, D)."""
         depth = depth or self.depth
         return self._step(self.blocks[self.phase_map(depth)[k]], z)
 
@@ -251,10 +253,10 @@ class BViT(nn.Module):
         return self.classify(z)
 
     # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
-    # forward(x, depth=L)'s logits are forward_head(forward_features(x, L)) bit for bit; states keep the class token.
-    def forward_features(self, x, depth=None):
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
         """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
         """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
@@ -265,22 +267,29 @@ class BViT(nn.Module):
         """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates on the recurrence: x (B, C, H, W) -> (the final normalized tokens
-        (B, T, D), [the state (B, T, D) after each chosen step, in step order]), T = N patches (+1 class
-        token), for a `depth`-step run (default: as trained; any depth). indices (take_indices): None every
-        step, an int n the last n, a list the steps it names; norm=True: each state through the final norm.
-        Runs begin and step, as forward does. ValueError for a step outside the run."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """timm's forward_intermediates (its arguments; timm_outputs): x (B, C, H, W) -> the states after the steps
+        `indices` picks (take_indices) of the `depth` steps run (keyword; default as trained), norm=True: through the
+        final norm; stop_early: stop after the last one picked. Final tokens: the last state, normalized."""
         depth = self.depth if depth is None else depth
         take, z, states = take_indices(depth, indices), self.begin(x), []
-        for k in range(depth):
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z = self.step(z, k, depth)
             if k in take:
                 states.append(self.norm(z) if norm else z)
-        return self.norm(z), states
+        return timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                            output_dict)
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = num_classes
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -326,33 +335,27 @@ class BViT(nn.Module):
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
-        """Regional compilation: compile each distinct block once and keep the step loop eager, so
-        compile time does not grow with depth and a new depth, step or phase map needs no
-        recompilation (tests/test_speed.py checks it with TORCH_LOGS=recompiles). fullgraph=True: each
-        block compiles to one graph or fails, never silently falling back to Python in between (a
-        "graph break"). Block holds its drop-path rate as a tensor because torch.compile guards a
-        float attribute's value: blocks of different rates would each compile a graph. Call before
-        DDP. kwargs go to torch.compile (e.g. mode="max-autotune-no-cudagraphs"). Returns self."""
+        """Regional compilation: each distinct block compiled once, the step loop eager, so compile time does not grow
+        with depth and a new depth, step or phase map needs no recompilation (tests/test_speed.py). fullgraph=True: one
+        graph per block or an error, never a silent "graph break". Block holds its drop-path rate as a tensor (a float
+        attribute is guarded by value). Call before DDP. kwargs go to torch.compile. Returns self."""
         for blk in self.blocks:
             blk.compile(fullgraph=True, **kwargs)
         return self
 
     def trains_as_one_graph(self):
-        """True: a training forward at the trained depth runs the same operations on the same shapes
-        every step, so train.py may compile it whole (kernels.compile_for_training)."""
+        """True: a training forward runs the same operations on the same shapes: compiled whole (kernels.py)."""
         return True
 
     def num_params(self, exclude_embeddings=False):
         """Number of distinct parameters (a shared block counts once)."""
         n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.pos_embed.numel()
-        return n
+        return n - self.pos_embed.numel() if exclude_embeddings else n
 
     def flops_per_image(self, depth=None):
-        """Analytic forward FLOPs per image (2 x multiply-adds of matmuls; norms, softmax, GELU and
-        additions are ignored). Patch embed N*D*C*p^2; per step with T tokens:
-        qkv 3TD^2 + scores T^2 D + weighted sum T^2 D + proj TD^2 + MLP 2rTD^2; head D*classes."""
+        """Analytic forward FLOPs per image (2 x multiply-adds of matmuls; norms, softmax, GELU, additions ignored).
+        Patch embed N*D*C*p^2; per step with T tokens: qkv 3TD^2 + scores T^2 D + weighted sum T^2 D + proj TD^2 +
+        MLP 2rTD^2; head D*classes."""
         depth = depth or self.depth
         D, p = self.embed_dim, self.patch_size
         N = (self.img_size // p) ** 2
@@ -411,6 +414,22 @@ def take_indices(depth, indices):
         raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
                          f"(or -{depth}..-1 from the end)")
     return steps
+
+
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
 
 
 # ----------------------------------------------------------------------------- other image sizes

@@ -192,7 +192,8 @@ class ODEViT(nn.Module):
     and integrates to T' = L h (recurrence view), `extend="refine"` keeps T and uses h = T / L
     (ODE view). Deep supervision: `stages=S` reads out at t = s T' / S (s = 1..S) with the shared
     norm + head; loss = the mean of the stage losses CE_s; `model.aux` holds the
-    detached stage losses. Call: `logits, loss = model(x, targets=None, depth=None)`.
+    detached stage losses. Call: `logits = model(x, depth=None)`;
+    `logits, loss = model(x, targets)` in training.
 
     The field is autonomous (F ignores t, as bViT has no step signal; our choice). Under an
     enclosing autocast, the embedding and head run autocast as usual; the solver arithmetic and
@@ -263,6 +264,12 @@ class ODEViT(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names; global_pool: the readout's
+        self.global_pool, self.feature_info = "token" if class_token else "avg", [
+            dict(num_chs=embed_dim, reduction=patch_size, module="blocks.0") for k in range(steps)]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
         self.aux, self.nfe = {}, 0
         self._init_weights(init_base)
         if init is not None:  # e.g. inits.structured: the attention init, on the base
@@ -289,7 +296,7 @@ class ODEViT(nn.Module):
             stage_logits.append(self.classify(z))
         logits = stage_logits[-1]
         if targets is None:
-            return logits, None
+            return logits
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
@@ -367,10 +374,10 @@ class ODEViT(nn.Module):
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
     # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
-    # forward(x, depth=L)'s logits are forward_head(forward_features(x, L)) bit for bit; states keep the class token.
-    def forward_features(self, x, depth=None):
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
         """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
         """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
@@ -381,23 +388,31 @@ class ODEViT(nn.Module):
         """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False, extend=None):
-        """timm's forward_intermediates on the solver: x (B, C, H, W) -> (the final normalized tokens
-        (B, T, D), [the state z(t_k + h) (B, T, D) after each chosen solver step, in step order]), T = N
-        patches (+1 class token), for a `depth`-step run (default: as trained; more under `extend`, as
-        forward). indices (take_indices): None every step, an int n the last n, a list the steps it
-        names; norm=True: each state through the final norm. Runs begin and step, as forward's grid.
-        ValueError for a step outside the run."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None,
+                              extend=None):
+        """timm's forward_intermediates (its arguments; timm_outputs) on the solver: x (B, C, H, W) -> the states
+        z(t_k + h) after the solver steps `indices` picks (take_indices) of the `depth`-step run (keyword; default as
+        trained; more under `extend`, as forward); norm=True: through the final norm; stop_early: stop after the last
+        one picked. Final tokens: the last state, normalized."""
         depth = self.steps if depth is None else depth
         take, z, states = take_indices(depth, indices), self.begin(x), []
-        for k in range(depth):
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z = self.step(z, k, depth, extend)
             if k in take:
                 states.append(self.norm(z) if norm else z)
-        return self.norm(z), states
+        return timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                            output_dict)
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = num_classes
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -519,6 +534,22 @@ def take_indices(depth, indices):
         raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
                          f"(or -{depth}..-1 from the end)")
     return steps
+
+
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
 
 
 # ----------------------------------------------------------------------------- other image sizes

@@ -3,19 +3,19 @@
 Paper: "One Block, Multiple Depths: Recurrent Vision Transformers with Depth-Programmed Experts"
 (Bulat, Ouali, Tzimiropoulos, arXiv 2610.12448), sections 3, 4.4, A.1, A.2, A.5.
 
-Idea. Like bViT, one block is applied `depth` times, with ONE shared attention and norms; but the
-FFN of each step is its own dense FFN, a convex combination of E stored expert FFNs whose weights
-are programmed by the step's normalized depth t ("weight-space merging": one FFN per step, any E).
-As t lives in [0, 1], one checkpoint runs at any depth, or is materialized into L dense FFNs.
+Idea. Like bViT, one block is applied `depth` times, with ONE shared attention and norms; but the FFN of each step is
+its own dense FFN, a convex combination of E stored expert FFNs whose weights are programmed by the step's normalized
+depth t ("weight-space merging": one FFN per step, any E). As t lives in [0, 1], one checkpoint runs at any depth, or
+is materialized into L dense FFNs.
 
 Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t = 0 when L = 1), and
     g(t) = softmax(router(t)),  router = Linear(1, 16) -> SiLU -> Linear(16, E)    (A.1)
     W(t) = sum_e g_e(t) W_e  for both FFN layers' weights and biases                (3.1)
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * FFN_{W(t_k)}(norm2(z)))
-Elastic depth (3.2, A.2): each step dropped per image with probability `depth_dropout` (the identity), the kept
-steps renumbered evenly over [0, 1]. It is the paper's second stage (A.2-A.3: 0.3), not its supervised recipe
-(Table 6: none), so it defaults to 0.0 (docs/models.md). ls1, ls2, drop_path, fc_norm: as in bvit.py.
-After the model: its machinery, `apply_step`, `resample_pos_embed`, and `DenseReViT` (materialized, 3.1).
+Elastic depth (3.2, A.2): each step dropped per image with probability `depth_dropout` (the identity), the kept steps
+renumbered evenly over [0, 1]. It is the paper's second stage (A.2-A.3: 0.3), not its supervised recipe (Table 6:
+none), so it defaults to 0.0 (docs/models.md). ls1, ls2, drop_path, fc_norm: as in bvit.py. After the model: its
+machinery, `apply_step`, `resample_pos_embed`, and `DenseReViT` (materialized, 3.1).
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
 `python lab/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
@@ -109,8 +109,7 @@ def ffn(x, w1, b1, w2, b2):
 
 
 def to_device(t, device):
-    """A host tensor (an elastic step's rows, coordinates, groups) on `device` without a host wait: an
-    asynchronous copy from pinned memory."""
+    """A host tensor (elastic rows, coordinates, groups) on `device` without a host wait (pinned, asynchronous)."""
     if device.type == "cuda":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
@@ -185,19 +184,17 @@ def step_coords(keep):
 class ReViT(nn.Module):
     """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
 
-    `logits, loss = model(x, targets=None, depth=None, keep=None)`: x (B, C, H, W); targets (B,) or (B, classes)
-    probabilities; logits (B, classes); keep (B, depth) bool, the elastic mask (sampled in training when
-    `depth_dropout > 0`). loss = CE (`loss="ce"`; "bce": DeiT III's) + for E > 1 (eq. 7) the terms of sec. 3.2
-    on the grid of the call's depth (our choice: independent of the drop mask), weighted by lambda_bal, lambda_z,
-    lambda_div (1e-2, 1e-3, 1e-3):
+    `logits = model(x, depth=None, keep=None)`, `logits, loss = model(x, targets, ...)` (training): x (B, C, H, W);
+    targets (B,) or (B, classes) probabilities; logits (B, classes); keep (B, depth) bool, the elastic mask (sampled in
+    training when `depth_dropout > 0`). loss = CE (`loss="ce"`; "bce": DeiT III's) + for E > 1 (eq. 7) the terms of
+    sec. 3.2 on the call's grid (our choice: not the drop mask's), weighted by lambda_bal, lambda_z, lambda_div:
         L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]                       eq. 6 (H: Shannon entropy)
         L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8
         L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e: expert e flattened
-    `model.aux`: the detached terms. experts=1 is the tied bViT block (no router, no regularizers).
-    As BViT: class_token, dynamic_img_size, set_grad_checkpointing (the merging recomputed too), drop path
-    (the one block at rate / 2, `shared_drop_rate`), `init_base` (the experts each as a dense FFN, A.1) then
-    `init(model)`; `block_fn` builds the shared block (Block's keyword arguments, experts= included): a module
-    `block(z, w1, b1, w2, b2)` with an ExpertMlp `mlp` and `grouped`. Bad sizes or names raise ValueError.
+    `model.aux`: the detached terms. experts=1 is the tied bViT block. As BViT: class_token, dynamic_img_size,
+    set_grad_checkpointing, drop path (`shared_drop_rate`), `init_base` (each expert as a dense FFN, A.1), `init`;
+    `block_fn`: Block's arguments with experts=, a module `block(z, w1, b1, w2, b2)` with an ExpertMlp `mlp` and
+    `grouped`. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
@@ -219,13 +216,7 @@ class ReViT(nn.Module):
                              f"(inits.py: inits.structured), got {init_base!r}, {init!r}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
-        # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
-        self.config = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-                           embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                           experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
-                           lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
-                           drop_path_rate=drop_path_rate, init=init, init_base=init_base, loss=loss,
-                           dynamic_img_size=dynamic_img_size, block_fn=block_fn)
+        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # (DenseReViT's)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -248,6 +239,12 @@ class ReViT(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names; global_pool: the readout's
+        self.global_pool, self.feature_info = "token" if class_token else "avg", [
+            dict(num_chs=embed_dim, reduction=patch_size, module="blocks.0") for k in range(depth)]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
         self.aux = {}
         self._init_weights(init_base)
         if init is not None:  # e.g. inits.structured: the attention init, on the base
@@ -263,7 +260,7 @@ class ReViT(nn.Module):
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
             # the grid's merged FFNs, each split into its L steps by one unbind (views: the same numbers; in a
             # compiled graph its backward is one stack, where L indexings would scatter L zero-padded gradients)
-            weights = [w.unbind(0) for w in self.ffn_weights(self.grid(depth))]  # L x (H, D), (H,), (D, H), (D,)
+            weights = [w.unbind(0) for w in self.grid_weights(depth)]  # L x (H, D), (H,), (D, H), (D,)
             for k in range(depth):
                 z = self.step(z, k, depth, weights)
         else:  # elastic depth: each image runs its kept steps only
@@ -272,7 +269,7 @@ class ReViT(nn.Module):
             z = self.elastic(z, keep)
         logits = self.classify(z)
         if targets is None:
-            return logits, None
+            return logits
         loss = classification_loss(logits, targets, self.loss)
         # Read before the next training step (CUDA graphs would overwrite it; train.py reads after each epoch).
         self.aux = {f"{self.loss}_loss": loss.detach()}
@@ -363,7 +360,7 @@ class ReViT(nn.Module):
     def step(self, z, k, depth=None, weights=None):
         """Step k of a `depth`-step run (any depth: the grid resampled, 3.2): z (B, T, D), the shared block with the FFN
         merged at t_k = k / (L - 1); weights: the grid's merged FFNs (grid_weights), when the caller has them."""
-        w1, b1, w2, b2 = self.ffn_weights(self.grid(depth)) if weights is None else weights
+        w1, b1, w2, b2 = self.grid_weights(depth) if weights is None else weights
         return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
     def readout(self, z):
@@ -371,10 +368,10 @@ class ReViT(nn.Module):
         return self.classify(z)
 
     # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
-    # forward(x, depth=L)'s logits are forward_head(forward_features(x, L)) bit for bit; states keep the class token.
-    def forward_features(self, x, depth=None):
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
         """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
         """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
@@ -385,26 +382,32 @@ class ReViT(nn.Module):
         """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates, as BViT's: x (B, C, H, W) -> (final normalized tokens (B, T, D), [the state
-        (B, T, D) after each step `indices` names (take_indices)]) of a `depth`-step run on its grid (no depth
-        dropout); norm=True: each state through the final norm."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """timm's forward_intermediates, as BViT's (timm_outputs): the states after the steps `indices` picks
+        (take_indices) of a `depth`-step run (keyword) on its grid (no depth dropout)."""
         depth = self.depth if depth is None else depth
-        take, z, states = take_indices(depth, indices), self.begin(x), []
-        weights = self.grid_weights(depth)
-        for k in range(depth):
+        take, z, states, weights = take_indices(depth, indices), self.begin(x), [], self.grid_weights(depth)
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z = self.step(z, k, depth, weights)
             if k in take:
                 states.append(self.norm(z) if norm else z)
-        return self.norm(z), states
+        return timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                            output_dict)
 
     def grid_weights(self, depth):
-        """The merged FFNs of the grid of `depth` steps, which step(z, k, depth, weights) takes: w1 (L, H, D),
-        b1 (L, H), w2 (L, D, H), b2 (L, D) (ffn_weights(grid(depth)), as forward merges them once)."""
+        """ffn_weights(grid(depth)), as forward merges them once for step(z, k, depth, weights): (L, ...) tensors."""
         return self.ffn_weights(self.grid(depth))
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = self.config["num_classes"] = num_classes  # (materialize builds from config)
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -438,8 +441,7 @@ class ReViT(nn.Module):
             # A.1: each expert as a dense FFN is initialized, here nn.Linear's default: U(+-1/sqrt(fan_in)).
             for w, b in ((mlp.fc1.weight, mlp.fc1.bias), (mlp.fc2.weight, mlp.fc2.bias)):  # (E, out, in), (E, out)
                 bound = 1.0 / math.sqrt(w.shape[-1])
-                nn.init.uniform_(w, -bound, bound)
-                nn.init.uniform_(b, -bound, bound)
+                nn.init.uniform_(w, -bound, bound), nn.init.uniform_(b, -bound, bound)
         else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
             if self.cls_token is not None:
@@ -459,8 +461,7 @@ class ReViT(nn.Module):
             # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
             self.router[0].reset_parameters()
             # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
-            nn.init.zeros_(self.router[2].weight)
-            nn.init.zeros_(self.router[2].bias)
+            nn.init.zeros_(self.router[2].weight), nn.init.zeros_(self.router[2].bias)
         if base == "timm":
             w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
             nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
@@ -487,9 +488,8 @@ class ReViT(nn.Module):
         return self
 
     def trains_as_one_graph(self):
-        """Whether a training forward has the same operations and shapes every step, so that train.py
-        may compile it whole (kernels.compile_for_training): not with elastic depth, whose steps run
-        a sampled, data-dependent subset of the images."""
+        """Whether a training forward has the same operations and shapes every step (then kernels.py may compile it
+        whole): not with elastic depth, whose steps run a sampled, data-dependent subset of the images."""
         return self.depth_dropout == 0
 
     def num_params(self, exclude_embeddings=False):
@@ -499,11 +499,9 @@ class ReViT(nn.Module):
     def flops_per_image(self, depth=None):
         """Forward FLOPs per image of the materialized graph, counted as BViT counts them (one dense
         FFN per step). Run-time merging adds 2E(2DH + H + D) per step per *batch*, not counted."""
-        depth = depth or self.depth
-        D, p = self.embed_dim, self.patch_size
+        depth, D, p = depth or self.depth, self.embed_dim, self.patch_size
         N = (self.img_size // p) ** 2
-        T = N + int(self.cls_token is not None)
-        hidden = int(D * self.mlp_ratio)
+        T, hidden = N + int(self.cls_token is not None), int(D * self.mlp_ratio)
         per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
         return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
 
@@ -543,6 +541,22 @@ def take_indices(depth, indices):
     return steps
 
 
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
+
+
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
@@ -563,7 +577,7 @@ def resample_pos_embed(pos_embed, grid, num_prefix):
 # ----------------------------------------------------------------------------- fixed-depth deployment (paper 3.1)
 class DenseReViT(ReViT):
     """reViT materialized at depth L (paper 3.1): the same model with L dense FFNs `blocks.0.mlp.fc{1,2}` (slot k:
-    step k's merged FFN); no router, no merging at run time."""
+    step k's merged FFN, which grid_weights gives ReViT's forward and step); no router, no merging at run time."""
 
     def __init__(self, src: ReViT, depth: int):
         super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
@@ -574,22 +588,6 @@ class DenseReViT(ReViT):
                            src.ffn_weights(src.grid(depth))):
             state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
         self.load_state_dict(state, strict=True)
-
-    def forward(self, x, targets=None, depth=None):
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        z = self.embed(x)
-        for k in range(self.depth):
-            z = self.step(z, k)
-        logits = self.classify(z)
-        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
-
-    def step(self, z, k, depth=None, weights=None):
-        """Step k of its depth: the shared block with slot k's FFN (blocks.0.mlp, (L, ...) tensors)."""
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
-        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
     def grid_weights(self, depth):
         """Its L stored FFNs (the slots step k reads), for its own depth only."""

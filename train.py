@@ -121,7 +121,7 @@ def main(argv=None, stop=None):
         print(f"done: {args.out_dir} holds {', '.join(files)}")
     leave_process_group()
     if lock is not None:
-        lock.close()
+        checkpoints.release_out_dir(lock)
 
 
 def train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema, mix, loaders, rfid):

@@ -37,11 +37,11 @@ def main():
                     p.normal_(0, 0.5)
         t = time.time()
         fixed = export.export_fixed(m).module()
-        line = f"{name}: export_fixed {time.time() - t:.1f} s, max |diff| {worst(fixed(x), m(x)[0]):.1e}"
+        line = f"{name}: export_fixed {time.time() - t:.1f} s, max |diff| {worst(fixed(x), m(x)):.1e}"
         t = time.time()
         loop = export.export_loop(m).module()
         took = time.time() - t
-        diffs = "/".join(f"{worst(loop(x, torch.tensor(d)), m(x, depth=d)[0]):.1e}" for d in (6, 12, 24))
+        diffs = "/".join(f"{worst(loop(x, torch.tensor(d)), m(x, depth=d)):.1e}" for d in (6, 12, 24))
         print(f"{line}; export_loop {took:.1f} s, max |diff| at depths 6/12/24: {diffs}", flush=True)
 
 

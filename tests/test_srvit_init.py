@@ -56,7 +56,7 @@ def test_one_recursion_is_the_plain_vit(class_token):
     sr = srvit.SRViT(**TINY, depth=3, recursions=1, class_token=class_token).eval()
     sr.load_state_dict(vit.state_dict(), strict=True)  # same names, no router at R = 1
     x, y = images(), torch.tensor([1, 5, 9])
-    assert torch.equal(sr(x)[0], vit(x)[0])
+    assert torch.equal(sr(x), vit(x))
     assert torch.equal(sr(x, y)[1], vit(x, y)[1])
 
 
@@ -86,7 +86,7 @@ def test_model_output_is_the_token_wise_softmax_mixture_of_all_recursions(depth)
                    for r, h in enumerate(hs)], dim=-1)  # (B, T, R)
     a = s.softmax(dim=-1)
     o = sum(a[..., r, None] * h for r, h in enumerate(hs))
-    assert torch.allclose(m(x, depth=depth)[0], m.classify(o), atol=1e-5)
+    assert torch.allclose(m(x, depth=depth), m.classify(o), atol=1e-5)
     assert m.mix_weights.shape == (3, 17, R) and torch.allclose(m.mix_weights, a, atol=1e-6)
 
 

@@ -182,9 +182,13 @@ def lock_out_dir(out_dir):
     loader workers (which outlive a SIGKILLed parent for a few seconds). Returns the open file;
     the lock lasts until it is closed."""
     import fcntl
-    f = open(os.path.join(out_dir, ".lock"), "a+")
+    path = os.path.join(out_dir, ".lock")
+    f = open(path, "a+")
     try:
         fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.exists(path) or not os.path.samestat(os.fstat(f.fileno()), os.stat(path)):
+            f.close()  # the run that held it ended and removed it (release_out_dir) as we opened it: take a new one
+            return lock_out_dir(out_dir)
     except OSError:
         f.seek(0)
         pid = f.read().strip() or "?"
@@ -195,6 +199,17 @@ def lock_out_dir(out_dir):
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+def release_out_dir(lock):
+    """The end of a run that ended cleanly: OUT/.lock removed while still held (so no run folder keeps a
+    stale lock file), then closed. A run that opened the file just before is refused while it is held
+    and, after, sees it gone (lock_out_dir compares the file it locked with the path) and locks a new one."""
+    try:
+        os.unlink(lock.name)
+    except FileNotFoundError:
+        pass
+    lock.close()
 
 
 # ----------------------------------------------------------------------------- a run's checkpoint
@@ -226,7 +241,8 @@ class Saver:
             try:
                 save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress,
                              "progress_ranks": [p for _, p in ranks], "rng": [r for r, _ in ranks],
-                             "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
+                             "args": vars(self.args), "classes": self.classes, "record": record,
+                             "pretrained_cfg": getattr(self.objects.get("model"), "pretrained_cfg", None)}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
                            f"{self.path}.tmp was removed; free space in {self.args.out_dir}; {self.stop.kept()}")

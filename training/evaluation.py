@@ -32,7 +32,7 @@ def evaluate(model, loader, device, amp_ctx, depth=None, stop=None, rfid=None):
             model.train()
             return None
         with amp_ctx:
-            logits, _ = model(x, depth=depth)
+            logits = model(x, depth=depth)
         logits = logits.float()
         top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
         hit = top5 == y[:, None]

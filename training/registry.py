@@ -13,11 +13,11 @@ how its images are normalized. A new model is a model file and one record, regis
 interface below, so a new model passes the same test.
 
 The interface (a model file implements it; nothing is inherited):
-    forward(x, targets=None, depth=None) -> (out, loss)
+    forward(x, targets, depth=None) -> (out, loss); forward(x, depth=None) -> logits (a classifier, as timm)
         x (B, 3, H, W) normalized images; targets (B,) class indices or (B, classes) probabilities
-        (MixUp/CutMix, label smoothing); loss a 0-d tensor, None without targets. A classifier's
-        `out` is logits (B, classes) and `depth` (None: as trained) the steps to run at evaluation;
-        a tokenizer (one with `metrics`) returns its reconstruction (B, 3, H, W) and takes no depth.
+        (MixUp/CutMix, label smoothing); loss a 0-d tensor. A classifier's `out` is logits (B, classes),
+        alone without targets, and `depth` (None: as trained) the steps to run at evaluation; a tokenizer
+        (one with `metrics`) returns (its reconstruction (B, 3, H, W), None) without targets, no depth.
     aux: dict of 0-d tensors set by the last forward with targets (e.g. per-stage losses), logged
         in log.jsonl after each epoch (monitor.model_log).
     num_params() -> int (a shared block counts once); flops_per_image() -> float (analytic forward).
@@ -181,9 +181,24 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
     if dynamic_img_size:
         common["dynamic_img_size"] = True
     try:
-        return MODELS[args.model].build(args, common)
+        model = MODELS[args.model].build(args, common)
     except ValueError as e:
         raise Fail(str(e))
+    if hasattr(model, "pretrained_cfg"):  # a classifier: timm's data config is its run's, not ImageNet's
+        model.pretrained_cfg = model.default_cfg = data_config(args, img_size, num_classes, dynamic_img_size)
+    return model
+
+
+def data_config(args, img_size, num_classes, dynamic_img_size=False):
+    """timm's pretrained_cfg of a run of resolved flags `args` (a Namespace): its input size (3, img_size,
+    img_size), classes, and the mean and std its images were normalized with (its model record's, else its
+    dataset's: data.normalization), what timm.data.resolve_data_config reads; bicubic, crop_pct
+    --eval-crop-ratio (image folders' evaluation crop)."""
+    import data
+    mean, std = MODELS[args.model].normalization or data.normalization(args.data)
+    return dict(input_size=(3, img_size, img_size), num_classes=num_classes, mean=tuple(mean), std=tuple(std),
+                interpolation="bicubic", crop_pct=getattr(args, "eval_crop_ratio", None) or 0.875,
+                fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj", classifier="head", dataset=args.data)
 
 
 def is_rvits_checkpoint(ck):
@@ -221,4 +236,6 @@ def model_from_checkpoint(ck, path, flag, p, img_size):
     except RuntimeError as e:
         raise Fail(f"{flag} {path}: its weights do not fit the model its flags describe "
                    f"({str(e).strip().splitlines()[-1].strip()})")
+    if isinstance(ck.get("pretrained_cfg"), dict):  # timm's data config as the run saved it (Saver)
+        model.pretrained_cfg = model.default_cfg = {**ck["pretrained_cfg"], "fixed_input_size": own == img_size}
     return model.eval()

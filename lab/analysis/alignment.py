@@ -58,8 +58,8 @@ def block_states(model, x):
     one-block-per-step models the analyses take: vit, bvit, revit), before the final norm: the model's
     `begin` and forward_intermediates."""
     prefix = int(getattr(model, "cls_token", None) is not None)
-    pool = lambda z: z[:, prefix:].float().mean(1)
-    return [pool(tokens(model.begin(x)))] + [pool(z) for z in model.forward_intermediates(x)[1]]
+    states = model.forward_intermediates(x, output_fmt="NLC", intermediates_only=True)  # (B, N, D): the patches
+    return [tokens(model.begin(x))[:, prefix:].float().mean(1)] + [z.float().mean(1) for z in states]
 
 
 def with_gates(model, gates):

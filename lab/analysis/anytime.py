@@ -124,7 +124,7 @@ def anytime_analysis(model, val_set, num_images, budget, trained, batch_size=128
         parts.append(trace(model, x, budget))
         labels.append(y)
         with torch.no_grad():  # (B, L): depth d's prediction right (reViT's depth d is not trace step d)
-            fixed_right.append(torch.stack([model(x, depth=d)[0].argmax(1).cpu() == y
+            fixed_right.append(torch.stack([model(x, depth=d).argmax(1).cpu() == y
                                             for d in range(1, budget + 1)], 1))
     tr = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     y, fixed_right = torch.cat(labels), torch.cat(fixed_right)

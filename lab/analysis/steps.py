@@ -201,7 +201,8 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
             x, y, _ = data.drop_undecodable(x, y, subset)  # image folders only
             x, y = x.to(device), y.to(device)
             probe.reset(record=True)  # the attention of every block call; the states: forward_intermediates
-            final, states = model.forward_intermediates(x, depth=depth)
+            final, states = model.forward_intermediates(x, output_fmt="NLC", return_prefix_tokens=True, depth=depth)
+            states = [torch.cat([s[1], s[0]], 1) if isinstance(s, tuple) else s for s in states]  # (B, T, D) again
             logits = model.forward_head(final)  # forward's logits, bit for bit
             if len(probe.inputs) != steps * cps:
                 raise Fail(f"--model {name} made {len(probe.inputs)} block calls for {steps} steps; "
@@ -222,7 +223,7 @@ def analyze(model, name, val_set, num_images, depth=None, batch_size=128, device
                 routed = g if routed is None else routed + g
             for k in range(steps):
                 probe.reset(skip=k)
-                skip_correct[k] += int((model(x, depth=depth)[0].argmax(1) == y).sum())
+                skip_correct[k] += int((model(x, depth=depth).argmax(1) == y).sum())
             n += len(y)
     finally:
         for hnd in probe.handles:

@@ -94,13 +94,13 @@ def test_the_probe_does_not_change_the_logits_and_skipping_calls_the_step_the_id
     torch.manual_seed(0)
     model = bvit.BViT(depth=3, num_blocks=3, **TINY_MODEL).eval()  # untied: each step is its own block
     x = images()[:][0]
-    ref = model(x)[0]
+    ref = model(x)
     probe = steps.StepProbe(model, 1)
     probe.reset(record=True)
-    assert torch.equal(model(x)[0], ref)
+    assert torch.equal(model(x), ref)
     want = model.classify(model.blocks[2](model.blocks[0](model.embed(x))))  # block 1 left out
     probe.reset(skip=1)
-    assert torch.equal(model(x)[0], want)
+    assert torch.equal(model(x), want)
 
 
 @torch.no_grad()
@@ -111,7 +111,7 @@ def test_skipping_any_step_of_the_single_block_bvit_is_running_one_step_less():
     probe = steps.StepProbe(model, 1)
     for k in range(4):
         probe.reset(skip=k)
-        assert torch.equal(model(x)[0], model(x, depth=3)[0])
+        assert torch.equal(model(x), model(x, depth=3))
 
 
 @pytest.mark.parametrize("routing,lora_rank", [("smear", 0), ("lory", 0), ("depth", 4)])
@@ -216,7 +216,7 @@ def test_analyze_writes_cka_and_steps_of_a_checkpoint(checkpoints, tmp_path, nam
     model, val_set, _ = analyze.load(analyze.get_parser().parse_args(["--resume", ckpt, "--out-dir", "x"]))
     x, y = zip(*(val_set[i] for i in range(24)))
     with torch.no_grad():
-        own = 100 * (model(torch.stack(x))[0].argmax(1) == torch.tensor(y)).double().mean().item()
+        own = 100 * (model(torch.stack(x)).argmax(1) == torch.tensor(y)).double().mean().item()
     assert per_step["top1"] == pytest.approx(own)
 
 
@@ -350,9 +350,9 @@ def test_a_student_equal_to_its_teacher_aligns_exactly_and_the_identity_permutat
     with torch.no_grad():  # a router that gives the steps different gates
         for prm in student.router.parameters():
             prm.normal_(0, 1.0)
-    logits = student(x)[0]
+    logits = student(x)
     res = alignment.alignment(student, teacher, lambda v: v, x, draws=3)
-    assert torch.equal(student(x)[0], logits) and "ffn_weights" not in vars(student)  # restored after
+    assert torch.equal(student(x), logits) and "ffn_weights" not in vars(student)  # restored after
     perms = res["permutations"]
     assert len(perms) == 6 and perms[0]["perm"] == [0, 1, 2]
     assert perms[0]["teacher_cka"] == pytest.approx(res["teacher_cka"], abs=1e-6)  # the identity: unchanged

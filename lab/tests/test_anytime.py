@@ -36,7 +36,7 @@ def test_a_rule_that_never_fires_is_the_fixed_depth_model_and_one_that_always_fi
     for budget in (3, 5):
         logits, steps = anytime.run(m, x, "confidence", 2.0, budget)  # a probability is never above 2
         with torch.no_grad():
-            assert torch.equal(logits, m(x, depth=budget)[0]) and (steps == budget - 1).all()
+            assert torch.equal(logits, m(x, depth=budget)) and (steps == budget - 1).all()
     logits, steps = anytime.run(m, x, "confidence", -1.0, 5)  # always above -1: every image stops at once
     with torch.no_grad():
         assert (steps == 0).all() and torch.equal(logits, m.readout(m.step(m.begin(x), 0, 5)))
