@@ -567,12 +567,12 @@ def main():
         p.error(f"--anytime {args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in "
                 "results/, cannot be timed); give the folder of a run that holds one")
     if args.anytime:  # its --model, from the args.json train.py writes beside ckpt.pt
-        from training.registry import MODELS
+        from training.registry import ELSEWHERE
         try:
             kind = json.load(open(os.path.join(args.anytime, "args.json"))).get("model")
         except (OSError, ValueError, AttributeError):
             kind = None
-        if kind in MODELS and MODELS[kind].reconstructs:  # (analyze.py --anytime, which the line below names, refuses it)
+        if kind in ELSEWHERE:  # a tokenizer (analyze.py --anytime, which the line below names, refuses it)
             p.error(f"--anytime {args.anytime}: a --model {kind} run, a tokenizer; early exit reads a classifier's "
                     "predictions: give the folder of a classifier's run")
     if args.anytime and not os.path.isfile(os.path.join(args.anytime, "anytime.json")):

@@ -212,12 +212,12 @@ def check_checkpoint(ck, path, flag, args, said):
 
 
 def train_py_defaults():
-    """{dest: default} of train.py's flags: an older LoopVAE run's args.json (train.py trained it) holds each,
-    at its default where LoopVAE has no such flag; --config leaves those out (read_config)."""
+    """{dest: default} of train.py's flags: an older LoopVAE run's args.json (train.py trained it) holds each;
+    --config leaves out those LoopVAE has not, with a note where one is not at its default (read_config)."""
     return {a.dest: flags.parsed_default(a, a.default) for a in flags.get_parser()._actions if a.dest != "help"}
 
 
-ENTRY = flags.Entry("train_loopvae.py", DESCRIPTION, ("loopvae",), add_model_flags, resolve, build_listed, arch,
+ENTRY = flags.Entry("train_loopvae.py", DESCRIPTION, add_model_flags, resolve, build_listed, arch,
                     starts={"finetune": set(), "stage2": STAGE1_FLAGS}, checkpoints=("finetune", "stage2"),
                     kind="a LoopVAE one", linked={"loops": ("depth",)}, eval_flags=frozenset({"rfid"}),
                     check=check_checkpoint, foreign=train_py_defaults)

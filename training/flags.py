@@ -482,7 +482,7 @@ def parse_args(p, argv=None):
                     + f"python {p.prog} --list-presets lists all {len(presets_of(p))} (--list-presets WORD: those "
                     "matching it)")
         trains = PRESETS[preset][1].get("model")
-        if trains not in p.entry.models:  # (another entry point's preset: LoopVAE's, train_loopvae.py)
+        if trains not in trained(p):  # (another entry point's preset: LoopVAE's, train_loopvae.py)
             p.error(f"--preset {preset} trains --model {trains}, which {p.prog} does not train: python "
                     f"{script_of(trains)} --preset {preset}")
         p.set_defaults(**PRESETS[preset][1])
@@ -522,8 +522,9 @@ def read_config(p, path):
     p.error (one line, exit 2) for a file that cannot be read, is not a JSON object, has keys that are
     not flags (all named) or a value its flag refuses, and for a flag rvits cut (CUT_FLAGS) that the file
     sets (an older run's args.json holds them unset: left out); a file of another entry point's run (its
-    "model") names that entry point's script. Keys the entry point lets a file hold at their defaults
-    (Entry.foreign: train_loopvae.py's older args.json held every flag of train.py) are left out."""
+    "model") names that entry point's script. Another entry point's flags, which an older args.json holds
+    (Entry.foreign: a LoopVAE run's held every flag of train.py), are left out, with a note where one is
+    not at its default."""
     fix = f"give a JSON object of {p.prog}'s flags (a run's args.json, or --print-config's output)"
     try:
         with open(path) as f:
@@ -537,11 +538,16 @@ def read_config(p, path):
     actions = {a.dest: a for a in p._actions if a.dest != "help"}
     config = {k.lstrip("-").replace("-", "_"): v for k, v in raw.items()}
     trains = config.get("model")
-    if isinstance(trains, str) and trains not in p.entry.models and script_of(trains):
+    if isinstance(trains, str) and trains not in trained(p) and script_of(trains):
         p.error(f"--config {path}: the flags of a --model {trains} run, which {p.prog} does not train: python "
                 f"{script_of(trains)} --config {path}")
-    foreign = p.entry.foreign()
-    config = {k: v for k, v in config.items() if not (k not in actions and k in foreign and v == foreign[k])}
+    foreign = p.entry.foreign()  # (another entry point's flags, which an older args.json holds: left out)
+    aside = {k: v for k, v in config.items() if k not in actions and k in foreign}
+    noted = [f"{k} {v}" for k, v in aside.items() if v != foreign[k]]
+    if noted:
+        print(f"note: --config {path}: {', '.join(noted)}: not read by {p.prog} (flags of another entry point's "
+              "models)", file=sys.stderr)
+    config = {k: v for k, v in config.items() if k not in aside}
     raw = {k: v for k, v in raw.items() if k.lstrip("-").replace("-", "_") in config}
     cut = [k for k in CUT_FLAGS if config.get(k)]
     if cut:
@@ -727,7 +733,7 @@ def check_source(ck, path, flag, p, args):
         raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
     if p.entry.check is not None:
         p.entry.check(ck, path, flag, args, said)
-    if kind and kind not in p.entry.models and script_of(kind):
+    if kind and kind not in trained(p) and script_of(kind):
         raise Fail(f"{flag} {path}: {said}, not {p.entry.kind}; {script_of(kind)} trains and evaluates it")
 
 
@@ -767,9 +773,16 @@ def command_line(flags, p=None):
     return shlex.join(words)
 
 
+def trained(p):
+    """The --model names the entry point of parser `p` trains (its --model's choices: train.py's, every
+    record of training/registry.py, one registered later too); their presets are its (presets_of), another's
+    are named with their script (registry.script_of)."""
+    return next(a.choices for a in p._actions if a.dest == "model")
+
+
 def presets_of(p):
     """The presets of the entry point of parser `p` (those of a model it trains): {name: (what, flags)}."""
-    return {name: v for name, v in PRESETS.items() if v[1].get("model") in p.entry.models}
+    return {name: v for name, v in PRESETS.items() if v[1].get("model") in trained(p)}
 
 
 def list_presets(text, p):
@@ -837,8 +850,6 @@ class Entry:
     imports it).
 
     prog, description: its script's name and its docstring's first line;
-    models: the --model names it trains (their presets are its: presets_of; another's are named with its
-        script: registry.script_of);
     groups: p -> None, adds its model flags (train.py: add_model_flags); distillation: whether it has the
         distillation group;
     resolve: (args, p, img_size) -> args: its flags' defaults and checks (p.error, one line);
@@ -856,7 +867,6 @@ class Entry:
         flags (left out: read_config)."""
     prog: str
     description: str
-    models: tuple
     groups: Callable
     resolve: Callable
     build: Callable
@@ -872,11 +882,19 @@ class Entry:
     foreign: Callable = dict
 
 
+# The flags train.py had before LoopVAE's moved to train_loopvae.py (issue 78), at their defaults: the args.json of
+# an older run of train.py holds them (a classifier never read them); a --config file leaves them out there.
+MOVED_FLAGS = {"loops": [1, 2, 4], "share": "global", "operator": "cnn", "num_groups": 32, "latent_dim": 16,
+               "kl_weight": 1e-6, "perceptual": "none", "perceptual_weight": 1.0, "lpips_weights": None, "rfid": False,
+               "stage2": None, "disc": "conv", "disc_weights": None, "gan_weight": 0.5, "gan_start": 5000,
+               "r1_gamma": 10.0, "r1_every": 16, "disc_lr": None, "diffaug": ["color", "translation", "cutout"]}
+
+
 def build_listed(args, img_size, num_classes):
     """train.py's model of a preset for --list-presets (its attention init left at the default: shapes only)."""
     return build_model(argparse.Namespace(**{**vars(args), "init": "default"}), img_size, num_classes)
 
 
-TRAIN = Entry("train.py", DESCRIPTION, tuple(MODELS), add_model_flags, resolve, build_listed, arch_flags,
+TRAIN = Entry("train.py", DESCRIPTION, add_model_flags, resolve, build_listed, arch_flags,
               starts={"finetune": set()}, checkpoints=("finetune", "teacher"), kind="a classifier one",
-              distillation=True, model_flags=model_flags)
+              distillation=True, model_flags=model_flags, foreign=lambda: MOVED_FLAGS)
