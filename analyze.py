@@ -219,7 +219,8 @@ def main(argv=None):
     if not args.out_dir:
         raise Fail("the following arguments are required: --out-dir")
     model, val_set, run = load(args)
-    too_deep = args.depth and depth_problem("--depth", [args.depth], run)
+    too_deep = args.depth and run.model in registry.MODELS and depth_problem("--depth", [args.depth], run)  # (LoopVAE:
+    # its loops; refused below)
     if too_deep:
         raise Fail(too_deep)
     if args.teacher:
