@@ -164,7 +164,7 @@ def one_line_exit_2(argv, says, capsys, cli=None):
     (["--disc-weights", "w.pth"], "--disc-weights is for --disc dinov2"),
     (["--grad-accum", "2"], "--grad-accum with --stage2"),
     (["--finetune", "STAGE1"], "leave out --finetune"),
-    (["--model", "bvit"], "argument --model: invalid choice: 'bvit'"),
+    (["--model", "bvit"], "--model bvit: train_loopvae.py does not train it; train.py does"),
     (["--diffaug", "color,flip"], "--diffaug: expected none or comma-separated of color, translation, cutout"),
 ])
 def test_bad_stage2_flags_are_one_line_exit_2(flags, says, stage1, tmp_path, capsys):

@@ -3,8 +3,9 @@
 the data (resolve), and which value a flag takes: the command line, else the preset, else a
 checkpoint's (configure, checkpoint_args; `effective`: what a flag left out stands for). Another entry
 point (train_loopvae.py) uses the same machinery with its own model flags and checks (an Entry).
-Which flags a model reads, and which shape it, are its record's (training/registry.py). `resolved(argv)` is the whole recipe for a tool: the flags of a command line,
-resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
+Which flags a model reads, and which shape it, are its record's (training/registry.py). `resolved(argv)`
+is the whole recipe for a tool: the flags of a command line, resolved as train.py resolves them. Every
+error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
 import difflib
@@ -465,7 +466,15 @@ def parse_args(p, argv=None):
     the flags LINKED to those: --size sets the depth a file gives). --list-presets describes them and
     exits. Records on `p` which flags the command line, the preset or the file gave (`p.given`, their
     dests; of the file's, those that differ from the default they replace): a value that came from a
-    checkpoint, or a default, is never refused as if someone had given it (`given`)."""
+    checkpoint, or a default, is never refused as if someone had given it (`given`). A --model that another
+    entry point trains is one line naming its script."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    named = [w[len("--model="):] if w.startswith("--model=") else words[i + 1] for i, w in enumerate(words)
+             if w.startswith("--model=") or (w == "--model" and i + 1 < len(words))]
+    other = next((m for m in named if m not in trained(p) and script_of(m)), None)
+    if other:
+        p.error(f"--model {other}: {p.prog} does not train it; {script_of(other)} does (python {script_of(other)} "
+                "--help lists its flags)")
     args = p.parse_args(argv)
     if args.list_presets is not None:
         if not list_presets(args.list_presets, p):
