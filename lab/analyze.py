@@ -38,6 +38,7 @@ import torch
 
 import data
 from analysis import alignment, anytime, loops, ranks, steps
+from loopvae_train import flags as lvflags
 from training import flags, registry
 from training.weights import read_weights
 from training.evaluation import depth_problem
@@ -80,13 +81,16 @@ def get_parser():
 def load(args):
     """(model on args.device in eval mode, validation set, the run's saved flags) of the
     checkpoint args.resume, built as train.py builds it: the saved flags over train.py's parser
-    defaults, training.flags.resolve, then training.registry.build_model."""
+    defaults, training.flags.resolve, then training.registry.build_model (LoopVAE: train_loopvae.py's,
+    loopvae_train/flags.py)."""
     ck = read_weights(args.resume, "--resume")  # weights_only: a pickled object is refused
+    known = [*registry.MODELS, "loopvae"]
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("args"), dict)
-            and ck["args"].get("model") in registry.MODELS):
+            and ck["args"].get("model") in known):
         raise Fail(f"--resume {args.resume}: not an rvits checkpoint (a dict with the model weights "
-                         f"under 'model' and the run's flags under 'args', --model one of {', '.join(registry.MODELS)})")
-    run = flags.get_parser().parse_args([])
+                         f"under 'model' and the run's flags under 'args', --model one of {', '.join(known)})")
+    tokenizer = ck["args"]["model"] == "loopvae"
+    run = (lvflags.get_parser() if tokenizer else flags.get_parser()).parse_args([])
     vars(run).update(ck["args"], teacher=None, distill=None, perceptual="none")  # training-only: an analysis
     # distils nothing and needs no LoopVAE loss term (whose LPIPS weights an offline machine lacks)
     if args.data_dir:
@@ -94,12 +98,17 @@ def load(args):
     try:
         _, val_set, num_classes, img_size = data.build_datasets(
             run.data, run.data_dir, run.img_size, seed=run.seed, val_labels=run.val_labels,
-            mean_std=registry.MODELS[run.model].normalization,  # as the run saw its images (LoopVAE: [-1, 1])
-            reconstruct=registry.MODELS[run.model].reconstructs)
+            # as the run saw its images (LoopVAE: [-1, 1], a tokenizer's crops)
+            **(dict(mean_std=lvflags.NORMALIZATION, reconstruct=True) if tokenizer else
+               dict(mean_std=registry.MODELS[run.model].normalization)))
     except (data.DataError, ValueError) as e:
         raise Fail(f"{e} (the checkpoint's data; give --data-dir to read it elsewhere)")
-    run = flags.resolve(run, get_parser(), img_size)
-    model = registry.build_model(run, img_size, num_classes)
+    if tokenizer:
+        run = lvflags.resolve(run, get_parser(), img_size)
+        model = lvflags.build_model(run, img_size)
+    else:
+        run = flags.resolve(run, get_parser(), img_size)
+        model = registry.build_model(run, img_size, num_classes)
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:
@@ -212,14 +221,15 @@ def main(argv=None):
     if not args.out_dir:
         raise Fail("the following arguments are required: --out-dir")
     model, val_set, run = load(args)
-    too_deep = args.depth and depth_problem("--depth", [args.depth], run)
+    too_deep = args.depth and run.model in registry.MODELS and depth_problem("--depth", [args.depth], run)  # (LoopVAE:
+    # its loops; refused below)
     if too_deep:
         raise Fail(too_deep)
     if args.teacher:
         return main_alignment(args, model, val_set, run)
     if args.anytime:
         return main_anytime(args, model, val_set, run)
-    if registry.MODELS[run.model].reconstructs:  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
+    if run.model == "loopvae":  # a tokenizer: its loops (sec. 4.4), not CKA and per-step statistics
         if args.depth is not None:
             raise Fail(f"--depth {args.depth}: {args.resume} is a LoopVAE checkpoint, analysed at its trained loops "
                        "(every pass, truncated and bypassed); leave out --depth")
@@ -260,7 +270,7 @@ def save(res, out_dir, name, plot):
 def main_alignment(args, model, val_set, run):
     """analyze.py --teacher: alignment.alignment() of the checkpoint against the teacher, written as
     alignment.json (+ alignment.png: the cross-CKA map with its maximum-CKA path and the proportional diagonal)."""
-    if registry.MODELS[run.model].reconstructs or steps.step_structure(model, run.model, None)[1:] != (1, False):
+    if run.model == "loopvae" or steps.step_structure(model, run.model, None)[1:] != (1, False):
         # (a step must be one block call, its state the block's output: not a recursion or a solver step)
         raise Fail(f"--teacher: the alignment analyses read one state per step, a block's output (vit, bvit, revit); "
                    f"{args.resume} is --model {run.model}")
@@ -315,7 +325,7 @@ def main_ranks(args):
 
 def main_anytime(args, model, val_set, run):
     """analyze.py --anytime: anytime_analysis of the checkpoint, written as anytime.json and anytime.png."""
-    if registry.MODELS[run.model].reconstructs:
+    if run.model == "loopvae":
         raise Fail(f"--anytime: {args.resume} is a LoopVAE tokenizer; early exit reads a classifier's predictions")
     trained = registry.trained_depth(run)  # recursions for srvit, solver steps for odevit, else block applications
     # Past the trained depth by default only where step k does not depend on the budget's grid: one block

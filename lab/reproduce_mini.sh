@@ -149,7 +149,9 @@ print(p)" "$dir" 2>/dev/null || echo 0)
   echo "{\"started\": $(date +%s), \"prior\": $prior}" > "$dir/running.json"
   local t0=$SECONDS
   # shellcheck disable=SC2086  # EXTRA is a list of flags
-  OMP_NUM_THREADS=1 python train.py --preset "c100-mini-$preset" --seed "$seed" --data-dir "$DATA" \
+  local script=train.py  # (LoopVAE, a tokenizer, trains through its own entry point)
+  case "$arm" in loopvae-*) script=train_loopvae.py ;; esac
+  OMP_NUM_THREADS=1 python "$script" --preset "c100-mini-$preset" --seed "$seed" --data-dir "$DATA" \
     --device cpu --out-dir "$dir" "${flags[@]}" $EXTRA >> "$dir/train.log" 2>&1
   local rc=$?
   local wall=$(( SECONDS - t0 + prior ))

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import train
+import train_loopvae
 from training import evaluation, exits
 from test_folders import images
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
@@ -271,7 +272,7 @@ def test_download_offline_with_a_partial_archive_is_one_line(tmp_path, capsys, m
 def loopvae_run(tmp_path_factory):
     """The folder of a 1-step LoopVAE run (3 scales) at 32 px on synthetic images."""
     out = tmp_path_factory.mktemp("loopvae") / "o"
-    assert train.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
+    assert train_loopvae.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
                       "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "4", "--eval-batch-size", "4",
                       "--batch-size", "4", "--max-steps", "1", "--epochs", "1", "--out-dir", str(out)]) == 0
     return out
@@ -283,12 +284,12 @@ def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_giv
     out = loopvae_run
     for size in (36, 30):
         capsys.readouterr()
-        assert train.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
-                          str(tmp_path / f"ev{size}")]) == 2
+        assert train_loopvae.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
+                                  str(tmp_path / f"ev{size}")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"train.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
-    assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir",
-                      str(tmp_path / "ev40")]) == 0
+        assert err == [f"train_loopvae.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
+    assert train_loopvae.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir",
+                              str(tmp_path / "ev40")]) == 0
     assert json.load(open(tmp_path / "ev40" / "reconstruction_eval.json"))["img_size"] == 40
 
 
@@ -299,7 +300,14 @@ def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokeniz
     assert train.cli(SYNTH + ["--teacher", str(loopvae_run), "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"train.py: error: --teacher {loopvae_run / 'ckpt.pt'}{said} (it reconstructs images: no class head, "
-                   "no patch tokens); give a classifier's checkpoint or timm ViT weights"], err
+                   "no patch tokens; train_loopvae.py trains it); give a classifier's checkpoint or timm ViT weights"], err
+    for argv in (["--eval-only", "--resume", str(loopvae_run)], ["--resume", str(loopvae_run)],
+                 ["--finetune", str(loopvae_run)], ["--model", "loopvae"]):  # train.py trains classifiers: the line
+        # names the script
+        assert train.cli(argv + ["--out-dir", str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("a --model loopvae checkpoint, not a classifier one; train_loopvae.py trains" in err[0]
+                                  or "--model loopvae: train.py does not train it; train_loopvae.py does" in err[0]), err
 
 
 # ----------------------------------------------------------------------------- a checkpoint with a flipped bit (issue 62)

@@ -48,6 +48,61 @@ def test_the_parser_describes_train_py_with_its_docstring():
     assert flags.get_parser().description == train.__doc__.split("\n")[0]
 
 
+def imports_of(path):
+    """The modules the file `path` imports, at the top or inside a function (their full dotted names)."""
+    found = set()
+    for node in ast.walk(ast.parse(source(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_train_py_and_training_never_import_loopvae():
+    """Issue 78, item 4: LoopVAE trains through its own entry point (train_loopvae.py, loopvae_train/); train.py
+    and every file of training/ import neither the model nor its training."""
+    paths = ["train.py", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))]
+    assert len(paths) > 10
+    for path in paths:
+        bad = {m for m in imports_of(path) if m.split(".")[0] in ("loopvae", "loopvae_train", "train_loopvae")}
+        assert not bad, f"{path} imports {sorted(bad)}"
+    assert "loopvae" in imports_of("train_loopvae.py") | imports_of("loopvae_train/flags.py")  # (the walk sees one)
+
+
+def test_train_py_help_has_no_loopvae_flag():
+    """Issue 78, item 4: LoopVAE's flags (its model and Stage-2 groups, --rfid) leave train.py --help; they are
+    train_loopvae.py's, whose parser has every flag of a run beside them (data, optimization, checkpoints)."""
+    from loopvae_train import flags as lvflags
+    from training import flags
+    mine = {a.dest for a in flags.get_parser()._actions}
+    lv = lvflags.get_parser()
+    own = {a.dest for g in lv._action_groups if g.title.startswith("model: LoopVAE") for a in g._group_actions}
+    assert len(own) == 19 and {"loops", "stage2", "rfid", "disc", "kl_weight"} <= own
+    assert not own & mine, sorted(own & mine)
+    text = flags.get_parser().format_help()
+    assert not re.search(r"loopvae|LoopVAE|--stage2|tokenizer", text), re.findall(r".*(?:loopvae|LoopVAE|stage2).*", text)
+    assert {"data", "lr", "resume", "save_every", "log_every", "max_steps", "ema"} <= {a.dest for a in lv._actions}
+    assert len(mine) - 1 <= 86  # (--help itself not counted; 105 before the move)
+    moved = {a.dest: flags.parsed_default(a, a.default) for a in lv._actions if a.dest in own}
+    assert flags.MOVED_FLAGS == moved  # (an older args.json of train.py holds them at these values: --config)
+
+
+def test_train_loopvae_py_is_a_short_tutorial_of_its_own_loop():
+    """train_loopvae.py: its docstring is its parser's description, no flag defined in it, and in train() the
+    forward, the adversarial term, the backward and the optimizer step in that order, before line 200."""
+    import train_loopvae
+    from loopvae_train import flags as lvflags
+    text = source("train_loopvae.py")
+    assert "add_argument" not in text and len(text.splitlines()) <= 250
+    assert lvflags.get_parser().description == train_loopvae.__doc__.split("\n")[0]
+    loop = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "train")
+    seen = {}
+    for line, name in sorted(calls(loop)):
+        seen.setdefault(name, line)
+    assert seen["model"] < seen["adversary"] < seen["backward"] < seen["optimizer_step"] < 200
+
+
 def test_tests_live_in_tests_beside_the_models_own():
     top = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "test_*.py")))
     assert top == ["test_models.py"], "tests other than the models' own go in tests/"
@@ -304,8 +359,8 @@ def tools(*folders):
                   if "add_argument(" in source(p))
 
 
-TOOLS = ["train.py", *tools("", "scripts")]  # (the lab's: lab/tests/test_lab_house.py)
-GET_PARSER = {"train.py": "training.flags", "lab/analyze.py": "analyze", "lab/probe.py": "probe"}  # (built without a run)
+TOOLS = ["train.py", "train_loopvae.py", *tools("", "scripts")]  # (the lab's: lab/tests/test_lab_house.py)
+GET_PARSER = {"train.py": "training.flags", "train_loopvae.py": "loopvae_train.flags", "lab/analyze.py": "analyze", "lab/probe.py": "probe"}  # (built without a run)
 
 
 class Caught(Exception):

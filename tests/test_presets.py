@@ -22,6 +22,8 @@ import revit
 import revit_moe
 import srvit
 import train
+import train_loopvae
+from loopvae_train import flags as lvflags
 from training.flags import get_parser, parse_args, resolve
 from training import monitor, optim, registry
 from test_train import fake_cifar
@@ -34,9 +36,9 @@ CIFAR_PRESETS = [n for n in presets.PRESETS if n.startswith("c100-") and "-loopv
                  and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
 
 
-def config(capsys, *argv):
+def config(capsys, *argv, cli=None):
     capsys.readouterr()
-    assert train.cli(["--print-config", *argv]) == 0
+    assert (cli or train.cli)(["--print-config", *argv]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -48,7 +50,8 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     header = " ".join(lines[:head])
     assert "'pair' = two side by side" in header and "'alone'" in header and "training only" in header  # how timed
     rows = lines[head + 1:]
-    assert [ln.split()[0] for ln in rows] == list(presets.PRESETS) and len(rows) >= 30
+    assert [ln.split()[0] for ln in rows] == [n for n, (_, f) in presets.PRESETS.items() if f["model"] != "loopvae"] \
+        and len(rows) >= 30  # (LoopVAE's: train_loopvae.py --list-presets, below)
     assert rows[0].startswith("cpu-first-bvit ") and max(len(ln) for ln in lines) <= 120
     for line, (name, (what, flags)) in zip(rows, presets.PRESETS.items()):  # name, model, params, times, what
         assert line.split()[1] == flags["model"] and " M  " in line, line
@@ -63,8 +66,11 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
         ln for ln in out.splitlines() if ln.startswith("NAME "))) + 1:]]
     cpu = [ln.split()[0] for ln in table(capsys.readouterr().out)]
     assert cpu[0] == "cpu-first-bvit" and all(presets.TIMES[n][0] != "?" for n in cpu) and "in1k-vit-b16" not in cpu
-    assert train.cli(["--list-presets", "loopvae"]) == 0
-    assert all("loopvae" in ln.lower() for ln in table(capsys.readouterr().out))
+    assert train_loopvae.cli(["--list-presets", "loopvae"]) == 0  # LoopVAE's: its own script's
+    listed = [ln.split()[0] for ln in table(capsys.readouterr().out)]
+    assert listed == [n for n in presets.PRESETS if "loopvae" in n] and len(listed) >= 9
+    assert train.cli(["--list-presets", "c100-mini-loopvae-gan"]) == 2  # train.py names the script
+    assert "python train_loopvae.py --list-presets c100-mini-loopvae-gan" in capsys.readouterr().err
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
     assert "paper: ImageNet-1k top-1 83.0 (reViT Table 5, Table 1)" in full and "--experts 4" in full and "--opt adamw" in full
@@ -92,16 +98,17 @@ def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itse
 
 def test_every_preset_resolves_to_its_own_flags(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the presets' relative paths (--stage2's run folder) as on a clean clone
-    dests = set(vars(get_parser().parse_args([])))
     for name, (what, flags) in presets.PRESETS.items():
+        tokenizer = flags["model"] == "loopvae"  # (train_loopvae.py's presets)
+        dests = set(vars((lvflags.get_parser() if tokenizer else get_parser()).parse_args([])))
         assert set(flags) <= dests, (name, set(flags) - dests)  # a typo would be silently ignored
         assert what and ("study arm" in what) == name.startswith("c100-"), name
-        cfg = config(capsys, "--preset", name)
-        assert cfg["preset"] == name and cfg["model"] in registry.MODELS
+        cfg = config(capsys, "--preset", name, cli=train_loopvae.cli if tokenizer else None)
+        assert cfg["preset"] == name and (cfg["model"] in registry.MODELS or tokenizer)
         same = lambda k, v: cfg[k] == v or (k == "stage2" and cfg[k] == os.path.join(v, "ckpt.pt"))  # a run folder
         assert all(same(k, v) for k, v in flags.items()), name  # (--stage2 DIR reads DIR/ckpt.pt once it exists)
         assert cfg["embed_dim"] % cfg["num_heads"] == 0
-        assert cfg["img_size"] % (cfg["patch_size"] or 2 ** len(cfg["loops"])) == 0  # loopvae: no patches
+        assert cfg["img_size"] % (2 ** len(cfg["loops"]) if tokenizer else cfg["patch_size"]) == 0  # loopvae: no patches
 
 
 # The reViT paper's Table 6 (arXiv 2610.12448, A.3): its supervised ImageNet-1k recipe, the same for S, B and L but
@@ -321,9 +328,10 @@ def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another
     Before that run exists, one line says to train it first; with --seed 1 the preset would silently continue
     seed 0's run, so it is refused unless that seed's own run is given (as lab/reproduce_mini.sh does)."""
     monkeypatch.chdir(tmp_path)
-    for name, flag in (("c100-mini-revit-e4-elastic", "--finetune"), ("c100-mini-loopvae-gan", "--stage2")):
+    for name, flag, cli in (("c100-mini-revit-e4-elastic", "--finetune", train.cli),
+                            ("c100-mini-loopvae-gan", "--stage2", train_loopvae.cli)):
         for argv, says in (([], "which does not exist yet: train it first"), (["--seed", "1"], "seed 0's run")):
-            assert train.cli(["--preset", name, "--device", "cpu", *argv]) == 2
+            assert cli(["--preset", name, "--device", "cpu", *argv]) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and says in err[0] and flag in err[0], err
     cfg = config(capsys, "--preset", "c100-mini-revit-e4-elastic", "--seed", "1", "--finetune", "runs/mini/revit-e4/seed1")
@@ -631,9 +639,10 @@ def test_every_presets_flags_line_pastes_back_to_the_same_run(capsys):
     """--list-presets NAME prints a `flags:` line; pasted as a command line (without --preset) it resolves to the
     same run as --preset NAME (--print-config), for every preset: no `--randaug 0.0` an integer flag refuses, no
     `--bce False` or `--eval-depths None` the parser cannot read."""
-    for name in presets.PRESETS:
-        assert train.cli(["--list-presets", name]) == 0
+    for name, (_, given) in presets.PRESETS.items():
+        cli = train_loopvae.cli if given["model"] == "loopvae" else train.cli  # (LoopVAE's: its own script's)
+        assert cli(["--list-presets", name]) == 0
         line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("flags: "))
-        pasted = config(capsys, *shlex.split(line[len("flags: "):]))
-        preset = config(capsys, "--preset", name)
+        pasted = config(capsys, *shlex.split(line[len("flags: "):]), cli=cli)
+        preset = config(capsys, "--preset", name, cli=cli)
         assert {k: v for k, v in pasted.items() if k != "preset"} == {k: v for k, v in preset.items() if k != "preset"}, name

@@ -299,8 +299,7 @@ def test_the_init_base_flag_reaches_the_model_and_is_refused_where_it_would_not_
         model = registry.build_model(flags.resolved([*common, "--init-base", base], 32), 32, 100)
         assert bool(model.head.bias.any()) == biased and model.pos_embed.std() < 0.03
     for argv, says in (([*common, "--init-base", "xavier"], "--init-base"),
-                       (["--model", "revit", "--routing", "deepseek", "--init-base", "pytorch"], "--routing deepseek"),
-                       (["--model", "loopvae", "--init-base", "pytorch"], "--init-base: classification flags")):
+                       (["--model", "revit", "--routing", "deepseek", "--init-base", "pytorch"], "--routing deepseek")):
         with pytest.raises(SystemExit) as e:
             flags.resolved(argv, 32)
         err = capsys.readouterr().err.strip().splitlines()

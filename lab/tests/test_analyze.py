@@ -299,9 +299,9 @@ def test_loop_interventions_at_init_change_nothing_and_otherwise_match_a_hand_co
 def test_analyze_of_a_loopvae_checkpoint_writes_its_loop_interventions(tmp_path):
     import json
     import analyze
-    import train
+    import train_loopvae
     run = tmp_path / "run"
-    assert train.cli(["--model", "loopvae", "--data", "synthetic", "--embed-dim", "32", "--num-blocks", "1",
+    assert train_loopvae.cli(["--model", "loopvae", "--data", "synthetic", "--embed-dim", "32", "--num-blocks", "1",
                       "--loops", "1,2", "--latent-dim", "4", "--batch-size", "4", "--max-steps", "2", "--val-subset",
                       "8", "--workers", "0", "--device", "cpu", "--out-dir", str(run)]) == 0
     assert analyze.cli(["--resume", str(run / "ckpt.pt"), "--out-dir", str(tmp_path / "a"), "--num-images", "4"]) == 0

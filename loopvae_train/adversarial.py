@@ -1,4 +1,4 @@
-"""LoopVAE's Stage 2 for train.py (--stage2 CKPT): adversarial fine-tuning of a Stage-1 tokenizer.
+"""LoopVAE's Stage 2 for train_loopvae.py (--stage2 CKPT): adversarial fine-tuning of a Stage-1 tokenizer.
 Paper: arXiv 2609.11516, sec. 3.5 (eq. 11) and App. A.1; the tensor math is loopvae.py's "Stage 2" section.
 
     L_G = L_rec + lambda_a L_adv,  L_adv = -mean D(aug(x_hat))                               (eq. 11)
