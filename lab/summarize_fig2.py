@@ -8,8 +8,8 @@ the same elastic-depth stage, read by frozen probes at each evaluation depth; RU
 Reads RUNS/{revit-e4-fig2-elastic, revit-smear-fig2-elastic}/seed<k>/ (finished runs: done.json) and measures
 on the way, cached in each run's folder (a second call only reads): probe_<task>_depth<N>.json, `probe.py --preset
 c100-probe-<task> --depth N` at every depth of the run's --eval-depths (L = 6: 3, 4, 6, 8, 12, 24). Judges the
-claims of lab/claims.py whose study is "fig2" with claims.verdict, seeds paired; a claim whose mechanism
-signature (claims.engaged, on arm a's last epoch) fails reads "not engaged at this scale".
+claims of lab/claims.py whose study is "fig2" with claims.verdict, seeds paired; the mechanism signature
+(claims.engaged, on arm a's last epoch) is read beside each verdict, never instead of it (claims.reading).
 --results writes the claims and the probe table between the <!-- fig2-claims --> markers.
 """
 import json
@@ -102,6 +102,25 @@ def judge(claim, runs):
     mean, half, v = registry.judge(claim, xa, xb, cpus, registry.mean_record([gated[s]["last"] for s in seeds if s in gated]))
     here = f"{fmt(xa)} vs {fmt(xb)} ({mean:+.2f}, {len(pairs)} seed{'s' if len(pairs) > 1 else ''})"
     return here, "" if half == float("inf") else f"{half:.2f}", v
+
+
+def falls(runs, arm="revit-e4-fig2-elastic", metric="linear probe top-1"):
+    """What the depth-only student's probe does beyond its best evaluated depth, in words: "2 L vs L -0.80 ± 0.74,
+    vs 2/3 L -0.89 ± 0.49" (mean of the per-seed differences ± the 90 % interval's half-width, claims.interval),
+    or "" when 2 L is not below both (issue 77: a near-best verdict says the curve falls when it does)."""
+    rs = runs.get(arm, [])
+    rows = [(score(r, metric, 2), score(r, metric, 1), score(r, metric, 2 / 3)) for r in rs]
+    rows = [x for x in rows if None not in x]
+    if len(rows) < 2:
+        return ""
+    top = [x[0] for x in rows]
+    said = []
+    for i, name in ((1, "L"), (2, "2/3 L")):
+        mean, half = registry.interval(top, [x[i] for x in rows])
+        said.append((mean, f"{mean:+.2f} ± {half:.2f}", name))
+    if not all(m < 0 for m, _, _ in said):
+        return ""
+    return f"2 L vs L {said[0][1]}, vs 2/3 L {said[1][1]}"
 
 
 def rel_name(x):

@@ -141,22 +141,25 @@ def claims_table(claims, runs):
     """The markdown verdict tables of `claims` (lab/claims.py records) over `runs`: those registered before
     their runs, then the exploratory ones apart. Each row: a - b (mean of the paired differences), the smallest
     difference its seeds resolve (the 90 % interval's half-width) and the verdict (claims.judge)."""
-    def rows(cs):
-        out = ["| claim | paper | a | b | depth | a - b (points) | resolves | verdict |", "|---|---|---|---|---|---|---|---|"]
+    def rows(cs, fixed=False):
+        out = ["| claim | paper | a | b | depth | a - b (points) | resolves | verdict |" + (" fixed after its runs |" if fixed else ""),
+               "|---|---|---|---|---|---|---|---|" + ("---|" if fixed else "")]
         for c in cs:
             mean, half, v = registry.judge(c, *paired(c, runs))
             depth = f"{c.depth:g}x" + (f" vs {c.depth_b:g}x" if c.depth_b is not None else "")
             kind = "" if c.kind == ">" else f" (by at most {c.margin:g})" if c.kind == "<=" else f" (within {c.margin:g})"
             out.append(f"| {c.words}{kind} | {c.paper}, {c.where} | {c.a} | {c.b} | {depth} | "
                        + ("| | " if mean is None else f"{mean:+.2f} | {'-' if half == float('inf') else f'{half:.2f}'} | ")
-                       + f"{v} |")
+                       + f"{v} |" + (f" {', '.join(registry.fixed_after(c)) or 'registered late'} |" if fixed else ""))
         return out
-    firm, late = [c for c in claims if not c.exploratory], [c for c in claims if c.exploratory]
-    text = rows(firm)
+    firm, late = [c for c in claims if not registry.exploratory(c)], [c for c in claims if registry.exploratory(c)]
+    text = rows(firm) if firm else []
     if late:
-        text += ["", "Exploratory (registered after the runs they judge; confirmatory only on seeds run after):", "",
-                 *rows(late)]
-    return "\n".join(text)
+        text += ["", *(["Exploratory (a part of each fixed after a run that judges it: registry.timeline; confirmatory only "
+                        "on seeds run after all of it):", ""] if firm else [
+                        "Every claim here is exploratory (a part of each fixed after a run that judges it, "
+                        "lab/claims.py timeline):", ""]), *rows(late, fixed=True)]
+    return "\n".join(text).lstrip("\n")
 
 
 RULE = ("Verdicts: lab/claims.py, registered before the runs unless said; a 90 % t-interval on the per-seed "

@@ -12,11 +12,10 @@ pairs are the seeds every arm it names ran (by seed number), made no earlier tha
 (claims.older); verdict and interval through claims.judge, widened where a seed's runs ran on two CPU models.
 The mechanism signatures are measured on the way, cached in each run's folder (a second call only reads):
 `analyze.py --resume RUN/ckpt.pt --out-dir RUN` writes steps.json (the token norm per step) and cka.json (self-CKA
-between steps). A claim whose signature fails reads "not engaged at this scale"; one whose signature has neither
-cache nor checkpoint (a kept run, or --no-measure) gets " (signature not measured)".
+between steps). Beside each verdict (never instead of it): "signature holds", "signature fails", or "signature not
+measured" where it has neither cache nor checkpoint (a kept run, or --no-measure).
 --results writes the claims and the arms' table between the <!-- untested-claims --> markers.
 """
-import dataclasses
 import functools
 import json
 import os
@@ -42,7 +41,7 @@ COMMAND = 'OUT=runs/untested ARMS=untested SEEDS="0 1 2" bash lab/reproduce_mini
 BLACKBOX, SUBTRACTED = "odevit-blackbox", "odevit-euler"
 # Which signature each claim reads (their `signature` text; "as crossroads-blackbox-costs" is the same one).
 SIGNATURES = {"crossroads-blackbox-costs": "norm growth", "crossroads-blackbox-costs-few": "norm growth",
-              "bvit-width-trend-mini": "self-CKA"}
+              "bvit-width-trend-mini": "self-CKA", "replication-width-trend": "self-CKA"}
 
 
 def fail(msg):
@@ -175,8 +174,11 @@ def judge(claim, runs):
     a, b = registry.paired(claim.a, scores), registry.paired(claim.b, scores)
     cpus = [(side_cpu(claim.a, by_seed, s), side_cpu(claim.b, by_seed, s)) for s in seeds]
     holds, said = signature(claim, by_seed, seeds) if seeds else (True, "")
-    gated = dataclasses.replace(claim, gate=(("signature", ">=", 1),))  # claims.judge's words for a failed or missing one
-    mean, half, v = registry.judge(gated, a, b, cpus, {} if holds is None else {"signature": int(holds)})
+    mean, half, v = registry.judge(claim, a, b, cpus)  # the rule's verdict; the signature's reading beside it
+    if mean is not None and SIGNATURES.get(claim.key):
+        plain = v.split(" (")[0]
+        note = {True: "signature holds", False: "signature fails", None: "signature not measured"}[holds]
+        v = f"{plain} ({note}){v[len(plain):]}"
     return a, b, mean, half, v, said
 
 

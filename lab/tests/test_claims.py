@@ -116,22 +116,88 @@ def fig2_run(root, arm, seed, scores, bal=0.4, div=0.45, cpu="AMD EPYC"):
         (d / f"probe_linear_depth{depth}.json").write_text(json.dumps({"top1": top1}))
 
 
-def test_fig2_claims_are_judged_by_the_rule_and_read_not_engaged_when_the_experts_are_idle(tmp_path):
-    """summarize_fig2 pairs seeds, reads each depth's probe, and writes "not engaged at this scale" instead of a
-    verdict when the depth gate's experts are idle (eq. 6 term below its registered threshold)."""
+def test_fig2_claims_are_judged_by_the_rule_and_the_gate_is_read_beside_the_verdict(tmp_path):
+    """summarize_fig2 pairs seeds and reads each depth's probe; when the depth gate's experts are idle (eq. 6 term
+    below its registered threshold) the rule's verdict still stands, the mechanism's reading beside it (issue 77)."""
     for seed, (e4, smear) in enumerate([(30.0, 25.0), (31.0, 25.5), (30.5, 24.8)]):
         fig2_run(tmp_path, "revit-e4-fig2-elastic", seed, {4: e4 - 2, 6: e4, 8: e4 + 1, 12: e4 + 0.5})
         fig2_run(tmp_path, "revit-smear-fig2-elastic", seed, {6: smear, 12: smear + 0.1 * seed})
     runs = summarize_fig2.load_runs(str(tmp_path))
     by_key = {c.key: c for c in claims.CLAIMS}
     here, resolves, v = summarize_fig2.judge(by_key["fig2-ahead-at-L"], runs)
-    assert v == "agree" and "+5.40" in here and float(resolves) > 0
-    assert summarize_fig2.judge(by_key["fig2-improves-to-L"], runs)[2] == "agree"
+    assert v == "agree (mechanism at work)" and "+5.40" in here and float(resolves) > 0
+    assert summarize_fig2.judge(by_key["fig2-improves-to-L"], runs)[2].startswith("agree")
     assert summarize_fig2.judge(by_key["fig2-ahead-at-L-seg"], runs)[2] == "not run"  # no seg probe measured
     for r in runs["revit-e4-fig2-elastic"]:
         r["last"]["bal_loss"] = 0.01  # near-uniform gates: eq. 6 term under 0.1
-    assert summarize_fig2.judge(by_key["fig2-ahead-at-L"], runs)[2] == "not engaged at this scale"
+    assert summarize_fig2.judge(by_key["fig2-ahead-at-L"], runs)[2] == "agree (mechanism not at work: eq. 6 0.01 < 0.1)"
     assert summarize_fig2.judge(by_key["fig2-feature-only-flat"], runs)[2] == "agree"  # ungated (the control)
+
+
+def test_a_gate_never_replaces_the_verdict_both_ways_and_unmeasured():
+    """Issue 77: a failed gate prints the rule's verdict with the reading beside it, a disagree included; an
+    unmeasured signature is said the same way, never instead of the verdict."""
+    c = claims.Claim("g", "ours", "", "w", "mini", "a", "b", 1, ">", None, "", 3, "sig", "2026-12-07 00:00 x",
+                     gate=(("bal_loss", ">=", 0.1), ("div_loss", "<=", 0.7)))
+    up, down = [31.0, 32.0, 31.5], [30.0, 30.5, 30.1]
+    idle = {"bal_loss": 0.01, "div_loss": 0.85}
+    assert claims.judge(c, up, down, record=idle)[2] == "agree (mechanism not at work: eq. 6 0.01 < 0.1, eq. 9 0.85 > 0.7)"
+    assert claims.judge(c, down, up, record=idle)[2].startswith("disagree (mechanism not at work")
+    assert claims.judge(c, down, up, record={"bal_loss": 0.4, "div_loss": 0.3})[2] == "disagree (mechanism at work)"
+    assert claims.judge(c, down, up, record={})[2] == "disagree (signature not measured)"
+    assert claims.judge(c, down[:2], up[:2], record={})[2] == "cannot tell (signature not measured) (2 of 3 seeds)"
+    plain = dataclasses.replace(c, gate=())
+    assert claims.judge(plain, up, down, record=idle)[2] == "agree"
+
+
+def test_a_claim_is_confirmatory_only_when_every_part_was_fixed_before_its_first_run(monkeypatch):
+    """Issue 77: the timeline of each part; a part fixed after a judging run makes the claim exploratory and is named
+    (a gate fixed after the runs shows as such); a rerun that reproduces an earlier run bit for bit counts as it."""
+    c = claims.Claim("t", "ours", "", "w", "mini", "a", "b", 1, ">", None, "", 3, "sig", "2026-12-01 00:00 r",
+                     gate=claims.DS)
+    t = claims.timeline(c)
+    assert t["words, arms, kind"] == "2026-12-01 00:00 r" and t["rule"] == claims.RULE_FIXED
+    assert t["gate"] == claims.GATES_FIXED[claims.DS] and "margin" not in t
+    runs = {"before": [("a", 0, "c1", "2026-12-02 10:00"), ("b", 0, "c1", "2026-12-02 10:00")],
+            "after": [("a", 0, "c2", "2026-12-05 10:00"), ("b", 0, "c2", "2026-12-05 10:00")]}
+    for when, want in (("before", ["seeds", "rule", "gate"]), ("after", [])):
+        monkeypatch.setattr(claims, "first_runs", lambda claim, w=when: runs[w])
+        assert claims.fixed_after(c) == want
+        assert claims.exploratory(c) is bool(want)
+    late = dataclasses.replace(c, registered="2026-12-06 00:00 r")  # everything after the 12-05 runs
+    assert claims.fixed_after(late) == ["words, arms, kind", "seeds", "rule", "gate"]
+    assert claims.exploratory(dataclasses.replace(c, exploratory=True))  # registered so: stays so
+
+
+def test_the_timelines_dates_are_the_commits_that_first_wrote_them():
+    """RULE_FIXED, SEEDS_FIXED and GATES_FIXED name the first commit of lab/claims.py's history (studies/claims.py
+    before the move) that holds the rule, the seeds field and each gate (`git log -S`)."""
+    if not os.path.isdir(os.path.join(claims.ROOT, ".git")):
+        pytest.skip("no git history (a copy without .git)")
+    import subprocess
+
+    def first(text):
+        out = subprocess.run(["git", "log", "--reverse", "--format=%h", "-S", text, "--", "studies/claims.py",
+                              "lab/claims.py"], cwd=claims.ROOT, capture_output=True, text=True).stdout.split()
+        return out[0] if out else None
+    if first("T90 = ") is None:
+        pytest.skip("shallow history")
+    assert claims.RULE_FIXED.endswith(first("T90 = "))
+    assert claims.SEEDS_FIXED.endswith(first("    seeds: int"))
+    for gate, stamp in claims.GATES_FIXED.items():
+        k, op, t = gate[0]
+        assert stamp.endswith(first(f'("{k}", "{op}", {t:g})')), gate
+
+
+def test_the_reruns_of_the_partner_arms_count_as_the_runs_they_reproduce():
+    """Issue 77 (3): results/untested's vit, bvit and odevit-euler seeds 0-1 are results/mini's 2026-12-02 runs made again
+    bit for bit, so the width-trend claim (registered 2026-12-04) is exploratory on them."""
+    width = next(c for c in claims.CLAIMS if c.key == "bvit-width-trend-mini")
+    dates = {(arm, seed): date for arm, seed, _, date in claims.first_runs(width)}
+    if ("vit", 0) not in dates:
+        pytest.skip("no kept runs")
+    assert dates[("vit", 0)] < width.registered[:16] and "words, arms, kind" in claims.fixed_after(width)
+    assert claims.exploratory(width)
 
 
 def violations(registry, root=claims.ROOT, git=claims.ROOT):
