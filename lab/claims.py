@@ -661,7 +661,7 @@ def chance_agrees(claims):
 # LoopVAE's Transformer-core sharing claim as the paper words it (issue 77): "competitive PSNR and SSIM under global
 # sharing" against unshared blocks (Table 2: 31.16 vs 31.04 dB), a "~" claim; the ">" claim above misread it and stays,
 # labelled. Registered before any run of its seeds: judged only on fresh seeds 3-5 of the Transformer-core arms.
-LOOPVAE_COMPETITIVE = "2026-12-07 08:00 PENDING"
+LOOPVAE_COMPETITIVE = "2026-12-07 08:12 051216b"  # (the commit that holds this claim)
 CLAIMS += [
     Claim(key="loopvae-sharing-vit-competitive", paper="LoopVAE", where="abstract; Table 2 (Transformer core, "
           "ImageNet-256: 31.16 vs 31.04 dB)", words="A non-adversarial Transformer ablation with the same execution "
@@ -681,7 +681,7 @@ CLAIMS += [
 # CIFAR-100's 10,000 test images (5,000 / 5,000), delta = 0.1, rule confidence, loss disagreement with the budget's
 # prediction (lab/anytime_study.py; study "anytime-policy"). Registered before any of the study's runs. odevit-euler is
 # not an arm: its checkpoints are bvit's bit for bit (issue 77), one model counted once.
-ANYTIME_POLICY = "2026-12-07 08:00 PENDING"
+ANYTIME_POLICY = "2026-12-07 08:12 051216b"  # (the commit that holds these claims; no run of the study before it)
 ANYTIME_ARMS = ("bvit", "bvit-ds", "revit-e4-elastic", "srvit-r2")
 KEPT["anytime-policy"] = "lab/results/anytime-policy"
 CLAIMS += [
