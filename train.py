@@ -3,7 +3,7 @@
     python train.py --model bvit --data cifar100 --data-dir ../shared/data --max-steps 300
     torchrun --nproc_per_node 8 train.py --model revit --experts 4 --size s --data imagenet --data-dir /imagenet
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
-    python train.py --preset c100-mini-loopvae-global   # a tokenizer (LoopVAE, Stage 1); Stage 2: --stage2 CKPT
+    python train.py --model loopvae --perceptual none --data-dir ../shared/data   # a tokenizer (LoopVAE, Stage 1)
 
 Read main(), then train(): main() sets the run up in the order of events, train() is the loop, and the
 step's parts and the set-up phases follow them. What they lean on is in training/, one question per

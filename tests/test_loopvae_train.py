@@ -126,8 +126,8 @@ def test_eval_only_prints_the_metrics_the_run_logged_for_its_checkpoint(trained,
 @pytest.mark.parametrize("flags,says", [
     (["--mixup", "0.8"], "--mixup"), (["--eval-depths", "2,4"], "--eval-depths"), (["--bce"], "--bce"),
     (["--patch-size", "4"], "--patch-size"), (["--drop-path", "0.1", "--gap"], "--gap, --drop-path"),
-    (["--preset", "c100-mini-bvit", "--model", "loopvae"],  # a classifier's preset: every flag it gives
-     "--patch-size, --gap, --drop-path, --init, --mixup, --cutmix, --bce, --eval-depths: classification flags"),
+    (["--preset", "c100-bvit-ti", "--model", "loopvae"],  # a classifier's preset: every flag it gives
+     "--patch-size, --drop-path, --mixup, --cutmix, --eval-depths: classification flags"),
     (["--depth", "12"], "--depth 12 (given, or a checkpoint's): loopvae's depth is --num-blocks x"),
     (["--embed-dim", "48"], "embed_dim 48 is not divisible by num_groups 32"),
 ])
@@ -166,9 +166,12 @@ def test_perceptual_lpips_without_its_package_or_its_weights_is_one_line_exit_2(
     assert not (tmp_path / "o" / "ckpt.pt").exists()
 
 
-def test_a_cpu_preset_trains_one_step_and_a_loopvae_moves_between_devices_and_dtypes(cifar, tmp_path):
-    out = tmp_path / "o"
-    assert train.cli(["--preset", "c100-mini-loopvae-unlooped", "--data-dir", cifar, "--out-dir", str(out),
+def test_a_cpu_sized_loopvae_trains_one_step_and_a_loopvae_moves_between_devices_and_dtypes(cifar, tmp_path):
+    out = tmp_path / "o"  # (the lab's c100-mini-loopvae-unlooped arm's architecture)
+    cpu_sized = ["--model", "loopvae", "--data", "cifar100", "--embed-dim", "32", "--num-heads", "4", "--num-blocks", "4",
+                 "--num-groups", "4", "--latent-dim", "16", "--operator", "cnn", "--perceptual", "none",
+                 "--share", "scale", "--loops", "1,1,1", "--workers", "0"]
+    assert train.cli([*cpu_sized, "--data-dir", cifar, "--out-dir", str(out),
                       "--max-steps", "1", "--batch-size", "8", "--val-subset", "16", "--device", "cpu"]) == 0
     rec = records(out)[0]
     assert rec["step"] == 1 and all(k in rec for k in METRICS)

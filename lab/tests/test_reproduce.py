@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import presets
+import arms
 from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
@@ -687,7 +687,7 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
 def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0, per_image=False, gain=False):
     d = root / f"loopvae-{arm}" / f"seed{seed}"
     d.mkdir(parents=True)
-    steps = presets.PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]  # the arm's protocol (gan: 200)
+    steps = arms.ARMS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]  # the arm's protocol (gan: 200)
     (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": steps, "val_subset": None}))
     (d / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_psnr": psnr, "val_ssim": 0.5, "val_l1": 0.2,
                                              "val_out_of_range": 0.02}) + "\n")
