@@ -50,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))  # (child.py)
 sys.path.insert(0, os.path.join(ROOT, "lab"))
-import arms  # noqa: E402  (the study arms: each run is train.py --config ARM.json)
+import arms as arm_table  # noqa: E402  (the study arms: each run is train.py --config ARM.json)
 import child  # noqa: E402
 from provenance import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
@@ -142,7 +142,7 @@ def preset_model(preset):
     """(model GFLOPs per image (forward, analytic: flops_per_image), block applications in one training
     forward) of a preset."""
     from training import flags, registry
-    args = flags.resolved(["--config", arms.write_config(preset)], 32)
+    args = flags.resolved(["--config", arm_table.write_config(preset)], 32)
     model = registry.build_model(args, 32, 100)
     # steps (recursions for srvit, solver steps for odevit) x block applications per step (the body's layers,
     # the solver's evaluations; 1 for bvit, vit, revit)
@@ -165,7 +165,7 @@ def probe_worker(seconds, dry):
     device = torch.device("cpu" if dry else "cuda")
     flags = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "16"] if dry else []
     try:
-        step, batch, _ = bench.cifar_preset_step(["--config", arms.write_config(PROBE_PRESET)], flags, None if dry else "model", device, not dry)
+        step, batch, _ = bench.cifar_preset_step(["--config", arm_table.write_config(PROBE_PRESET)], flags, None if dry else "model", device, not dry)
         for _ in range(2 if dry else 15):
             step()
         bench.sync(device)
@@ -373,8 +373,8 @@ def main(argv=None):
             for name, run_dir in runs:
                 shutil.rmtree(run_dir, ignore_errors=True)  # a partial run of an earlier window on this machine
                 os.makedirs(run_dir)
-                cmd = [python, os.path.join(ROOT, arms.entry(preset_of(name))), "--config",
-                       arms.write_config(preset_of(name)), "--seed", str(seed),
+                cmd = [python, os.path.join(ROOT, arm_table.entry(preset_of(name))), "--config",
+                       arm_table.write_config(preset_of(name)), "--seed", str(seed),
                        "--data-dir", data_dir, "--out-dir", run_dir, *arm_flags(name, seed, work)]
                 cmd += TINY if a.dry_run else ["--compile", *scope_flags(models[preset_of(name)][1]), "--device",
                                                "cuda", "--amp", "bf16"]
