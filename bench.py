@@ -310,10 +310,17 @@ def matmul_tflops(device, n=8192, calls=10, repeats=10, dtype=torch.bfloat16):
     return 2 * n ** 3 / timed(lambda: torch.matmul(a, b, out=c), device, 2, repeats, calls) / 1e12
 
 
-def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False, mode=None, bf16_residual=False,
+# The CIFAR recipe the speed keys time: the lab's c100-gpu-bvit-ti (lab/arms.py; lab/tests/test_arms.py checks they
+# agree), bViT-Ti/4 x 12 steps on the c100-* recipe without RandAugment, 50 epochs (so that CIFAR stays on the
+# GPU-resident loader), written as the product's preset and the flags that differ.
+GPU_BVIT = ["--preset", "c100-bvit-ti", "--randaug", "0", "--epochs", "50", "--warmup-epochs", "5"]
+
+
+def cifar_preset_step(recipe, flags, scope, device, amp, host_sync=False, mode=None, bf16_residual=False,
                       optimizer=True, mix=True, loader=True):
-    """One training step of a CIFAR preset as train.py runs it (its model, fused AdamW, MixUp/CutMix,
-    label smoothing, clipping, the GPU-resident loader on random images), as a closure. flags: extra
+    """One training step of a CIFAR recipe as train.py runs it (its model, fused AdamW, MixUp/CutMix,
+    label smoothing, clipping, the GPU-resident loader on random images), as a closure. recipe: the
+    train.py flags that name it (GPU_BVIT; a --config file's: ["--config", FILE]); flags: extra
     train.py flags (smaller sizes on CPU). scope: kernels.py compile scope, or None for eager; mode:
     torch.compile's mode for scope "model" (kernels.compile_for_training). host_sync: read the
     non-finite flag on the host every step, as train.py's step did up to commit f937315
@@ -323,7 +330,7 @@ def cifar_preset_step(preset, flags, scope, device, amp, host_sync=False, mode=N
     keeps the targets' shape, so the compiled graph is the same), loader=False (one fixed batch).
     Returns (step, images per step, model FLOPs per image)."""
     from training import flags as run_flags, optim as run_optim, registry
-    args = run_flags.resolved(["--preset", preset, *flags], 32)
+    args = run_flags.resolved([*recipe, *flags], 32)
     torch.manual_seed(0)
     model = registry.build_model(args, 32, 100).to(device)
     if bf16_residual:
@@ -366,13 +373,13 @@ def bf16_residual_stream(model):
 PATHS = (("old", "blocks", True), ("blocks", "blocks", False), ("model", "model", False))
 
 
-def cifar_preset_speed(preset, flags, device, amp, warmup, repeats, calls):
-    """Training images/s of `preset`'s step on three paths: "old" = compiled blocks with a host sync
+def cifar_preset_speed(recipe, flags, device, amp, warmup, repeats, calls):
+    """Training images/s of `recipe`'s step on three paths: "old" = compiled blocks with a host sync
     per step (train.py at f937315), "blocks" = compiled blocks without it, "model" = the whole
     training forward as one graph (CUDA graphs on CUDA; kernels.py). The paths are built and warmed
     up first, then timed in turns, `repeats` rounds of `calls` steps each, so that a passing load
     on the machine hits every path alike. Returns ({path: img/s}, model FLOPs per image)."""
-    runs = {path: cifar_preset_step(preset, flags, scope, device, amp, host_sync)
+    runs = {path: cifar_preset_step(recipe, flags, scope, device, amp, host_sync)
             for path, scope, host_sync in PATHS}
     for step, _, _ in runs.values():
         timed(step, device, warmup, 0)
@@ -480,8 +487,16 @@ def memory_ratios(cfg, device, amp):
                           for c in (False, True) for d in (12, 48)], device)
 
 
+# The arms of the ledger, as the lab's LoopVAE study trains them (lab/arms.py LOOPVAE_ARMS; lab/tests/test_arms.py
+# checks they agree): arm -> (--share, --loops, --operator); and the study's width, batch, GroupNorm groups and heads.
+LOOPVAE_ARMS = {"global": ("global", (1, 2, 4), "cnn"), "scale": ("scale", (1, 2, 4), "cnn"),
+                "none": ("none", (1, 2, 4), "cnn"), "unlooped": ("scale", (1, 1, 1), "cnn"),
+                "vit-global": ("global", (1, 2, 4), "vit"), "vit-none": ("none", (1, 2, 4), "vit")}
+LOOPVAE_MINI = dict(width=32, batch=32, num_groups=4, num_heads=4)
+
+
 def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, num_groups=32, num_heads=6):
-    """LoopVAE's cost ledger (arXiv 2609.11516, sec. 4.7) for presets.LOOPVAE_ARMS (the three sharing
+    """LoopVAE's cost ledger (arXiv 2609.11516, sec. 4.7) for LOOPVAE_ARMS (the three sharing
     scopes on one 28-application graph and the unlooped hierarchy, CNN operator; the Transformer-core
     arms of Table 2, `num_heads` heads), K = 4, at `width` channels in `num_groups` GroupNorm groups and
     `img` px (defaults: the paper's f8d16 configuration's). Per arm: stored parameters (all; the core
@@ -493,9 +508,7 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, 
     the same way. paper=True adds the analytic parameters and MACs of the paper's f8d16 configuration
     (width 384, 256 px) for each arm."""
     import loopvae
-    import presets
-    arms = {arm: dict(share=f["share"], loops=tuple(f["loops"]), operator=f.get("operator", "cnn"))
-            for arm, (_, f) in presets.LOOPVAE_ARMS.items()}
+    arms = {arm: dict(share=share, loops=loops, operator=operator) for arm, (share, loops, operator) in LOOPVAE_ARMS.items()}
     kws = {arm: dict(img_size=img, embed_dim=width, num_blocks=4, latent_dim=16, num_groups=num_groups,
                      num_heads=num_heads, **a)
            for arm, a in arms.items()}
@@ -611,13 +624,13 @@ def run(args):
                + (torch.cuda.get_device_name(device) if cuda else "the CPU"))
 
     def cifar_preset():
-        preset = "c100-gpu-bvit-ti"
+        preset = "c100-gpu-bvit-ti"  # (its name in the lab, whose GPU study trains it; GPU_BVIT)
         if args.smoke:  # the step runs (eager); nothing is measured
-            step = cifar_preset_step(preset, preset_flags, None, device, amp)[0]
+            step = cifar_preset_step(GPU_BVIT, preset_flags, None, device, amp)[0]
             timed(step, device, 1, 1)
             print(f"{'cifar_preset':40s}   ran (smoke: not measured)", flush=True)
             return
-        speed, flops = cifar_preset_speed(preset, preset_flags, device, amp, *((15, 5, 20) if cuda else (3, 5, 3)))
+        speed, flops = cifar_preset_speed(GPU_BVIT, preset_flags, device, amp, *((15, 5, 20) if cuda else (3, 5, 3)))
         size = "" if cuda else f" at {' '.join(preset_flags)}"
         report("cifar_preset_img_per_s", speed["model"], f"{preset}{size}: train.py --compile (one process: the "
                f"whole-model path), {speed['model']:.0f} img/s")
@@ -694,12 +707,8 @@ def run(args):
                f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
 
     def loopvae_costs():
-        import presets
-        # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the mini presets' on the CPU
-        mini = presets.LOOPVAE_MINI  # (the c100-mini-loopvae-* arms' architecture)
-        size = dict(img=256, width=384, batch=8) if cuda else dict(
-            img=32, width=mini["embed_dim"], batch=mini["batch_size"], num_groups=mini["num_groups"],
-            num_heads=mini["num_heads"])
+        # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the lab's LoopVAE study arms' on the CPU
+        size = dict(img=256, width=384, batch=8) if cuda else dict(img=32, **LOOPVAE_MINI)
         if args.smoke:
             size = dict(img=16, width=32, batch=2, num_heads=4)
         info["loopvae_ledger"] = led = loopvae_ledger(device, amp, **size, warmup=warmup, repeats=repeats,

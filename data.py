@@ -15,8 +15,8 @@ labels int64 (B,). `build_loaders` picks the loaders of a run (below).
 
 Which path augments a training image (`build_loaders`; train.py's flags):
 - the batched path, `random_crop_flip` inside `DeviceCIFARLoader` (crop + flip only, on the whole
-  batch): CIFAR-100 at 32 px on CUDA (the c100-gpu-* presets), and on the CPU with `--workers 0`
-  (the c100-mini-* presets), unless the run's `build_transform` holds anything else (--randaug,
+  batch): CIFAR-100 at 32 px on CUDA (the lab's c100-gpu-* arms), and on the CPU with `--workers 0`
+  (the lab's c100-mini-* arms), unless the run's `build_transform` holds anything else (--randaug,
   --three-augment, another --img-size; `batched_loader` reads the pipeline itself) or --cpu-loader;
 - the per-image path, `build_transform` in a DataLoader: every other CIFAR run (the c100-* presets,
   with RandAugment; the CPU default --workers 2), ImageNet-style folders on the CPU or with

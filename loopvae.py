@@ -590,7 +590,7 @@ def loopvae_vit_f8d16(**kw):
 
 def loopvae_cnn_mini(**kw):
     """CPU size for 32 px images (CIFAR): width 64, the f8d16 latent 16 x 4 x 4 (the paper's 12x compression).
-    (The c100-mini-loopvae-* presets train width 32 through train.py's flags: presets.py.)"""
+    (The lab's c100-mini-loopvae-* arms train width 32 through train.py's flags: lab/arms.py.)"""
     return LoopVAE(**{**dict(img_size=32, embed_dim=64, num_blocks=4, loops=(1, 2, 4), latent_dim=16), **kw})
 
 

@@ -1,7 +1,7 @@
 """Train LoopVAE, a looped image tokenizer: Stage 1 (reconstruction) and Stage 2 (adversarial).
 
-    python train_loopvae.py --preset c100-mini-loopvae-global --data-dir ../shared/data      # Stage 1, 2 CPU cores
-    python train_loopvae.py --preset c100-mini-loopvae-gan --stage2 runs/s1                   # Stage 2 from its run
+    python train_loopvae.py --preset in256-loopvae-cnn --data-dir DATA --out-dir runs/s1       # Stage 1 (a GPU)
+    python train_loopvae.py --preset in256-loopvae-cnn-gan --stage2 runs/s1                   # Stage 2 from its run
     python train_loopvae.py --eval-only --resume runs/s1/ckpt.pt --rfid                      # PSNR, SSIM, rFID
     python train_loopvae.py --list-presets
 

@@ -385,7 +385,7 @@ CLAIMS += [
           "2026-12-02 01:32 3801a10", exploratory=True, metric="PSNR (dB)"),
 ]
 
-# The reViT paper's Fig. 2 (sec. 4.4; A.2-A.3), in our second regime (presets.fig2_arms, L = 6): the depth-only gate
+# The reViT paper's Fig. 2 (sec. 4.4; A.2-A.3), in our second regime (lab/arms.py fig2_arms, L = 6): the depth-only gate
 # (revit-e4-fig2-elastic) and the feature-only gate (revit-smear-fig2-elastic), both students of the same seed's vit
 # by its final features alone, then elastic depth; scored by frozen probes (probe.py --depth) at relative depths
 # 2/3, 1, 4/3 and 2 of L (the paper's 8, 12, 16, 24 for L = 12). The linear probe (CIFAR-100, top-1 in points) is the

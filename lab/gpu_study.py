@@ -50,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))  # (child.py)
 sys.path.insert(0, os.path.join(ROOT, "lab"))
+import arms as arm_table  # noqa: E402  (the study arms: each run is train.py --config ARM.json)
 import child  # noqa: E402
 from provenance import commit, cpu_model  # noqa: E402  (what results are stamped with)
 
@@ -77,7 +78,7 @@ FALLBACK_IMG_S = 13_900.0
 # H200 run compiled the regional bViT in ~15 s)
 MAX_GRAPH_APPLICATIONS = 24
 RUN_LIMIT_FACTOR, MIN_RUN_LIMIT_S = 2.0, 120.0  # a run still going at max(2x its estimate, 120 s) is stopped
-EPOCHS = 50  # of every c100-gpu-* preset (presets.GPU)
+EPOCHS = 50  # of every c100-gpu-* arm (arms.GPU)
 MARGIN, OVERHEAD_S = 1.25, 60.0
 # --dry-run: every arm at this size for a few steps on the CPU (it checks the script, not the GPU)
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--batch-size", "16", "--max-steps", "2", "--val-subset", "32",
@@ -141,7 +142,7 @@ def preset_model(preset):
     """(model GFLOPs per image (forward, analytic: flops_per_image), block applications in one training
     forward) of a preset."""
     from training import flags, registry
-    args = flags.resolved(["--preset", preset], 32)
+    args = flags.resolved(["--config", arm_table.write_config(preset)], 32)
     model = registry.build_model(args, 32, 100)
     # steps (recursions for srvit, solver steps for odevit) x block applications per step (the body's layers,
     # the solver's evaluations; 1 for bvit, vit, revit)
@@ -164,7 +165,7 @@ def probe_worker(seconds, dry):
     device = torch.device("cpu" if dry else "cuda")
     flags = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "16"] if dry else []
     try:
-        step, batch, _ = bench.cifar_preset_step(PROBE_PRESET, flags, None if dry else "model", device, not dry)
+        step, batch, _ = bench.cifar_preset_step(["--config", arm_table.write_config(PROBE_PRESET)], flags, None if dry else "model", device, not dry)
         for _ in range(2 if dry else 15):
             step()
         bench.sync(device)
@@ -255,7 +256,7 @@ def result_line(arm, seed, run_dir, wall_s, meta):
     rates = [r["img_per_s"] for r in epochs[1:]] or [epochs[-1]["img_per_s"]]  # epoch 0 pays compilation
     later = sorted(r["epoch_time_s"] for r in epochs[1:])
     compile_s = epochs[0]["epoch_time_s"] - later[len(later) // 2] if later else None  # epoch 0 over a steady one
-    return {"arm": arm, "seed": seed, "preset": args["preset"], "trained_depth": trained, "depths": depths,
+    return {"arm": arm, "seed": seed, "preset": preset_of(arm), "trained_depth": trained, "depths": depths,
             "epochs": len(epochs), "max_steps": args.get("max_steps"), "val_subset": args.get("val_subset"),
             "img_per_s": sorted(rates)[len(rates) // 2], "train_s": sum(r["epoch_time_s"] for r in epochs),
             "wall_s": round(wall_s, 1), "params_m": float(head.split(": ")[1].split(" M")[0]),
@@ -372,7 +373,8 @@ def main(argv=None):
             for name, run_dir in runs:
                 shutil.rmtree(run_dir, ignore_errors=True)  # a partial run of an earlier window on this machine
                 os.makedirs(run_dir)
-                cmd = [python, os.path.join(ROOT, "train.py"), "--preset", preset_of(name), "--seed", str(seed),
+                cmd = [python, os.path.join(ROOT, arm_table.entry(preset_of(name))), "--config",
+                       arm_table.write_config(preset_of(name)), "--seed", str(seed),
                        "--data-dir", data_dir, "--out-dir", run_dir, *arm_flags(name, seed, work)]
                 cmd += TINY if a.dry_run else ["--compile", *scope_flags(models[preset_of(name)][1]), "--device",
                                                "cuda", "--amp", "bf16"]

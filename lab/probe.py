@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import data
-from presets import PROBES
+from arms import PROBES
 from analysis import probes
 from training import flags, registry
 from training.weights import read_weights, timm_vit
@@ -54,7 +54,7 @@ def get_parser():
                    "cifar100; with seg or depth the mosaic analogue)")
     p.add_argument("--data-dir", help="dataset root (default: $RVITS_DATA, else ../shared/data)")
     p.add_argument("--out-dir", required=True, help="where probe_<task>.json is written")
-    p.add_argument("--preset", choices=sorted(PROBES), help="a probe protocol of presets.PROBES")
+    p.add_argument("--preset", choices=sorted(PROBES), help="a probe protocol of lab/arms.py PROBES")
     p.add_argument("--img-size", type=flags.positive(int), help="the backbone's input size (default: an rvits "
                    "checkpoint's trained size; a timm file: 224)")
     p.add_argument("--num-train", type=flags.positive(int), help="first N training images (mosaics: 5000)")

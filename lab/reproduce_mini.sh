@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The CPU-scale CIFAR-100 study: every c100-mini-* arm (presets.py) for each seed, then
+# The CPU-scale CIFAR-100 study: every c100-mini-* arm (lab/arms.py) for each seed, then
 # runs/mini/summary.md and figures (lab/summarize_mini.py). lab/docs/results.md shows the outcome.
 #
 #     bash lab/reproduce_mini.sh                       # all arms, SEEDS="0 1", 2 runs at a time
 #     SEEDS=0 ARMS="vit bvit" bash lab/reproduce_mini.sh
 #
 # Resumable: a finished run (done.json) is skipped, an interrupted one continues from its last
-# checkpoint (the presets save every 100 steps), so re-running the same command finishes the study.
+# checkpoint (the arms save every 100 steps), so re-running the same command finishes the study.
 # Arms run in order of priority: the arms of the first three claims (matched FLOPs, matched
 # parameters, deep supervision) for every seed first, then the others. Each run is one process with
 # one thread; JOBS of them run side by side (2 on a 2-core machine).
 # Environment: OUT (runs/mini), SEEDS ("0 1"), ARMS (all 15), JOBS (2), DATA (the folder holding
 # cifar-100-python/: $RVITS_DATA, else ../shared/data), EXTRA (flags added to every run; a smoke test
 # such as EXTRA="--max-steps 2" belongs in another OUT: summary.md marks shortened runs).
-# Arms: the 12 study presets c100-mini-* and the structured-init claims' 3 (c100-mini-init-*: patch 4,
+# Arms: the 12 study arms c100-mini-* and the structured-init claims' 3 (c100-mini-init-*: patch 4,
 # the PyTorch base init, 2 epochs; ARMS=init runs only them); any ARM+INIT works (vit+default: c100-mini-vit
 # with --init default, the earlier init control). UNTESTED below: issue 64's 6 arms (ARMS=untested). MOE below: the 8 comparison presets (Table 3's 7
 # baselines at U = 1 as the reViT paper's appendix B adapts them, and layer-wise LoRA) and a distilled
@@ -40,18 +40,18 @@ REST="odevit-euler odevit-heun odevit-rk4 revit-e1 revit-e4 srvit-r1 srvit-r2 $I
 # A.3); a distilled arm runs after the arms it does not need, and its teacher must be done or in ARMS.
 MOE="revit-lory revit-smear revit-deepseek revit-qwen3 revit-moeut revit-remoe revit-softmoe revit-lora revit-e4+feature"
 # reViT's elastic depth, the paper's second stage (A.2-A.3): revit-eN continued with depth dropout 0.3, and
-# its control continued at fixed depth (presets.elastic_arms); each starts from revit-eN of the same seed.
+# its control continued at fixed depth (arms.elastic_arms); each starts from revit-eN of the same seed.
 ELASTIC="revit-e4-elastic revit-e4-cont revit-e1-elastic revit-e1-cont"
 # The papers' claims never tested before (issue 64; lab/claims.py): Training Crossroads' black-box field beside
 # odevit-euler, the solver arms at NFE 4 beside those at NFE 8, bViT's width trend at D=48 beside vit / bvit at D=96.
 # ARMS=untested runs them with the arms they are compared with (a finished run is skipped); 3 seeds: SEEDS="0 1 2".
 UNTESTED="odevit-blackbox odevit-euler-nfe4 odevit-heun-nfe4 odevit-rk4-nfe4 vit-d48 bvit-d48"
-# The reViT paper's Fig. 2 (sec. 4.4, A.2-A.3; presets.fig2_arms): two students of the vit arm of the same seed
+# The reViT paper's Fig. 2 (sec. 4.4, A.2-A.3; arms.fig2_arms): two students of the vit arm of the same seed
 # (its final features alone), the depth-only gate and the feature-only gate (smear), at L = 6, then the same
 # elastic-depth stage for both. ARMS=fig2 runs vit (skipped when done) and these four; the probes at each depth
 # afterwards: python lab/summarize_fig2.py OUT (lab/README.md).
 FIG2="revit-e4-fig2 revit-smear-fig2 revit-e4-fig2-elastic revit-smear-fig2-elastic"
-# The search for a supervised recipe on which reViT E=4's experts engage (presets.SEARCH; ARMS=search): each candidate
+# The search for a supervised recipe on which reViT E=4's experts engage (arms.SEARCH; ARMS=search): each candidate
 # changes one thing of revit-e4, at most ~60 min; summarize_mini.py's comparison table shows its eq. 6 / eq. 9 terms.
 SEARCH="revit-search-e2 revit-search-long revit-search-wide revit-search-p4 revit-search-router"
 # LoopVAE's study (docs/models.md): ARMS=loopvae runs its arms into runs/mini-loopvae and summarizes
@@ -72,7 +72,7 @@ needs() {  # the arm that ARM starts from (its teacher or its Stage-1 run), same
     revit-e*-elastic|revit-e*-cont) echo "${1%-*}" ;; esac
 }
 
-for arm in $ARMS; do  # every arm must name a preset (and, after a +, an --init choice)
+for arm in $ARMS; do  # every arm must name an arm of lab/arms.py (and, after a +, an --init choice)
   case " $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $UNTESTED $LOOPVAE " in *" ${arm%%+*} "*) ;; *) echo "reproduce_mini.sh: error: ARMS: unknown arm '$arm'; allowed: $FIRST $REST $MOE $ELASTIC $FIG2 $SEARCH $UNTESTED $LOOPVAE, loopvae, init, fig2, untested, search (or ARM+default|mimetic|structured|feature|feature-only|logits)" >&2; exit 2 ;; esac
   case "$arm" in *+*) case "${arm#*+}" in default|mimetic|structured|feature|feature-only|logits) ;; *) echo "reproduce_mini.sh: error: ARMS: '$arm': the part after + must be an --init (default, mimetic, structured) or a --distill (feature, feature-only, logits)" >&2; exit 2 ;; esac ;; esac
 done
@@ -119,7 +119,7 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     flock -w 2 "$claim" || { exec {claim}>&-; echo "skip $arm seed $seed (another call is running it: $dir)"; return 0; }
     [ -f "$dir/done.json" ] && { exec {claim}>&-; echo "skip $arm seed $seed (finished by another call)"; return 0; }
   fi
-  case "$arm" in *-fig2|*-fig2-elastic) flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt") ;; esac  # (the objective: the preset's)
+  case "$arm" in *-fig2|*-fig2-elastic) flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt") ;; esac  # (the objective: the arm's)
   if [ "$src" = vit ] && [[ "$arm" == *+* ]]; then  # ARM+feature|feature-only|logits: distilled from the vit arm of the same seed
     local kind=${arm#*+}
     flags+=(--teacher "$OUT/vit/seed$2/ckpt.pt" --distill "${kind%-only}")
@@ -130,7 +130,7 @@ run_one() {  # run_one ARM SEED: train (or continue) one run, then mark it done 
     flags+=(--stage2 "$OUT/loopvae-global/seed$2")
   elif [ -n "$src" ]; then  # revit-eN-elastic / -cont: the continuation of revit-eN's run of the same seed
     flags+=(--finetune "$OUT/$src/seed$2")
-  elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the preset with --init INIT
+  elif [ "$arm" != "$preset" ]; then  # ARM+INIT: the arm with --init INIT
     flags+=(--init "${arm#*+}")
   fi
   [ -f "$dir/ckpt.pt" ] && flags+=(--resume "$dir/ckpt.pt")
@@ -149,11 +149,17 @@ print(p)" "$dir" 2>/dev/null || echo 0)
   echo "{\"started\": $(date +%s), \"prior\": $prior}" > "$dir/running.json"
   local t0=$SECONDS
   # shellcheck disable=SC2086  # EXTRA is a list of flags
-  local script=train.py  # (LoopVAE, a tokenizer, trains through its own entry point)
-  case "$arm" in loopvae-*) script=train_loopvae.py ;; esac
-  OMP_NUM_THREADS=1 python "$script" --preset "c100-mini-$preset" --seed "$seed" --data-dir "$DATA" \
-    --device cpu --out-dir "$dir" "${flags[@]}" $EXTRA >> "$dir/train.log" 2>&1
-  local rc=$?
+  # the arm's flags file (lab/arms.py: runs/arms/c100-mini-ARM.json, so args.json names the arm) and entry point
+  local entry config rc
+  read -r entry config < <(python lab/arms.py "c100-mini-$preset")
+  if [ -n "$config" ]; then
+    OMP_NUM_THREADS=1 python "$entry" --config "$config" --seed "$seed" --data-dir "$DATA" \
+      --device cpu --out-dir "$dir" "${flags[@]}" $EXTRA >> "$dir/train.log" 2>&1
+    rc=$?
+  else
+    echo "lab/arms.py c100-mini-$preset: no flags file written" >> "$dir/train.log"
+    rc=2
+  fi
   local wall=$(( SECONDS - t0 + prior ))
   rm -f "$dir/running.json"
   if [ $rc -eq 0 ]; then

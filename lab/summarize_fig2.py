@@ -1,4 +1,4 @@
-"""Summarize the reViT paper's Fig. 2 comparison at CPU scale (sec. 4.4, A.2-A.3; presets.fig2_arms): the
+"""Summarize the reViT paper's Fig. 2 comparison at CPU scale (sec. 4.4, A.2-A.3; arms.fig2_arms): the
 depth-only gate and the feature-only gate, students of the same seed's vit by its final features alone, after
 the same elastic-depth stage, read by frozen probes at each evaluation depth; RUNS/fig2.md.
 
@@ -157,7 +157,7 @@ def probe_table(runs):
 
 
 def blocks(runs):
-    return (claims_block(runs) + "\n\nL = 6 (presets.FIG2_L); students of the same seed's `c100-mini-vit` by its final "
+    return (claims_block(runs) + "\n\nL = 6 (arms.FIG2_L); students of the same seed's `c100-mini-vit` by its final "
             "features alone, then elastic depth (depth dropout 0.3); probes `probe.py --preset c100-probe-* --depth N` "
             "(the dense ones on our CIFAR-100 mosaics, not ADE20k or NYUv2). Verdicts: lab/claims.py's rule (90 % "
             "t-interval on the per-seed differences); \"resolves\": the interval's half-width (lab/summarize_fig2.py)."

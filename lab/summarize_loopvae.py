@@ -28,10 +28,10 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "lab"))
 import claims as registry  # noqa: E402  (the claims and the one rule)
 from summarize_mini import fmt, stats, table, write_blocks  # noqa: E402
-from presets import PRESETS  # noqa: E402  (each arm's protocol: its step count)
+from arms import ARMS as ARM_TABLE  # noqa: E402  (each arm's protocol: its step count)
 from training import flags  # noqa: E402  (the number types of every tool's flags)
 
-ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # presets.py's arms, in table order
+ARMS = ["global", "scale", "none", "unlooped", "vit-global", "vit-none", "gan"]  # lab/arms.py's arms, in table order
 LOOPED = ARMS[:3]  # the sharing scopes (CNN core): one 28-application graph, loops 1,2,4; Stage 1
 STAGE2 = ["gan"]  # Stage 2 of the global arm (c100-mini-loopvae-gan, from the global run of its seed)
 MEANS_ONLY = "not measured per image (these runs' loops.json hold means only: re-run analyze.py)"
@@ -64,7 +64,7 @@ def load_runs(root):
                 oor=100 * last["val_out_of_range"], train_s=sum(r.get("epoch_time_s", 0.0) for r in rows),
                 commit=done.get("commit", "?"),
                 cpu=done.get("cpu", "?"), shortened=bool(args.get("val_subset"))
-                or args.get("max_steps") != PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
+                or args.get("max_steps") != ARM_TABLE[f"c100-mini-loopvae-{arm}"][1]["max_steps"]))
     return runs
 
 

@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from presets import SEARCH  # noqa: E402  (the engagement search's candidates)
+from arms import SEARCH  # noqa: E402  (the engagement search's candidates)
 import claims as registry  # noqa: E402  (the claims and the one rule: lab/claims.py)
 import kept  # noqa: E402  (a kept study's runs.jsonl, unpacked)
 

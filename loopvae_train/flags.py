@@ -15,7 +15,7 @@ from training.registry import SHARED_ARCH_FLAGS
 
 DESCRIPTION = "Train LoopVAE, a looped image tokenizer: Stage 1 (reconstruction) and Stage 2 (adversarial)."
 NORMALIZATION = ((0.5,) * 3, (0.5,) * 3)  # its images' mean and std: [0, 1] -> [-1, 1] (App. A.4)
-CPU_PRESET = "c100-mini-loopvae-global"  # its CPU-sized protocol, named when a run's estimate on a CPU passes 3 h
+CPU_PRESET = None  # (its CPU-sized arms are the lab's, lab/arms.py: no product preset to name when a CPU estimate passes 3 h)
 LOOPVAE = ("num_blocks", "loops", "share", "operator", "num_groups", "latent_dim")  # its architecture (K, ...)
 # Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
 # a term to it: sec. 3.5, eq. 11) and the data it was trained on.

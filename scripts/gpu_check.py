@@ -40,7 +40,7 @@ import bench  # noqa: E402
 import kernels  # noqa: E402
 from training import flags as run_flags  # noqa: E402  (the number types of train.py's flags)
 
-PRESET = "c100-gpu-bvit-ti"
+PRESET = "c100-gpu-bvit-ti"  # (bench.GPU_BVIT: the lab's arm of that name)
 TINY = ["--embed-dim", "16", "--num-heads", "2", "--depth", "2", "--batch-size", "16"]  # --dry-run
 # name: (cifar_preset_step keywords, its compile time in units of the longest one measured before:
 # 0 = the same graph as "model", found in inductor's cache; max-autotune also times every matmul's
@@ -126,7 +126,7 @@ def measure(name, device, flags, steps, rounds, out):
     amp = device.type == "cuda"  # bf16 autocast as the study trains; fp32 on the CPU (a dry run: compiles faster)
     torch.compiler.reset()
     counters.clear()
-    step, batch, flops = bench.cifar_preset_step(PRESET, flags, device=device, amp=amp, **kw)
+    step, batch, flops = bench.cifar_preset_step(bench.GPU_BVIT, flags, device=device, amp=amp, **kw)
     bench.sync(device)
     t0 = time.perf_counter()
     step()  # compiles (the backward too)

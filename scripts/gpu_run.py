@@ -26,7 +26,7 @@ exit right after it, kernels.release_compile_workers).
 What comes back (at most 8 files): OUT/summary.md, OUT/gpu_run.log (every step's output),
 OUT/gpu_check.json, OUT/cifar_log.jsonl, OUT/bench_compile.json. Checkpoints and run folders stay in WORK on the machine.
 Environment: OUT (gpu_run_out), WORK (/tmp/rvits_gpu_run), GPU_DATA (gpu_data), PRESET
-(c100-gpu-bvit-ti), WINDOW_S (545), SKIP (step names, comma-separated: e.g. "cifar" when the window
+(c100-gpu-bvit-ti: bench.GPU_BVIT; else a preset of presets.py), WINDOW_S (545), SKIP (step names, comma-separated: e.g. "cifar" when the window
 also runs lab/gpu_study.sh), CHECK_BUDGET_S (gpu_check's --budget-s, 110), PYTHON (this interpreter). Exit status 0 when every step
 passed, 1 otherwise.
 """
@@ -59,7 +59,9 @@ def plan(dry, py, out, work, data, preset, check_budget=110.0):
     window of 2026-12-04: gpu_check 71 s at --budget-s 90, cuda_tests 16 s, smoke_224 30 s, and the
     whole-model path at 53k img/s (50 epochs: ~50 s after its ~30 s compile)."""
     check = [py, "scripts/gpu_check.py", "--json", os.path.join(out, "gpu_check.json")]
-    cifar = [py, "train.py", "--preset", preset, "--data-dir", data, "--out-dir", os.path.join(work, "cifar")]
+    # c100-gpu-bvit-ti, the lab's GPU-study arm, is bench.GPU_BVIT's recipe (the product cannot read the lab's table)
+    recipe = gpu_check.bench.GPU_BVIT if preset == "c100-gpu-bvit-ti" else ["--preset", preset]
+    cifar = [py, "train.py", *recipe, "--data-dir", data, "--out-dir", os.path.join(work, "cifar")]
     smoke = [py, "scripts/gpu_smoke.py"]
     if dry:  # the CPU at tiny width; gpu_check compiles (fp32 there), so the compiled path and its exit run
         return [("env", 60, [py, "-c", ENV]),

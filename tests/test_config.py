@@ -47,17 +47,17 @@ def test_a_runs_args_json_trains_the_same_run_again_in_a_new_folder(tmp_path, ca
 
 def test_the_command_line_wins_and_so_does_what_it_sets(tmp_path, capsys):
     path = tmp_path / "mine.json"
-    path.write_text(json.dumps({"preset": "c100-mini-bvit", "--embed-dim": 64, "num_heads": 2, "depth": 4,
+    path.write_text(json.dumps({"preset": "c100-bvit-ti", "--embed-dim": 64, "num_heads": 2, "depth": 4,
                                 "lr": 0.005, "eval_depths": [2, 4], "three-augment": True}))
     got = printed(capsys, ["--config", str(path), "--seed", "5"])
-    preset = PRESETS["c100-mini-bvit"][1]
+    preset = PRESETS["c100-bvit-ti"][1]
     assert (got["embed_dim"], got["num_heads"], got["depth"], got["lr"], got["eval_depths"], got["three_augment"],
-            got["seed"], got["init"]) == (64, 2, 4, 0.005, [2, 4], True, 5, preset["init"])  # the preset's, under it
+            got["seed"], got["epochs"]) == (64, 2, 4, 0.005, [2, 4], True, 5, preset["epochs"])  # the preset's, under it
     # --size on the command line sets the width, heads and depth the file gives: the file's are dropped (what is
-    # left is the preset's, as for --preset c100-mini-bvit --size s; without a preset, the size's)
+    # left is the preset's, as for --preset c100-bvit-ti --size s; without a preset, the size's)
     keys = ("embed_dim", "num_heads", "depth", "lr", "eval_depths")
     got = printed(capsys, ["--config", str(path), "--size", "s", "--lr", "0.01"])
-    assert [got[k] for k in keys] == [printed(capsys, ["--preset", "c100-mini-bvit", "--size", "s", "--lr", "0.01"])[k]
+    assert [got[k] for k in keys] == [printed(capsys, ["--preset", "c100-bvit-ti", "--size", "s", "--lr", "0.01"])[k]
                                       for k in keys[:4]] + [[2, 4]]
     path.write_text(json.dumps({"embed_dim": 64, "num_heads": 2, "depth": 4}))
     got = printed(capsys, ["--config", str(path), "--size", "s"])

@@ -166,13 +166,16 @@ def test_recurrent_models_fine_tune_from_their_own_checkpoints(tmp_path, capsys)
         assert "nothing adapted" in said and json.load(open(out / "args.json"))["model"] == model
 
 
-def test_a_presets_model_flags_win_over_the_finetuned_checkpoints(tmp_path, capsys):
-    # --preset c100-mini-revit-lory --finetune <a smear run>: the preset's routing, the checkpoint's weights
+def test_given_model_flags_win_over_the_finetuned_checkpoints(tmp_path, capsys):
+    # --routing lory --finetune <a smear run>: the routing given, the checkpoint's weights (a preset's flags count as
+    # given: flags.parse_args)
     cifar = fake_cifar(tmp_path / "data")
     small = ["--data-dir", cifar, "--device", "cpu", "--batch-size", "8", "--max-steps", "1", "--val-subset", "16",
              "--eval-batch-size", "16", "--eval-depths", "8"]
-    assert train.cli(["--preset", "c100-mini-revit-smear", *small, "--out-dir", str(tmp_path / "smear")]) == 0
-    assert train.cli(["--preset", "c100-mini-revit-lory", *small, "--finetune", str(tmp_path / "smear" / "ckpt.pt"),
+    small += ["--model", "revit", "--experts", "4", "--embed-dim", "32", "--num-heads", "2", "--depth", "8",
+              "--patch-size", "8", "--workers", "0"]
+    assert train.cli([*small, "--routing", "smear", "--out-dir", str(tmp_path / "smear")]) == 0
+    assert train.cli([*small, "--routing", "lory", "--finetune", str(tmp_path / "smear" / "ckpt.pt"),
                       "--out-dir", str(tmp_path / "lory")]) == 0, capsys.readouterr().err
     assert json.load(open(tmp_path / "lory" / "args.json"))["routing"] == "lory"
     assert "nothing adapted" in capsys.readouterr().out
@@ -302,7 +305,7 @@ def test_a_flag_given_with_finetune_is_the_flag_the_run_takes_for_every_model(tm
     saved = dict(SAVED, model="odevit", ode_steps=2)
     torch.save({"model": {}, "args": saved}, tmp_path / "ode.pt")
     for flags, want in ((["--depth", "4"], (32, 4)), (["--size", "ti"], (192, 12)),  # size -> depth -> ode_steps
-                        (["--preset", "c100-gpu-odevit-rk4"], (192, 3)), (["--preset", "c100-gpu-bvit"], (192, 12))):
+                        (["--preset", "c100-odevit-rk4-3"], (192, 3)), (["--preset", "c100-bvit-ti"], (192, 12))):
         train.cli(["--finetune", str(tmp_path / "ode.pt"), "--print-config", *flags])
         cfg = json.loads(capsys.readouterr().out)
         assert (cfg["embed_dim"], cfg["depth"]) == want and cfg["ode_steps"] is None, (flags, cfg)  # as built

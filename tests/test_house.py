@@ -506,3 +506,13 @@ def test_the_quick_tier_is_a_registered_marker_that_keeps_every_models_mathemati
     assert 'python -m pytest -q -n 2 -m "not slow"' in readme
     assert "python -m pytest -q -n 2\n" in open(os.path.join(ROOT, ".ci", "run")).read()
     assert "mark.slow" not in open(os.path.join(ROOT, "test_models.py")).read()
+
+
+def test_the_product_keeps_its_size_docs_words_and_presets():
+    """Issue 78's targets: docs/ (the manuals) at most 25,000 words (whitespace-separated, as `wc -w` counts), and
+    at most 45 product presets (the papers' protocols and the first run; the lab's study arms are lab/arms.py's)."""
+    import presets
+    words = sum(len(open(p, encoding="utf-8").read().split()) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    assert words <= 25_000, f"docs/ holds {words} words"
+    assert len(presets.PRESETS) <= 45 and set(presets.PAPER) == set(presets.TIMES) == set(presets.PRESETS)
+    assert not [n for n in presets.PRESETS if n.startswith(("c100-mini-", "c100-gpu-"))]  # study arms: lab/arms.py

@@ -137,8 +137,8 @@ def test_eval_only_prints_the_metrics_the_run_logged_for_its_checkpoint(trained,
     (["--label-smoothing", "0.1"], "--label-smoothing: classification flags"),
     (["--patch-size", "4"], "unrecognized arguments: --patch-size 4"),  # (a classifier's model flag: not its own)
     (["--drop-path", "0.1", "--gap"], "unrecognized arguments: --drop-path 0.1 --gap"),
-    (["--preset", "c100-mini-bvit"],  # a classifier's preset: the script that trains it
-     "--preset c100-mini-bvit trains --model bvit, which train_loopvae.py does not train: python train.py --preset"),
+    (["--preset", "cpu-first-bvit"],  # a classifier's preset: the script that trains it
+     "--preset cpu-first-bvit trains --model bvit, which train_loopvae.py does not train: python train.py --preset"),
     (["--depth", "12"], "--depth 12 (given, or a checkpoint's): loopvae's depth is --num-blocks x"),
     (["--embed-dim", "48"], "embed_dim 48 is not divisible by num_groups 32"),
 ])
@@ -177,9 +177,12 @@ def test_perceptual_lpips_without_its_package_or_its_weights_is_one_line_exit_2(
     assert not (tmp_path / "o" / "ckpt.pt").exists()
 
 
-def test_a_cpu_preset_trains_one_step_and_a_loopvae_moves_between_devices_and_dtypes(cifar, tmp_path):
-    out = tmp_path / "o"
-    assert train_loopvae.cli(["--preset", "c100-mini-loopvae-unlooped", "--data-dir", cifar, "--out-dir", str(out),
+def test_a_cpu_sized_loopvae_trains_one_step_and_a_loopvae_moves_between_devices_and_dtypes(cifar, tmp_path):
+    out = tmp_path / "o"  # (the lab's c100-mini-loopvae-unlooped arm's architecture)
+    cpu_sized = ["--model", "loopvae", "--data", "cifar100", "--embed-dim", "32", "--num-heads", "4", "--num-blocks", "4",
+                 "--num-groups", "4", "--latent-dim", "16", "--operator", "cnn", "--perceptual", "none",
+                 "--share", "scale", "--loops", "1,1,1", "--workers", "0"]
+    assert train_loopvae.cli([*cpu_sized, "--data-dir", cifar, "--out-dir", str(out),
                       "--max-steps", "1", "--batch-size", "8", "--val-subset", "16", "--device", "cpu"]) == 0
     rec = records(out)[0]
     assert rec["step"] == 1 and all(k in rec for k in METRICS)

@@ -162,5 +162,5 @@ def test_a_new_model_registered_in_one_place_trains_resumes_evaluates_and_is_est
     cpu = torch.device("cpu")
     line = monitor.estimate_line(SimpleNamespace(preset=None, model="gatedvit"), cpu, pace, steps)
     assert line.startswith("estimated time: ") and "--preset" not in line  # no CPU-sized preset: no hint
-    assert "--preset c100-mini-bvit" in monitor.estimate_line(SimpleNamespace(preset=None, model="bvit"), cpu, pace,
+    assert "--preset cpu-first-bvit" in monitor.estimate_line(SimpleNamespace(preset=None, model="bvit"), cpu, pace,
                                                               steps)

@@ -43,7 +43,7 @@ def test_random_crop_flip_gives_a_padded_window_possibly_mirrored():
 
 def test_per_image_and_batched_cifar_augmentation_draw_the_same_crops_and_flips():
     """data.py's two CIFAR training paths (its module docstring): the per-image build_transform and
-    the batched random_crop_flip of DeviceCIFARLoader (the c100-mini-* presets, CUDA runs). Each
+    the batched random_crop_flip of DeviceCIFARLoader (the lab's c100-mini-* arms, CUDA runs). Each
     gives only crops of the zero-padded image, as is or mirrored, with every row offset, every
     column offset and about half of them mirrored: an augmentation changed in one path alone
     (another padding, fill or flip rate, an added op) fails here."""

@@ -390,4 +390,4 @@ def test_a_gpu_sized_run_on_a_cpu_says_how_long_and_names_the_cpu_preset(tmp_pat
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=120)
     assert " d " in line or " h " in line, line
-    assert "--preset c100-mini-bvit is this model's CPU-sized protocol" in line, line
+    assert "--preset cpu-first-bvit is this model's CPU-sized run" in line, line

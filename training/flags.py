@@ -149,8 +149,8 @@ def get_parser(entry=None):
     p.entry = entry
     a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
-      "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
-      "in1k-*: GPU-sized (--list-presets describes each, with its time)")
+      "cpu-first-bvit: the first run, on a CPU; c100-*, in1k-*, in256-*: GPU-sized (--list-presets describes "
+      "each, with its time)")
     a("--list-presets", nargs="?", const="", metavar="TEXT", help="print the presets as a table (name, model, "
       "parameters, time on 2 CPU cores and on one H200, what it reproduces) and exit; TEXT keeps those whose name, "
       "model or description contain it (cpu: the ones timed on a CPU; gpu: on a GPU); a preset's name: all of it")
@@ -824,9 +824,8 @@ def list_presets(text, p):
         rows.append((name, args.model, f"{model.num_params() / 1e6:.3g} M", cpu, gpu, what))
     if not rows:
         return False
-    print("times (presets.TIMES): wall time of training and evaluation ('train': training only) on CPU-2 (2 cores, AMD\n"
-          "EPYC unless named), 'alone' = the only run, 'pair' = two side by side, one thread each; est. = estimated\n"
-          "(docs/presets.md says from what), ? = not measured. --list-presets NAME prints a preset in full.")
+    print("times (presets.TIMES): wall time of training and evaluation on CPU-2 (2 cores, AMD EPYC) and on one H200;\n"
+          "est. = estimated (docs/presets.md says from what), ? = not measured. --list-presets NAME prints a preset in full.")
     head = ("NAME", "MODEL", "PARAMS", "CPU-2", "H200", "WHAT")
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
     room = max(20, 120 - sum(widths) - 10)

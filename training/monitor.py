@@ -329,18 +329,19 @@ def duration(seconds):
 def estimate_line(args, device, pace, total_steps, cpu_preset=None):
     """One line: the time the rest of the run should take at the pace measured between the two
     (step, seconds) points of `pace`, evaluation not included; on a CPU, when that is more than
-    3 hours, the model's CPU-sized preset (`cpu_preset`, else its record's cpu_preset,
-    training/registry.py; a model without one gets no hint)."""
+    3 hours, the model's CPU-sized preset (its record's cpu_preset, training/registry.py; a model
+    without one, a run of that preset and a run of a --config file get no hint)."""
     from training.registry import MODELS  # (registry.py imports this module)
     (s0, t0), (s1, t1) = pace
     per_step = (t1 - t0) / (s1 - s0)
     left = per_step * (total_steps - s1)
     line = (f"estimated time: {duration(left)} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
             "evaluations not included)")
-    cpu = cpu_preset or getattr(MODELS.get(args.model), "cpu_preset", None)  # None: no hint
-    if cpu and device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
+    cpu = cpu_preset or getattr(MODELS.get(args.model), "cpu_preset", None)  # None: a model without one, no hint
+    # (not for the CPU-sized preset itself, nor for a --config file's recipe: the lab's CPU-scale arms run so)
+    if cpu and device.type == "cpu" and left > 3 * 3600 and args.preset != cpu and not getattr(args, "config", None):
         said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
-        line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
+        line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized run "
                  f"({TIMES[cpu][0]} on 2 cores{said}; --list-presets)")
     return line
 

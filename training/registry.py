@@ -100,15 +100,13 @@ def build_odevit(args, common):
 REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "router_lr_scale", "lambda_bal", "lambda_z", "lambda_div")
 ODEVIT = ("solver", "ode_steps", "horizon", "field", "extend")
 MODELS = {
-    "vit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="c100-mini-vit",
+    "vit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",),
                  defaults=lambda run: {"num_blocks": run["depth"]}),  # untied: a block per step
-    "bvit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="c100-mini-bvit",
+    "bvit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="cpu-first-bvit",
                   defaults=lambda run: {"num_blocks": 1}),  # one shared block
-    "revit": Model(build_revit, flags=REVIT, arch=("experts", "routing", "lora_rank"),
-                   cpu_preset="c100-mini-revit-e4"),
-    "srvit": Model(build_srvit, flags=("recursions",), arch=("recursions",), depth_flag="recursions",
-                   cpu_preset="c100-mini-srvit-r2"),
-    "odevit": Model(build_odevit, flags=("stages", *ODEVIT), arch=ODEVIT, cpu_preset="c100-mini-odevit-euler",
+    "revit": Model(build_revit, flags=REVIT, arch=("experts", "routing", "lora_rank")),
+    "srvit": Model(build_srvit, flags=("recursions",), arch=("recursions",), depth_flag="recursions"),
+    "odevit": Model(build_odevit, flags=("stages", *ODEVIT), arch=ODEVIT,
                     defaults=lambda run: {"ode_steps": run["depth"], "horizon": run["depth"]}),  # T = the steps
 }
 # Models that another entry point trains, each with its own script, which training/ never imports: train.py

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import presets
+import arms
 from test_train import fake_cifar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
@@ -437,11 +437,12 @@ def test_gpu_study_dry_run_runs_each_kind_of_arm_once_then_skips_what_is_done(tm
 
 
 def test_every_gpu_study_arm_resolves_to_a_valid_run(tmp_path):
-    """Each of the 19 arms' train.py flags (preset, seed, arm flags) parse and resolve, and build a model
+    """Each of the 19 arms' train.py flags (the arm's --config file, seed, arm flags) parse and resolve, and build a model
     of the preset's size: what the dry run would catch for the arms it does not train."""
     for arm in gpu_study.ARMS:
-        p = get_parser()  # (a preset sets the parser's defaults)
-        flags = ["--preset", gpu_study.preset_of(arm), "--seed", "1", *gpu_study.arm_flags(arm, 1, str(tmp_path))]
+        p = get_parser()  # (a --config file sets the parser's defaults)
+        flags = ["--config", arms.write_config(gpu_study.preset_of(arm), str(tmp_path)), "--seed", "1",
+                 *gpu_study.arm_flags(arm, 1, str(tmp_path))]
         args = resolve(parse_args(p, flags), p, 32)
         assert args.epochs == gpu_study.EPOCHS and args.batch_size == 512, arm
         assert registry.build_model(args, 32, 100).num_params() > 1e5, arm
@@ -687,7 +688,7 @@ def test_readme_and_docs_links_reach_files_and_headings_that_exist():
 def fake_loopvae_run(root, arm, seed, psnr, last_pass_loses=0.5, monotone=1.0, per_image=False, gain=False):
     d = root / f"loopvae-{arm}" / f"seed{seed}"
     d.mkdir(parents=True)
-    steps = presets.PRESETS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]  # the arm's protocol (gan: 200)
+    steps = arms.ARMS[f"c100-mini-loopvae-{arm}"][1]["max_steps"]  # the arm's protocol (gan: 200)
     (d / "args.json").write_text(json.dumps({"seed": seed, "max_steps": steps, "val_subset": None}))
     (d / "log.jsonl").write_text(json.dumps({"epoch": 0, "val_psnr": psnr, "val_ssim": 0.5, "val_l1": 0.2,
                                              "val_out_of_range": 0.02}) + "\n")

@@ -1,5 +1,5 @@
 """The papers' claims rvits never tested before (issue 64): registered in lab/claims.py before their runs, their
-arms presets that differ from their partners only where the claim says, the runners know them, a contrast claim
+arms (lab/arms.py) that differ from their partners only where the claim says, the runners know them, a contrast claim
 ("X - Y", the "!~" kind) is judged through the one rule, and lab/summarize_untested.py gives each claim its
 verdict on constructed run folders, both ways, or "not engaged" where its signature fails. CPU only, no training."""
 import json
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-import presets
+import arms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "lab"))
@@ -37,7 +37,7 @@ def test_issue_64s_claims_are_registered_before_their_runs_in_the_papers_words()
         for arm in (c.a, c.b):  # every arm, and each side of a contrast, is a preset of its study
             for name in arm.split(claims.CONTRAST):
                 study = {"untested": "mini", "untested-gpu": "gpu"}[c.study]  # (fresh runs of the mini / GPU presets)
-                assert f"c100-{study}-{name}" in presets.PRESETS, (c.key, name)
+                assert f"c100-{study}-{name}" in arms.ARMS, (c.key, name)
     by_key = {c.key: c for c in OURS}
     assert by_key["crossroads-blackbox-costs-few"].margin == 5.0  # "few accuracy points": (0, 5]
     assert [by_key[k].kind for k in ("crossroads-rk4-gain-not-uniform", "bvit-width-trend-mini")] == ["!~", ">"]
@@ -72,7 +72,7 @@ def test_not_within_is_the_mirror_of_within_under_the_one_rule(monkeypatch, said
 
 
 def test_the_new_arms_differ_from_their_partners_only_where_the_claim_says():
-    mini = lambda arm: presets.PRESETS[f"c100-mini-{arm}"][1]  # noqa: E731
+    mini = lambda arm: arms.ARMS[f"c100-mini-{arm}"][1]  # noqa: E731
     assert mini("odevit-blackbox") == {**mini("odevit-euler"), "field": "blackbox"}  # same NFE, solver and T
     nfe = {"euler": 1, "heun": 2, "rk4": 4}
     for solver in nfe:  # NFE 4 over T = 4: each solver's step size per block evaluation as at NFE 8 over T = 8
@@ -83,12 +83,12 @@ def test_the_new_arms_differ_from_their_partners_only_where_the_claim_says():
                {k: v for k, v in eight.items() if k not in ("depth", "horizon", "eval_depths")}
     for family, narrow, wide in (("mini", "d48", 96), ("gpu", "d96", 192)):  # the width pair: only the width
         for model in ("vit", "bvit"):
-            a, b = (presets.PRESETS[f"c100-{family}-{arm}"][1] for arm in (f"{model}-{narrow}", model))
+            a, b = (arms.ARMS[f"c100-{family}-{arm}"][1] for arm in (f"{model}-{narrow}", model))
             assert a["embed_dim"] == int(narrow[1:]) and a["num_heads"] == 3 and b.get("embed_dim", 192) == wide
             assert {k: v for k, v in a.items() if k not in ("embed_dim", "num_heads", "size")} == \
                    {k: v for k, v in b.items() if k not in ("embed_dim", "num_heads", "size")}
     for arm in ("odevit-blackbox", "odevit-euler-nfe4", "odevit-heun-nfe4", "odevit-rk4-nfe4", "vit-d48", "bvit-d48"):
-        assert float(presets.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0]) <= 45  # fits a CPU study run (measured: 7-17 min)
+        assert float(arms.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0]) <= 45  # fits a CPU study run (measured: 7-17 min)
 
 
 def test_the_runners_know_the_new_arms(tmp_path):
