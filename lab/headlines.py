@@ -82,8 +82,8 @@ def said(c, mean, half, v, drop=()):
         return f"{label(c)} not run"
     notes = [n.strip(" ()").replace(", gate fixed after the runs", "") for n in v[len(plain(v)):].split(" (")]
     notes = [n for n in notes if n and n not in QUIET and not n.startswith(tuple(drop) or ("\0",))]
-    spread = "-" if half == float("inf") else f"{half:.2f}"
-    return f"{label(c)} {plain(v)} ({mean:+.2f} ± {spread}" + "".join(f"; {n}" for n in notes) + ")"
+    spread = "" if half == float("inf") else f" ± {half:.2f}"
+    return f"{label(c)} {plain(v)} ({mean:+.2f}{spread}" + "".join(f"; {n}" for n in notes) + ")"
 
 
 def plain(verdict):
