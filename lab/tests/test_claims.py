@@ -207,7 +207,8 @@ def violations(registry, root=claims.ROOT, git=claims.ROOT):
         return {n for side in (c.a, c.b) for n in side.split(claims.CONTRAST)} | {c.gated}
     return [(c.key, arm, seed) for c in registry if not c.exploratory
             for arm, seed, commit, date in claims.kept_runs(c.study, root)
-            if arm in arms(c) and claims.older(commit, date, c.registered, git)]
+            if arm in arms(c) and (not c.fresh_seeds or seed in c.fresh_seeds)  # (a fresh-seed claim: those only)
+            and claims.older(commit, date, c.registered, git)]
 
 
 def test_no_kept_run_is_older_than_a_confirmatory_claim_that_judges_it():
