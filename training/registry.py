@@ -180,9 +180,20 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
     if dynamic_img_size:
         common["dynamic_img_size"] = True
     try:
-        return MODELS[args.model].build(args, common)
+        model = MODELS[args.model].build(args, common)
     except ValueError as e:
         raise Fail(str(e))
+    empty = empty_layers(model)
+    if empty:  # (flags.too_small names the flags first; this is what any other conversion to 0 would build)
+        raise Fail(f"--model {args.model}: {len(empty)} layer(s) of size 0, e.g. {empty[0]}: a flag's value became a "
+                   "width of 0 (--mlp-ratio x --embed-dim, ...); give larger sizes")
+    return model
+
+
+def empty_layers(model):
+    """The names of `model`'s parameters with no element (a width, a count or a size that a ratio made 0: such a
+    layer builds, trains and computes nothing)."""
+    return [n for n, p in model.named_parameters() if p.numel() == 0]
 
 
 def is_rvits_checkpoint(ck):
