@@ -428,6 +428,7 @@ def cli(argv=None):
             signal.signal(sig, handler)
         kernels.release_compile_workers()  # a compiled run exits now, not never (kernels.py)
         leave_process_group(finished=False)  # (the normal ending left it in main; gloo's otherwise, see exits.py)
+        checkpoints.release_unused()  # a default run folder claimed and never written to
     return 0
 
 

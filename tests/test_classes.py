@@ -66,3 +66,100 @@ def test_mlp_ratio_0_01_is_refused_by_train_py(capsys):
     """The issue's case: --mlp-ratio 0.01 at width 32, from the command line and from a config file."""
     assert train.cli(TINY + ["--depth", "2", "--patch-size", "8", "--mlp-ratio", "0.01", "--print-config"]) == 2
     assert "hidden width 0" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- 6. every failure of a checkpoint write
+import errno  # noqa: E402
+import os  # noqa: E402
+
+from training import checkpoints, exits  # noqa: E402
+
+
+def fails_with(err, where):
+    """A fault at `where` of a checkpoint write, raising OSError(err) as the OS does (or, inside torch.save,
+    as torch's zip writer wraps it: a RuntimeError whose context is the OSError, or one with none)."""
+    def raise_it(*a, **k):
+        if where == "save wrapped":
+            try:
+                raise OSError(err, os.strerror(err))
+            except OSError:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        if where == "save bare":
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        raise OSError(err, os.strerror(err))
+    return raise_it
+
+
+@pytest.mark.parametrize("where", ["open", "save", "save wrapped", "save bare", "fsync", "replace"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EACCES])
+def test_every_failure_of_a_checkpoint_write_is_one_line_and_keeps_the_previous(tmp_path, monkeypatch, err, where):
+    """Whatever errno, wherever in the write (opening the temporary file, torch.save's writes, as OSError or
+    as the zip writer's RuntimeError around it, the fsync, the rename), the save is a Fail naming the file,
+    the previous checkpoint is intact and no temporary file is left."""
+    path = tmp_path / "ckpt.pt"
+    stop = exits.Stop()
+    run = argparse.Namespace(ckpt_path=str(path), stop=stop, ddp=False, world=1, master=True)
+    save = checkpoints.Saver(run, {"model": torch.nn.Linear(2, 2)}, argparse.Namespace(out_dir=str(tmp_path)), None)
+    save(0, 1, {}, 1)
+    before = path.read_bytes()
+    target = {"open": (checkpoints, "open"), "save": (torch, "save"), "save wrapped": (torch, "save"),
+              "save bare": (torch, "save"), "fsync": (os, "fsync"), "replace": (os, "replace")}[where]
+    monkeypatch.setattr(*target, fails_with(err, where), raising=False)
+    with pytest.raises(Fail) as e:
+        save(0, 2, {}, 2)
+    monkeypatch.undo()
+    line = str(e.value)
+    assert "\n" not in line and f"writing the checkpoint {path} at step 2 failed" in line, line
+    assert (where == "save bare" or os.strerror(err) in line) and "step 1" in line  # what is kept
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["ckpt.pt"]
+
+
+# ----------------------------------------------------------------------------- 9. one image, two classes
+import data  # noqa: E402
+
+
+@pytest.mark.parametrize("first, second", [
+    ("a.jpg n01", "a.jpg n02"),  # two label exports concatenated
+    ("caf\u00e9.jpg n01", "cafe\u0301.jpg n02"),  # the same name in two Unicode forms (NFC, NFD)
+    ("a.jpg n01 12 40 80 90", "a.jpg n02 1 2 3 4"),  # LOC_val_solution's boxes: the class is the first word
+])
+def test_a_labels_file_that_gives_one_image_two_classes_names_both_lines(tmp_path, first, second):
+    path = tmp_path / "labels.txt"
+    path.write_text(f"# header\n{first}\nb.jpg n01\n{second}\n", encoding="utf-8")
+    with pytest.raises(data.DataError) as e:
+        data.read_labels(str(path), {"n01": 0, "n02": 1})
+    said = str(e.value)
+    assert str(path) in said and "line 2" in said and "line 4" in said and "two classes" in said, said
+    path.write_text(f"{first}\n{first}\n", encoding="utf-8")  # the same line twice: one class, kept
+    assert list(data.read_labels(str(path), {"n01": 0, "n02": 1}).values()) == [0]
+
+
+def test_a_name_and_its_name_without_extension_with_two_classes(tmp_path):
+    path = tmp_path / "labels.txt"
+    path.write_text("a n01\na.jpg n02\nb n01\n")
+    labels = data.read_labels(str(path), {"n01": 0, "n02": 1})
+    assert labels.of("b.jpg") == 0
+    with pytest.raises(data.DataError, match="line 1 'a n01' and line 2 'a.jpg n02' give a.jpg two classes"):
+        labels.of("a.jpg")
+
+
+# ----------------------------------------------------------------------------- 11. the default run folder
+def test_runs_started_at_the_same_moment_each_get_their_own_folder(tmp_path, monkeypatch):
+    """Choosing the default folder and claiming it are one step: six runs in the same second, and a rival
+    process that takes each name between a run's look and its claim (the race of the old exists-then-create),
+    give six distinct folders, each made by its run; a folder claimed and never written to is removed when
+    the run ends, one with the run's files is kept."""
+    monkeypatch.setattr(checkpoints.time, "strftime", lambda fmt: "20261207-000000")
+    mkdir, rival = os.mkdir, []
+
+    def racing_mkdir(path, *a):
+        if len(rival) < 3:  # another process claims this name first
+            rival.append(path)
+            mkdir(path)
+        return mkdir(path, *a)
+    monkeypatch.setattr(checkpoints.os, "mkdir", racing_mkdir)
+    got = [checkpoints.new_run_dir("bvit", root=str(tmp_path)) for _ in range(6)]
+    assert len(set(got)) == 6 and not set(got) & set(rival) and all(os.path.isdir(g) for g in got)
+    open(os.path.join(got[0], "log.jsonl"), "w").close()
+    checkpoints.release_unused()
+    assert [g for g in got if os.path.isdir(g)] == [got[0]] and all(os.path.isdir(r) for r in rival)
