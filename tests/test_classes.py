@@ -163,3 +163,63 @@ def test_runs_started_at_the_same_moment_each_get_their_own_folder(tmp_path, mon
     open(os.path.join(got[0], "log.jsonl"), "w").close()
     checkpoints.release_unused()
     assert [g for g in got if os.path.isdir(g)] == [got[0]] and all(os.path.isdir(r) for r in rival)
+
+
+# ----------------------------------------------------------------------------- 4. every optional extra
+import importlib.abc  # noqa: E402
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+
+from training import figures, perceptual  # noqa: E402
+
+BROKEN = {"absent": None, "too old": ImportError("TensorBoard logging requires TensorBoard version 1.15 or above"),
+          "raising": AttributeError("module 'numpy' has no attribute 'object'"), "failing": RuntimeError("boom")}
+
+
+def break_import(monkeypatch, name, how):
+    """Importing `name` fails as `how` says (BROKEN): absent (not installed), or raising its error."""
+    for k in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        monkeypatch.delitem(sys.modules, k)
+    if BROKEN[how] is None:
+        monkeypatch.setitem(sys.modules, name, None)  # (import raises ModuleNotFoundError naming it)
+        return
+
+    class Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, fullname, path, target=None):
+            return importlib.util.spec_from_loader(fullname, self) if fullname == name else None
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            raise BROKEN[how]
+    monkeypatch.setattr(sys, "meta_path", [Broken()] + sys.meta_path)
+
+
+@pytest.mark.parametrize("how", list(BROKEN))
+def test_every_optional_extra_that_cannot_be_used_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                      capsys, how):
+    """tensorboard (--tensorboard: refused before the run folder exists), matplotlib (a figure left out, with a
+    note), lpips (--perceptual lpips) and torchmetrics (--rfid): absent, too old, or an import that raises."""
+    break_import(monkeypatch, "torch.utils.tensorboard", how)
+    out = tmp_path / "run"
+    assert train.cli(TINY + ["--depth", "2", "--patch-size", "8", "--tensorboard", "--out-dir", str(out),
+                             "--device", "cpu", "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("train.py: error: --tensorboard needs") and not out.exists(), err
+    assert ("is not installed" if how == "absent" else str(BROKEN[how])) in err
+    monkeypatch.undo()
+    break_import(monkeypatch, "matplotlib", how)
+    assert figures.pyplot("x.png") is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("note: matplotlib ") and "x.png not drawn" in err, err
+    monkeypatch.undo()
+    break_import(monkeypatch, "lpips", how)
+    with pytest.raises(Fail, match="--perceptual lpips") as e:
+        perceptual.lpips_loss()
+    assert "\n" not in str(e.value)
+    monkeypatch.undo()
+    break_import(monkeypatch, "torchmetrics", how)
+    with pytest.raises(Fail, match="--rfid") as e:
+        perceptual.rfid_metric(torch.device("cpu"))
+    assert "\n" not in str(e.value)

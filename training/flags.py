@@ -8,7 +8,7 @@ resolved as train.py resolves them. Every error is one line, `train.py: error: .
 """
 import argparse
 import difflib
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -787,14 +787,32 @@ def configure(p, argv):
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
-    if args.tensorboard and importlib.util.find_spec("tensorboard") is None:  # (an optional extra)
-        p.error("--tensorboard needs the tensorboard package, which is not installed: pip install tensorboard, or "
-                "leave out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
+    if args.tensorboard:  # (an optional extra: what the run will use, imported before anything is written)
+        why = unusable("tensorboard", "torch.utils.tensorboard", "SummaryWriter")
+        if why:
+            p.error(f"--tensorboard needs the tensorboard package, which {why}: pip install -U tensorboard, or leave "
+                    "out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = default_img_size(args)
         print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
         return None
     return args
+
+
+def unusable(package, module, name):
+    """Why the optional extra `package`, through `module`.`name`, cannot be used, in words ("is not installed", "cannot be imported
+    (ImportError: TensorBoard logging requires TensorBoard version 1.15 or above)"), else None: imported as the
+    run will use it, so that a package too old, broken or half-installed is found before the run starts (an
+    import can raise anything: AttributeError, RuntimeError, a version check's ImportError)."""
+    try:
+        getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == package:
+            return "is not installed"
+        return f"cannot be imported (it needs {e.name}, which is not installed)"
+    except Exception as e:  # noqa: BLE001 (any failure of a third-party import: one line, not a traceback)
+        return f"cannot be imported ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})"
+    return None
 
 
 # ----------------------------------------------------------------------------- a checkpoint's flags
