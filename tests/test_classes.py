@@ -223,3 +223,59 @@ def test_every_optional_extra_that_cannot_be_used_is_one_line_before_anything_is
     with pytest.raises(Fail, match="--rfid") as e:
         perceptual.rfid_metric(torch.device("cpu"))
     assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- 7. writers into an existing run folder
+import json  # noqa: E402
+
+from training import evaluation  # noqa: E402
+
+RUN = TINY + ["--depth", "2", "--patch-size", "8", "--device", "cpu", "--workers", "0", "--batch-size", "8",
+              "--val-subset", "8", "--eval-batch-size", "8", "--max-steps", "2", "--epochs", "1"]
+
+
+def files(folder):
+    return {f: (folder / f).read_bytes() for f in sorted(os.listdir(folder)) if not f.startswith(".")}
+
+
+@pytest.mark.slow
+def test_no_writer_into_a_run_folder_replaces_a_record_it_did_not_make(tmp_path, capsys):
+    """--eval-only into a training run's folder (the issue's case), a second --eval-only there, and a training run
+    into a folder that holds an --eval-only's results: every file there before is byte for byte as it was, and
+    each writer's results go to names of their own (depth_eval-2.json, -3; its PNG beside), said in one line."""
+    out = tmp_path / "run"
+    assert train.cli(RUN + ["--eval-depths", "1,2,4", "--out-dir", str(out)]) == 0
+    for n in (2, 3):
+        before = files(out)
+        assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--out-dir", str(out), "--eval-depths", "3",
+                          "--workers", "0"]) == 0
+        assert f"its results go to depth_eval-{n}.json, depth_eval-{n}.png" in capsys.readouterr().out
+        after = files(out)
+        assert {k: after[k] for k in before} == before and set(after) - set(before) == {f"depth_eval-{n}.json"}
+        assert [r["depth"] for r in json.loads(after[f"depth_eval-{n}.json"])["results"]] == [3]
+    fresh = tmp_path / "fresh"  # a folder holding only an --eval-only's results takes a new run
+    assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--out-dir", str(fresh), "--eval-depths", "1",
+                      "--workers", "0"]) == 0
+    before = files(fresh)
+    assert train.cli(RUN + ["--eval-depths", "1,2", "--out-dir", str(fresh)]) == 0
+    after = files(fresh)
+    assert {k: after[k] for k in before} == before and "depth_eval-2.json" in after
+    assert [r["depth"] for r in json.loads(after["depth_eval-2.json"])["results"]] == [1, 2]
+    assert train.cli(RUN + ["--eval-depths", "1,2", "--out-dir", str(fresh), "--resume", str(fresh / "ckpt.pt")]) == 0
+
+
+def test_results_files_of_every_writer(tmp_path):
+    """results_files for each result a tool writes into OUT (depth_eval.json + .png, reconstruction_eval.json):
+    a training run keeps its own names where the file is absent or its own; --eval-only never takes an existing one."""
+    ckpt = str(tmp_path / "ckpt.pt")
+    for names in (("depth_eval.json", "depth_eval.png"), ("reconstruction_eval.json",)):
+        train_args = argparse.Namespace(out_dir=str(tmp_path), eval_only=False)
+        eval_args = argparse.Namespace(out_dir=str(tmp_path), eval_only=True)
+        assert evaluation.results_files(train_args, True, *names) == [str(tmp_path / n) for n in names]
+        (tmp_path / names[0]).write_text(json.dumps({"checkpoint": ckpt}))  # the training run's own
+        assert evaluation.results_files(train_args, True, *names) == [str(tmp_path / n) for n in names]
+        got = evaluation.results_files(eval_args, True, *names)
+        assert got[0].endswith("-2.json") and os.path.getsize(got[0]) == 0
+        (tmp_path / names[0]).write_text(json.dumps({"checkpoint": ckpt, "eval_only": True}))  # an --eval-only's
+        assert evaluation.results_files(train_args, True, *names)[0].endswith("-3.json")
+        assert evaluation.results_files(eval_args, False, *names) == [str(tmp_path / n) for n in names]  # (rank > 0)
