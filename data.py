@@ -38,6 +38,7 @@ import os
 import pickle
 import shutil
 import signal
+import threading
 import sys
 import unicodedata
 import warnings
@@ -850,6 +851,31 @@ def end_workers(timeout=10.0):
         p.kill()
     for p in children:
         p.join(timeout)
+
+
+def worker_died(error):
+    """The line for an exception of a loader whose worker process died (killed by the OOM killer, kill -9, a
+    crash in a decoder: torch's "DataLoader worker (pid X) exited unexpectedly / is killed by signal", or the
+    ConnectionResetError / EOFError of a batch handed over as it died), or None for any other."""
+    text = str(error)
+    if isinstance(error, RuntimeError) and "DataLoader worker" in text and (
+            "exited unexpectedly" in text or "killed by signal" in text):
+        return f"a data loader worker process died ({text.strip().splitlines()[0][:160]}): the OOM killer (lower " \
+               "--workers or --batch-size, or free memory), or a signal"
+    if isinstance(error, (ConnectionResetError, EOFError)):
+        return f"a data loader worker process died while handing over a batch ({type(error).__name__}); lower " \
+               "--workers or --batch-size, or free memory"
+    return None
+
+
+def loader_checks_at_next_batch():
+    """torch's SIGCHLD handler, set with a loader's first workers, raises the error of a worker that died of a
+    signal wherever the training process then is (in the forward, in an optimizer step half done); with the
+    default action the loader finds the dead worker itself at the next batch (within its 5 s status check) and
+    raises there, between steps, where the run can save the steps it finished (training.monitor)."""
+    if signal.getsignal(signal.SIGCHLD) not in (signal.SIG_DFL, None) and \
+            threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def out_of_shared_memory(error):

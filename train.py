@@ -144,7 +144,7 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
         train_loader.sampler.set_start(first * (args.batch_size // world))
         sums, progress = EpochSums(progress, device), {}
         left = min(steps_per_epoch - first, total_steps - step)
-        batches = monitor.epoch(epoch, first, left, train_loader)
+        batches = monitor.epoch(epoch, first, left, train_loader, sums)
         for i in range(left):
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
@@ -413,7 +413,7 @@ def cli(argv=None):
         say(f"train.py: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED
     except Exception as e:
-        shm = data.out_of_shared_memory(e)
+        shm = data.out_of_shared_memory(e) or data.worker_died(e)  # (an evaluation's loader; training's: monitor)
         if shm:
             say(f"train.py: error: {shm}; {stop.kept()}")
             return 2

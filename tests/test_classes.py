@@ -279,3 +279,50 @@ def test_results_files_of_every_writer(tmp_path):
         (tmp_path / names[0]).write_text(json.dumps({"checkpoint": ckpt, "eval_only": True}))  # an --eval-only's
         assert evaluation.results_files(train_args, True, *names)[0].endswith("-3.json")
         assert evaluation.results_files(eval_args, False, *names) == [str(tmp_path / n) for n in names]  # (rank > 0)
+
+
+# ----------------------------------------------------------------------------- 8. a loader's worker that dies
+class Dying:
+    """The training loader, whose worker dies (as torch reports it: `error`) when batch `at` of the run is asked for."""
+
+    def __init__(self, loader, at, error):
+        self.loader, self.at, self.error, self.sampler = loader, at, error, loader.sampler
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for x in self.loader:
+            Dying.asked += 1
+            if Dying.asked == self.at:
+                raise self.error
+            yield x
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("error", [RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly"),
+                                   RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed."),
+                                   ConnectionResetError(104, "Connection reset by peer"),
+                                   RuntimeError("unable to write to file </torch_4242_0_1>: No space left on device "
+                                                "(28)")], ids=["exited", "killed", "reset", "shm"])
+def test_a_loader_worker_that_dies_ends_as_any_failure_and_loses_no_step(tmp_path, monkeypatch, capsys, error):
+    """Every way torch reports a dead worker (or one out of shared memory), at step 3 of 6: the 2 steps done are
+    saved, one line says why and gives the command that continues, and the continued run's losses are those of
+    a run that was never stopped, bit for bit."""
+    job = RUN[:-4] + ["--max-steps", "6", "--epochs", "1", "--log-every", "1"]
+    assert train.cli(job + ["--out-dir", str(tmp_path / "straight")]) == 0
+    build = train.data.build_loaders
+    monkeypatch.setattr(train.data, "build_loaders",
+                        lambda *a, **k: (lambda t, v: (Dying(t, 3, error), v))(*build(*a, **k)))
+    Dying.asked = 0
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert train.cli(job + ["--out-dir", str(out)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py")]
+    assert len(err) == 1 and ("worker process died" in err[0] or "shared memory" in err[0]), err
+    assert f"checkpoint {out / 'ckpt.pt'} (step 2)" in err[0] and "--resume" in err[0], err
+    monkeypatch.undo()
+    assert train.cli(job + ["--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
+    losses = [[(r["step"], r["loss"]) for r in map(json.loads, open(d / "log.jsonl")) if "loss" in r]
+              for d in (tmp_path / "straight", out)]
+    assert losses[0] == losses[1] and len(losses[0]) == 6
