@@ -178,14 +178,15 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
         except RuntimeError as e:  # (torch.OutOfMemoryError on a GPU; the CPU allocator's is a RuntimeError)
             if not isinstance(e, torch.OutOfMemoryError) and "can't allocate memory" not in str(e):
                 raise
-            kept = f"; depths {', '.join(str(r['depth']) for r in rows)} are in {json_path}" if rows else ""
+            kept = f"; depths {', '.join(str(r['depth']) for r in rows)} are in {os.path.basename(json_path)}" \
+                if rows else ""
             raise Fail(f"--eval-depths {depth}: out of memory ({str(e).strip().splitlines()[0][:160]}){kept}; "
                        "give smaller depths, or a smaller --eval-batch-size")
         if r is None:
             done = "" if args.eval_only else f", after training to step {step}"
             line = stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths done{done})")
             if args.eval_only and rows:  # the depths done are in depth_eval.json (written after each)
-                line = line.replace("nothing was written", f"{json_path} holds depth(s) "
+                line = line.replace("nothing was written", f"{os.path.basename(json_path)} holds depth(s) "
                                     + ", ".join(str(r["depth"]) for r in rows))
             raise Preempted(line)
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
