@@ -390,7 +390,8 @@ def get_parser():
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
-      "writes only depth_eval.json (+ PNG) in --out-dir; loopvae: its validation PSNR, SSIM, L1, KL and "
+      "writes only depth_eval.json (+ PNG) in --out-dir (depth_eval-2.json ... where the folder holds one: it never "
+      "replaces a record it did not make); loopvae: its validation PSNR, SSIM, L1, KL and "
       "out-of-range pixels, written to reconstruction_eval.json")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
