@@ -40,13 +40,8 @@ Keys, in the order they run (each in its own try: one that fails is printed and 
   loopvae_{global,scale,none}_over_unlooped_img_per_s  LoopVAE's cost ledger (sec. 4.7): training img/s
                                         of each sharing scope over the unlooped hierarchy, side by side
                                         (the JSON's info.loopvae_ledger: parameters, blocks, applications,
-                                        MACs, img/s, step memory per arm; studies/summarize_loopvae.py)
+                                        MACs, img/s, step memory per arm; lab/summarize_loopvae.py)
   loopvae_global_over_unlooped_step_mem  peak step memory of the global scope over the unlooped one
-  anytime_{rule}_over_fixed_img_per_s   (with --anytime DIR) evaluation img/s of the per-image exit path
-                                        (analysis/anytime.py, images leave the batch) at each rule's
-                                        operating point in DIR/anytime.json (analyze.py --anytime: top-1
-                                        within 0.5 points of full depth) over the fixed-depth forward of
-                                        the checkpoint DIR/ckpt.pt, on its first 512 validation images
 On the CPU the default set leaves out cifar_preset, timm_compiled and loopvae (CPU_ON_REQUEST), and every
 default set loop_compile (ON_REQUEST); --only runs them. Timing: warm-up steps first (they pay compilation), synchronize, median of timed repeats (training
 loops: many steps per timing and one sync, as train.py queues them). --json is rewritten after
@@ -541,12 +536,12 @@ def loopvae_ledger(device, amp, img, width, batch, warmup, repeats, paper=True, 
 # are in the module docstring).
 # Left out of the CPU's default set (asked for by --only): the preset's paths and ours-vs-timm compiled come
 # out ~1 on a CPU by construction (it runs each kernel as it is called: their keys are read on CUDA), and
-# studies/summarize_loopvae.py runs the LoopVAE ledger itself (issue 66's goal: the default set <= 180 s on CPU-2).
+# lab/summarize_loopvae.py runs the LoopVAE ledger itself (issue 66's goal: the default set <= 180 s on CPU-2).
 CPU_ON_REQUEST = ("cifar_preset", "timm_compiled", "loopvae")
 ON_REQUEST = ("loop_compile",)  # left out of every default set: a probe of torch's loop primitive (issue 66)
 MEASUREMENTS = ("matmul", "cifar_preset", "exit_delay", "mfu_b16", "timm_eager", "timm_compiled", "compile_times",
                "loop_compile",
-                "revit_dynamic", "loader", "folders", "memory", "loopvae", "anytime")
+                "revit_dynamic", "loader", "folders", "memory", "loopvae")
 
 
 def main():
@@ -558,28 +553,7 @@ def main():
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no compilation: checks "
                    "that the script runs (tests/test_speed.py), measures nothing")
     p.add_argument("--only", help="comma-separated measurements to run, of: " + ", ".join(MEASUREMENTS))
-    p.add_argument("--anytime", metavar="DIR", help="a run folder with ckpt.pt and analyze.py --anytime's "
-                   "anytime.json (--out-dir DIR): adds the anytime measurement")
     args = p.parse_args()
-    if args.anytime and not os.path.isdir(args.anytime):
-        p.error(f"--anytime {args.anytime}: no such folder; give a run folder that holds ckpt.pt and anytime.json")
-    if args.anytime and not os.path.isfile(os.path.join(args.anytime, "ckpt.pt")):
-        p.error(f"--anytime {args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in "
-                "results/, cannot be timed); give the folder of a run that holds one")
-    if args.anytime:  # its --model, from the args.json train.py writes beside ckpt.pt
-        from training.registry import MODELS
-        try:
-            kind = json.load(open(os.path.join(args.anytime, "args.json"))).get("model")
-        except (OSError, ValueError, AttributeError):
-            kind = None
-        if kind in MODELS and MODELS[kind].reconstructs:  # (analyze.py --anytime, which the line below names, refuses it)
-            p.error(f"--anytime {args.anytime}: a --model {kind} run, a tokenizer; early exit reads a classifier's "
-                    "predictions: give the folder of a classifier's run")
-    if args.anytime and not os.path.isfile(os.path.join(args.anytime, "anytime.json")):
-        p.error(f"--anytime {args.anytime}: no anytime.json there; run analyze.py --resume {args.anytime}/ckpt.pt "
-                f"--anytime --out-dir {args.anytime} first")
-    if args.only and "anytime" in args.only.split(",") and not args.anytime:
-        p.error("--only anytime needs --anytime DIR (a checkpoint's folder with its anytime.json)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     if args.json:  # written after every key: its folder is made, and checked, before the first one
@@ -719,26 +693,6 @@ def run(args):
         report("train_mem_d48_over_d12_grad_ckpt", mem[3] / mem[2], f"{mem[2]:.0f} -> {mem[3]:.0f} MiB, "
                f"--grad-checkpoint ({mem[1] / mem[3]:.1f}x less at depth 48)")
 
-    def anytime_speed():
-        import types
-        import analyze
-        from analysis import anytime
-        spec = json.load(open(os.path.join(args.anytime, "anytime.json")))
-        model, val_set, _ = analyze.load(types.SimpleNamespace(resume=os.path.join(args.anytime, "ckpt.pt"),
-                                                               data_dir=None, device=args.device))
-        x = torch.stack([val_set[i][0] for i in range(min(512 if not args.smoke else 8, len(val_set)))]).to(device)
-        with torch.no_grad():
-            fixed = timed(lambda: model(x), device, warmup, repeats)
-        for rule, r in spec["rules"].items():
-            op = r["operating_point"]
-            if op is None:
-                print(f"{'anytime_' + rule:40s}   no threshold keeps top-1 within 0.5 points", flush=True)
-                continue
-            t = timed(lambda: anytime.run(model, x, rule, op["threshold"], spec["budget"]), device, warmup, repeats)
-            report(f"anytime_{rule}_over_fixed_img_per_s", fixed / t, f"threshold {op['threshold']:.4g}: "
-                   f"{op['applications']:.2f} block applications per image against {spec['trained_depth']} x "
-                   f"{spec['blocks_per_step']}, {len(x)} images")
-
     def loopvae_costs():
         import presets
         # the paper's size and batch on CUDA (sec. 4.7: 256 px, batch 8); the mini presets' on the CPU
@@ -773,7 +727,6 @@ def run(args):
                                            ("loop_compile", loop_compile)]
     measurements += [("revit_dynamic", revit_dynamic), ("loader", loader), ("folders", folders), ("memory", memory),
                      ("loopvae", loopvae_costs)]
-    measurements += [("anytime", anytime_speed)] if args.anytime else []
     if args.smoke:  # the smoke run checks the script without compiling: no compiled process either
         measurements.remove(("exit_delay", exit_delay))
     only = set(args.only.split(",")) if args.only else None

@@ -3,27 +3,20 @@
 Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al.,
 arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et al.).
 
-Idea. A ViT stacks `depth` independently parameterized blocks. bViT applies ONE block `depth`
-times: z_{k+1} = F(z_k), so the parameter count no longer grows with depth, and the depth can be
-changed at inference (`model(x, depth=24)`). Here `num_blocks` distinct blocks serve the `depth`
-steps in contiguous phases, each block one run of consecutive steps: 1 is bViT, `depth` is the
-untied ViT/DeiT baseline (parameter names as in timm, so a timm ViT state dict loads with
-strict=True), 4 a four-phase model. (Raptor, Jacobs et al., arXiv 2512.19941, rewrites a trained
-ViT as a few blocks, each repeated over one contiguous "phase" of depth; our phases are equal.)
-Stage-wise deep supervision (Training Crossroads) reads logits after each of `stages` equal stages.
+Idea. A ViT stacks `depth` distinct blocks; bViT applies ONE block `depth` times, z_{k+1} = F(z_k), so the parameters
+do not grow with depth and the depth can change at inference (`model(x, depth=24)`). Here `num_blocks` blocks serve
+the steps in equal contiguous phases (Raptor, arXiv 2512.19941): 1 is bViT, `depth` the untied ViT/DeiT (timm's
+parameter names: a timm ViT state dict loads strictly). Deep supervision (Training Crossroads) reads logits after each
+of `stages` equal stages.
 
 Equations (ViT, Dosovitskiy et al., arXiv 2010.11929; pre-norm as timm): z_0 = [cls; patch_embed(x)] + pos_embed
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * mlp(norm2(z)))
     logits = head(norm(z)[:, 0])  with a class token;  logits = head(fc_norm(mean(z)))  without
-ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
-`layer_scale` is given); drop_path: stochastic depth. Without a class token the readout is global
-average pooling (GAP: the mean over the tokens), normalized by `fc_norm` (timm's name).
+ls1, ls2: LayerScale (the identity unless `layer_scale`); drop_path: stochastic depth; no class token: the token
+mean (GAP) through `fc_norm` (timm's names).
 
-Optional machinery, after the model: `init="mimetic"|"structured"` initializes attention as mimetic
-init (Trockman & Kolter, arXiv 2305.09828) or Structured Initialization (Zheng et al., arXiv
-2505.19985) do (`init_attention_`), on the base init `init_base` of every other layer: "timm"
-(trunc-normal 0.02, zero biases) or "pytorch" (PyTorch's own defaults: the structured-init paper's
-baseline, INIT_BASES); `resample_pos_embed` for other image sizes.
+After the model, its machinery: the base init (`init_base` "timm": trunc-normal 0.02, zero biases; "pytorch":
+PyTorch's defaults), the hook `init` (inits.py: mimetic, structured), compile regions, sizes, `resample_pos_embed`.
 
 Measured: see README.md "Results" (commands and hardware there).
 """
@@ -37,10 +30,8 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -48,18 +39,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -99,10 +85,8 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
-    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
-    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
-    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
+    """Pre-norm block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; timm's names). `stochastic`: drop path
+    on (default: drop_path > 0); a model passes one flag to all blocks, so a rate-0 block runs the same ops."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -122,25 +106,6 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
 
 
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
-
-
 def classification_loss(logits, targets, kind="ce"):
     """Cross-entropy ("ce") or DeiT III's binary cross-entropy ("bce": mean over B x classes, class
     indices made one-hot), in fp32. logits (B, classes); targets (B,) indices or (B, classes) probs."""
@@ -152,39 +117,22 @@ def classification_loss(logits, targets, kind="ce"):
 
 # ----------------------------------------------------------------------------- the model
 class BViT(nn.Module):
-    """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases.
+    """Recurrent ViT: `num_blocks` blocks applied for `depth` steps in contiguous phases: step k of L uses block
+    floor(k * num_blocks / L) (our rule, for any call-time `depth`). num_blocks=1: bViT; =depth: ViT/DeiT.
 
-    Step k (0-based) of L uses block floor(k * num_blocks / L) (our rule: equal phases, recomputed
-    for any `depth` given at call time). num_blocks=1: bViT; num_blocks=depth: ViT/DeiT.
-
-    Call: `logits, loss = model(x, targets=None, depth=None)` with x (B, C, H, W) float,
-    targets (B,) int64 class indices or (B, num_classes) probabilities; logits (B, num_classes);
-    loss None without targets, else the mean over `stages` of the stage losses, each
-    cross-entropy (`loss="ce"`) or DeiT III's binary cross-entropy
-    (`loss="bce"`). `model.aux` holds the detached per-stage losses of the last call.
-    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
-    `norm` the identity: global_pool="avg"); `dynamic_img_size=True` takes any H, W divisible by
-    patch_size, resampling pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes
-    each step's activations in the backward pass (training only).
-
-    Stochastic depth (`drop_path_rate`, one rule in every model file, `shared_drop_rate`): block b's
-    rate is the mean of the untied schedule linspace(0, drop_path_rate, depth) over the steps of its
-    phase, so the mean rate over the steps is the untied ViT's (rate / 2 for depth > 1) and
-    num_blocks=depth is DeiT/timm's schedule exactly; fixed at construction, for the trained depth.
-    Init: `init` (INITS) the attention init, `init_base` (INIT_BASES) every other layer's.
-    `block_fn` (timm's name; default Block): the recurrent block, called once per distinct block as
-    block_fn(dim=, num_heads=, mlp_ratio=, layer_scale=, drop_path=, stochastic=) (Block's arguments: the
-    block's own drop-path rate and LayerScale init) -> a module (B, T, D) -> (B, T, D); the model's init then
-    sets its nn.Linear and nn.LayerNorm layers (and, for init != "default", its attn: Attention's layout).
-
-    Raises ValueError for sizes that do not fit (image not divisible by patch, embed_dim not
-    divisible by num_heads, depth not divisible by stages, non-positive depth, ...) and for an
-    unknown init, init_base or loss.
+    `logits = model(x, depth=None)`, `logits, loss = model(x, targets)` (the training loop's form): x (B, C, H, W);
+    targets (B,) class indices or (B, num_classes) probabilities; logits (B, num_classes); loss the mean over `stages`
+    of the stage losses, cross-entropy (`loss="ce"`) or DeiT III's BCE ("bce"); `model.aux`: the detached stage
+    losses. As timm: `class_token=False` reads the token mean through `fc_norm`; `dynamic_img_size=True` takes any H, W
+    divisible by patch_size (`resample_pos_embed`); `set_grad_checkpointing()`; `block_fn` builds each distinct block
+    with Block's keyword arguments (timm's Block: rvits_timm.timm_block). Drop path: block b at the mean of timm's
+    untied schedule over its phase's steps (`shared_drop_rate`). Init: `init_base` "timm" or "pytorch" for every
+    layer, then `init(model)` if given (inits.py). ValueError for sizes that do not fit, an unknown init_base or loss.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1, init="default", init_base="timm",
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
@@ -193,12 +141,13 @@ class BViT(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if depth < 1 or num_blocks < 1 or num_blocks > depth:
             raise ValueError(f"need 1 <= num_blocks <= depth, got num_blocks={num_blocks}, depth={depth}")
-        if init not in INITS or init_base not in INIT_BASES or loss not in ("ce", "bce"):
-            raise ValueError(f"need init in {INITS}, init_base in {INIT_BASES} and loss in ('ce', 'bce'), "
-                             f"got {init!r}, {init_base!r}, {loss!r}")
+        if init_base not in ("timm", "pytorch") or loss not in ("ce", "bce") or not (init is None or callable(init)):
+            raise ValueError(f"need init_base 'timm' or 'pytorch', loss 'ce' or 'bce' and init None or a function "
+                             f"model -> None (inits.py: inits.structured), got {init_base!r}, {loss!r}, {init!r}")
         self.depth, self.num_blocks, self.num_classes = depth, num_blocks, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names
         if stages < 1 or depth % stages:
             raise ValueError(f"stages={stages} must be >= 1 and divide depth={depth}")
         self.stages, self.loss = stages, loss
@@ -218,15 +167,18 @@ class BViT(nn.Module):
         self.blocks = nn.ModuleList(block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
                                              layer_scale=layer_scale, drop_path=r, stochastic=drop_path_rate > 0)
                                     for r in rates)
-        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
-            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
-                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
-        self.aux = {}
-        self._init_weights(init, init_base)
+        self.aux, self.global_pool = {}, "token" if class_token else "avg"  # (timm's name for the readout)
+        self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{b}") for b in owner]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
+        self._init_weights(init_base)
+        if init is not None:  # e.g. inits.structured: the attention init, on the base
+            init(self)
 
     def forward(self, x, targets=None, depth=None):
         depth = self.depth if depth is None else depth
@@ -244,15 +196,14 @@ class BViT(nn.Module):
                 stage_logits.append(self.classify(z))
         logits = stage_logits[-1]
         if targets is None:
-            return logits, None
+            return logits
         losses = torch.stack([classification_loss(l, targets, self.loss) for l in stage_logits])
         # Read before the next training step: compiled whole with CUDA graphs (kernels.py), these live in
         # the graph's memory and the next replay overwrites them (train.py reads them after each epoch).
         self.aux = {f"stage{s}_loss": v for s, v in enumerate(losses.detach())}
         # The mean of the S stage losses, so the final readout weighs 1/S: our choice (the papers are silent; Training
         # Crossroads' abstract names no weights). As a sum of products with a Python float: no host-to-device copy.
-        loss = torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
-        return logits, loss
+        return logits, torch.stack([l * (1.0 / self.stages) for l in losses]).sum()
 
     def phase_map(self, depth=None):
         """Block index used by each of the `depth` steps: [floor(k * num_blocks / depth)]."""
@@ -284,10 +235,8 @@ class BViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-    # ----------------------------------------------------- anytime: the recurrence one step at a time
-    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
-    # and blocks_per_step. forward(x, depth=L) is begin, step k = 0..L-1, readout, bit for bit (it runs
-    # them); a caller may read out after any step and drop images from the batch between steps.
+    # ----------------------------------------------------- anytime (docs/models.md): begin, step(k, depth), readout
+    # forward(x, depth=L) runs begin, step k = 0..L-1, readout; a caller may read out after any step.
     blocks_per_step = 1  # block applications per step
 
     def begin(self, x):
@@ -295,8 +244,7 @@ class BViT(nn.Module):
         return self.embed(x)
 
     def step(self, z, k, depth=None):
-        """Step k (0-based) of a `depth`-step run (default: the trained depth): the block of phase k
-        (phase_map). z (B, N(+1), D) -> (B, N(+1), D)."""
+        """Step k (0-based) of a `depth`-step run (default: as trained), phase_map's block: (B, T, D) -> (B, T, D)."""
         depth = depth or self.depth
         return self._step(self.blocks[self.phase_map(depth)[k]], z)
 
@@ -304,53 +252,58 @@ class BViT(nn.Module):
         """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
         return self.classify(z)
 
-    # ----------------------------------------------------- timm's features API, on the anytime members
-    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
-    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
-    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
-    def forward_features(self, x, depth=None):
-        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
-        (+1 class token): what forward_head reads (timm's forward_features)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+    # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
+        """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
-        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
-        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
         x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
         return x if pre_logits else self.head(x)
 
     def no_weight_decay(self):
-        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
-        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates on the recurrence: x (B, C, H, W) -> (the final normalized tokens
-        (B, T, D), [the state (B, T, D) after each chosen step, in step order]), T = N patches (+1 class
-        token), for a `depth`-step run (default: as trained; any depth). indices (take_indices): None every
-        step, an int n the last n, a list the steps it names; norm=True: each state through the final norm.
-        Runs begin and step, as forward does. ValueError for a step outside the run."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """timm's forward_intermediates (its arguments; timm_outputs): x (B, C, H, W) -> the states after the steps
+        `indices` picks (take_indices) of the `depth` steps run (keyword; default as trained), norm=True: through the
+        final norm; stop_early: stop after the last one picked. Final tokens: the last state, normalized."""
         depth = self.depth if depth is None else depth
         take, z, states = take_indices(depth, indices), self.begin(x), []
-        for k in range(depth):
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z = self.step(z, k, depth)
             if k in take:
                 states.append(self.norm(z) if norm else z)
-        return self.norm(z), states
+        return timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                            output_dict)
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
-        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = num_classes
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
             else nn.Identity()
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init, base):
-        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
-        if base == "pytorch":
-            pytorch_base_(self)
+    def _init_weights(self, base):  # the base (INIT_BASES); `init` runs after it (__init__)
+        if base == "pytorch":  # PyTorch's defaults (reset_parameters), pos_embed randn x 0.02, class token 0
+            for m in self.modules():  # (the structured-init paper's baseline: its code's weight_init='skip')
+                if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+                    m.reset_parameters()
+            nn.init.normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.zeros_(self.cls_token)
         else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
             if self.cls_token is not None:
@@ -366,57 +319,43 @@ class BViT(nn.Module):
             w = self.patch_embed.proj.weight
             nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
             nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # each distinct block once
-            init_attention_(blk.attn, init, pos, grid)
 
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block application's activations in the backward pass
-        (`_step`; training only). Returns self."""
+        """timm's name: recompute each step's activations in backward (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
-        """Regional compilation: compile each distinct block once and keep the step loop eager, so
-        compile time does not grow with depth and a new depth, step or phase map needs no
-        recompilation (tests/test_speed.py checks it with TORCH_LOGS=recompiles). fullgraph=True: each
-        block compiles to one graph or fails, never silently falling back to Python in between (a
-        "graph break"). Block holds its drop-path rate as a tensor because torch.compile guards a
-        float attribute's value: blocks of different rates would each compile a graph. Call before
-        DDP. kwargs go to torch.compile (e.g. mode="max-autotune-no-cudagraphs"). Returns self."""
+        """Regional compilation: each distinct block compiled once, the step loop eager, so compile time does not grow
+        with depth and a new depth, step or phase map needs no recompilation (tests/test_speed.py). fullgraph=True: one
+        graph per block or an error, never a silent "graph break". Block holds its drop-path rate as a tensor (a float
+        attribute is guarded by value). Call before DDP. kwargs go to torch.compile. Returns self."""
         for blk in self.blocks:
             blk.compile(fullgraph=True, **kwargs)
         return self
 
     def trains_as_one_graph(self):
-        """True: a training forward at the trained depth runs the same operations on the same shapes
-        every step, so train.py may compile it whole (kernels.compile_for_training)."""
+        """True: a training forward runs the same operations on the same shapes: compiled whole (kernels.py)."""
         return True
 
     def num_params(self, exclude_embeddings=False):
         """Number of distinct parameters (a shared block counts once)."""
         n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.pos_embed.numel()
-        return n
+        return n - self.pos_embed.numel() if exclude_embeddings else n
 
     def flops_per_image(self, depth=None):
-        """Analytic forward FLOPs per image (2 x multiply-adds of matmuls; norms, softmax, GELU and
-        additions are ignored). Patch embed N*D*C*p^2; per step with T tokens:
-        qkv 3TD^2 + scores T^2 D + weighted sum T^2 D + proj TD^2 + MLP 2rTD^2; head D*classes."""
+        """Analytic forward FLOPs per image (2 x multiply-adds of matmuls; norms, softmax, GELU, additions ignored).
+        Patch embed N*D*C*p^2; per step with T tokens: qkv 3TD^2 + scores T^2 D + weighted sum T^2 D + proj TD^2 +
+        MLP 2rTD^2; head D*classes."""
         depth = depth or self.depth
         D, p = self.embed_dim, self.patch_size
         N = (self.img_size // p) ** 2
@@ -428,21 +367,10 @@ class BViT(nn.Module):
 
 
 # ----------------------------------------------------------------------------- hierarchical compilation
-def nested_compile_region(fn):
-    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
-    mark = getattr(torch.compiler, "nested_compile_region", None)
-    return fn if mark is None else mark(fn)
-
-
-@nested_compile_region
+@getattr(torch.compiler, "nested_compile_region", lambda fn: fn)  # (a torch without it: the plain function)
 def apply_step(block, *args):
-    """block(*args): one block application of the recurrence, marked as a nested compile region
-    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
-    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
-    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
-    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
-    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
-    with buffer reuse off and on a torch where that was checked."""
+    """block(*args), one step as a nested compile region: with `model.nested_regions` on (kernels.py), a
+    whole-model torch.compile compiles the step once and calls it at every step; eagerly a plain call."""
     return block(*args)
 
 
@@ -469,92 +397,46 @@ def vit_l(**kw): return _sized("l", True, **kw)
 
 
 # ============================================================================= optional machinery
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-# The base init of every layer the attention init does not set (the official code's `weight_init`):
-# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
-# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
-# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
-INIT_BASES = ("timm", "pytorch")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
 
 
-def pytorch_base_(model):
-    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
-    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
-    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
-    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
-    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
-    for m in model.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-            m.reset_parameters()
-    nn.init.normal_(model.pos_embed, std=0.02)
-    if model.cls_token is not None:
-        nn.init.zeros_(model.cls_token)
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
 
 
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    """timm's resample_abs_pos_embed: pos_embed (1, num_prefix + n*n, D) -> (1, num_prefix + gh*gw, D) for grid
+    (gh, gw), bicubic with antialiasing in float32, prefix rows kept; itself for (n, n); ValueError: not square."""
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
     n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
     if n * n != patches.shape[1]:

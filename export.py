@@ -24,14 +24,14 @@ DISPATCH = ("deepseek", "qwen3", "moeut")  # revit_moe's token dispatch: data-de
 
 
 class FixedDepth(nn.Module):
-    """logits = model(x, depth=depth)[0]: x (B, C, H, W) -> (B, classes)."""
+    """logits = model(x, depth=depth): x (B, C, H, W) -> (B, classes)."""
 
     def __init__(self, model, depth):
         super().__init__()
         self.model, self.depth = model, depth
 
     def forward(self, x):
-        return self.model(x, depth=self.depth)[0]
+        return self.model(x, depth=self.depth)
 
 
 def _refuse_dispatch(model):

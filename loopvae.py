@@ -37,7 +37,7 @@ The paper does not specify the transitions and heads; ours are marked "our choic
 is 32.46M - 29.07M = 3.39M larger, which is 8 x (ViT block - CNN block) = 8 x 424,320 = 3.39M: its
 ablation apparently keeps the CNN's transitions and heads, as `operator="vit"` does here.
 Measured: the CPU study of the sharing scopes on both cores and of Stage 2 (README.md "LoopVAE", docs/models.md,
-results/loopvae/).
+lab/results/loopvae/).
 """
 import math
 

@@ -4,13 +4,13 @@ number each aims at; TIMES: what each costs, measured or estimated. Data only: `
 win; `--list-presets` prints one line per preset, `--print-config` shows one resolved.
 
 Three families:
-- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; studies/reproduce_mini.sh),
+- `c100-mini-*`: the CPU-scale CIFAR-100 protocol (README "Results"; lab/reproduce_mini.sh),
   sized for 2 CPU cores (each arm's measured time in TIMES), every paper claim as a pair of arms;
   `c100-mini-init-*`, the structured-init claims' arms on an 8 x 8 patch grid and the paper's base init;
 - `c100-*`: the Training Crossroads study arms at full scale (200 epochs; GPU), and `c100-gpu-*`,
   every arm of the mini study and of reViT's comparisons at Ti width on that recipe without
   per-image RandAugment and with 50 epochs, so that it runs on the GPU-resident loader
-  (studies/gpu_study.sh);
+  (lab/gpu_study.sh);
 - `in1k-*`: the papers' ImageNet-1k protocols (the DeiT III recipe; reViT's: its paper's Table 6; SR-ViT's: the DeiT recipe, our reading);
 - LoopVAE, a tokenizer (Stage 1): `c100-mini-loopvae-*`, its sharing scopes and an unlooped hierarchy
   at 32 px, sized for 2 CPU cores, and `c100-mini-loopvae-gan`, Stage 2 (adversarial) of the global arm;
@@ -61,7 +61,7 @@ PRESETS = {"cpu-first-bvit": ("README's first run: bViT D=128, one block x 6 ste
 # (so that Euler, Heun and RK4 all fit 8 block evaluations), batch 128, a warmup of half an epoch
 # and a cosine decay to ~0, crop + flip only (the batched loader: --workers 0), label smoothing, no
 # MixUp/RandAugment/drop path (they pay off only over long schedules), the class token and the
-# structured attention init (vit+default in studies/reproduce_mini.sh is the default-init control). Every recurrent arm is evaluated at 0.5x,
+# structured attention init (vit+default in lab/reproduce_mini.sh is the default-init control). Every recurrent arm is evaluated at 0.5x,
 # 1x, 2x and 4x its trained depth.
 MINI = dict(data="cifar100", embed_dim=96, num_heads=3, mlp_ratio=4.0, patch_size=8, depth=8, epochs=10,
             batch_size=128, opt="adamw", lr=2e-3, min_lr=1e-5, weight_decay=0.05, warmup_epochs=0.5,
@@ -75,7 +75,7 @@ def study_arms(family, steps, wide, narrow, stages, lora_rank):
     claim as a pair of arms, and reViT's comparisons. steps: block applications of the recurrent
     arms (depth of the untied ones); wide / narrow: the width flags of the matched-parameter pair
     (a one-block bViT vs an untied ViT); stages: deep-supervision stages; lora_rank: the LoRA
-    baseline's rank. Arm names as in studies/summarize_mini.py's claims."""
+    baseline's rank. Arm names as in lab/summarize_mini.py's claims."""
     other = lambda arm: f"c100-{family}-{arm}"  # noqa: E731
     flags = lambda kw: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in kw.items())  # noqa: E731
     arms = {
@@ -144,7 +144,7 @@ def elastic_arms(family, recipe):
 # rank 16 at D=96 is the paper's LoRA rank 64 at D=384 (appendix B.1; like there, LoRA stores more than E=4).
 MINI_ARMS = study_arms("mini", 8, dict(embed_dim=112, num_heads=4), dict(embed_dim=42, num_heads=3), 4, 16)
 MINI_ARMS.update(elastic_arms("mini", MINI))
-# The papers' claims never tested before (issue 64; studies/claims.py registers them). Training Crossroads'
+# The papers' claims never tested before (issue 64; lab/claims.py registers them). Training Crossroads'
 # black-box field dz/dt = F(z) beside the state-subtracted c100-mini-odevit-euler, at the same NFE (8); the solver
 # arms again at a second NFE budget, 4 block evaluations over T = 4 (Euler h = 1, Heun h = 2, RK4 h = 4: the same
 # step size per block evaluation as at NFE 8), so that the RK4-minus-Euler and Heun-minus-Euler gains are measured
@@ -204,9 +204,9 @@ PRESETS.update({f"c100-mini-{arm}": (f"mini study arm: {what}", {**MINI, **flags
                 for arm, (what, flags) in fig2_arms("mini", MINI, FIG2_L).items()})
 
 # The search for a supervised CPU recipe on which reViT E=4's experts engage (issue 63): on c100-mini-revit-e4 they do
-# not (results/revit: eq. 9 term 0.84-0.85, eq. 6 term <= 0.01 at the end). Each candidate changes one thing and is
+# not (lab/results/revit: eq. 9 term 0.84-0.85, eq. 6 term <= 0.01 at the end). Each candidate changes one thing and is
 # sized to at most 60 CPU minutes (TIMES); it engages when its last epoch shows eq. 6 >= 0.1 and eq. 9 <= 0.7
-# (studies/claims.py REVIT_E4). Not a protocol of the paper: candidates, run once (seed 0) by studies/README.md's queue.
+# (lab/claims.py REVIT_E4). Not a protocol of the paper: candidates, run once (seed 0) by lab/README.md's queue.
 SEARCH = {"e2": ("E=2 experts (Table 5's largest single step is E=1 -> 2)", dict(experts=2)),
           "long": ("13 epochs instead of 10 (the schedule that fits 60 min)", dict(epochs=13)),
           "wide": ("D=192 in 3 heads (Ti width), 3 epochs", dict(embed_dim=192, num_heads=3, epochs=3, warmup_epochs=0.15)),
@@ -230,13 +230,13 @@ INIT_ARMS = {"pytorch": ("PyTorch's default init on every layer, the structured-
 PRESETS.update({f"c100-mini-init-{arm}": (f"init study arm: untied ViT D=96, 8 blocks, patch 4 (8x8 grid), 2 epochs; "
                                           f"{what}", dict(INIT, init=init)) for arm, (what, init) in INIT_ARMS.items()})
 
-# The study at GPU scale (`c100-gpu-*`, studies/gpu_study.sh): the c100-* recipe made GPU-fast, no
+# The study at GPU scale (`c100-gpu-*`, lab/gpu_study.sh): the c100-* recipe made GPU-fast, no
 # RandAugment (per-image, CPU-bound), so CIFAR stays on the GPU-resident loader (crop + flip on the
 # device; MixUp/CutMix are batch operations there anyway), and 50 epochs instead of 200, so that a
 # run takes minutes of an H200. Every arm of the mini study and of reViT's comparisons at Ti width
 # (D=192, 3 heads, patch 4: 65 tokens), 12 block applications, evaluated at 0.5x, 1x, 2x and 4x
 # its trained depth. The timm (default) init, as the first GPU run; "vit+structured" in
-# studies/gpu_study.sh is the init claim's arm (`--init structured`).
+# lab/gpu_study.sh is the init claim's arm (`--init structured`).
 GPU = dict(CIFAR, randaug=0.0, epochs=50, warmup_epochs=5.0)
 # Matched parameter memory as in the full study (bViT D=384, 1.86 M params, vs untied ViT D=112, 1.85 M);
 # rank 32 at D=192 is the paper's rank 64 at D=384.
@@ -405,7 +405,7 @@ for arm, (what, flags) in LOOPVAE_ARMS.items():
         "unshared 31.043 dB)" if arm != "unlooped" else
         "none (the cost ledger's baseline, sec. 4.7: the looped CNN has 1.57x the MACs of an unlooped one)")
 # LoopVAE Stage 2 (training/adversarial.py; sec. 3.5, App. A.1) at the CPU scale, continuing the global arm's Stage-1
-# run as studies/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
+# run as lab/reproduce_mini.sh writes it (ARMS=loopvae, seed 0): 200 steps of 32 at the paper's Stage-2 lr
 # 5e-5 (generator and discriminator), adaptive weight x 0.5, lazy R1 10 every 16, DiffAugment; our choices:
 # the small conv discriminator (the paper's frozen DINOv2 needs weights this machine cannot download), the
 # adversarial term from step 50 (the paper's 5,000 of ~600k Stage-2 steps would leave it off for all 200), 5 %
@@ -443,10 +443,10 @@ PAPER["in256-loopvae-cnn-gan"] = "ImageNet-256 (Table 1): rFID 0.28, PSNR 32.54 
 PAPER["in256-loopvae-cnn"] = ("ImageNet-256 after Stage 2 (Table 1): rFID 0.28, PSNR 32.54 dB, LPIPS 0.048, SSIM 0.91; "
                               "no Stage-1 number")
 
-# What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (docs/results.md).
-# Measured figures are docs/results.md's, as written there: the c100-mini-* wall minutes of the
+# What a preset costs, one figure per run: (CPU-2, one H200). CPU-2 = 2 x86_64 cores (lab/docs/results.md).
+# Measured figures are lab/docs/results.md's, as written there: the c100-mini-* wall minutes of the
 # mini table (CPU-2 AMD EPYC, 2026-11-30, two runs side by side with one thread each, so slower than
-# one run alone: c100-mini-srvit-r1 took about 8 min alone on the Intel Xeon, docs/reproduce.md 2026-12-01);
+# one run alone: c100-mini-srvit-r1 took about 8 min alone on the Intel Xeon, lab/docs/reproduce.md 2026-12-01);
 # reViT's comparison arms have only training minutes ("train"; a third run shared the cores for part
 # of them); c100-gpu-bvit's training minutes on the H200 (commit f937315). "est.": docs/presets.md's ImageNet
 # GPU-hour estimates (scaled by FLOPs from two measured H200 training rates). "?": not measured.
@@ -457,7 +457,7 @@ MINI_WALL_MIN = {"vit": 23.5, "bvit": 25.7, "bvit-wide": 31.9, "vit-narrow": 10.
                  "odevit-euler": 30.5, "odevit-heun": 29.8, "odevit-rk4": 50.5,
                  "srvit-r1": 13.4, "srvit-r2": 23.6}
 TIMES.update({f"c100-mini-{arm}": (f"{m} min, pair", "?") for arm, m in MINI_WALL_MIN.items()})
-# Issue 64's arms, measured (results/untested, seeds 0-2, 2026-12-05/06, CPU-2 AMD EPYC, one thread, two runs side by
+# Issue 64's arms, measured (lab/results/untested, seeds 0-2, 2026-12-05/06, CPU-2 AMD EPYC, one thread, two runs side by
 # side): the mean of done.json's wall minutes (the spread: 16-18, 8-12, 8-10, 8-9, 6-9, 6-9). They were estimated
 # before their runs at 0.84x odevit-euler, 0.45x / 0.44x / 0.51x the NFE-8 solver arms, 0.36x vit and 0.37x bvit
 # (training steps timed 2026-12-04, docs/presets.md "the arms of issue 64"). (D=192 at this recipe: 3.5x
@@ -472,9 +472,9 @@ TIMES.update({f"c100-gpu-{arm}": ("?", "est. 1 min") for arm in ("vit-d96", "bvi
 # The init arms, estimated (2026-12-03, CPU-2 AMD EPYC, one thread, niced, beside four training runs): a training
 # step of batch 128 (forward, backward, AdamW) at patch 4 took 4.0x and 4.5x c100-mini-vit's in two timings
 # (median 1.72 vs 0.40 s), so 2 of c100-mini-vit's 10 epochs (23.5 min, pair) x 4.3 = 20 min, pair.
-# Measured (results/init, seeds 0-2, 2026-12-03/06, CPU-2 AMD EPYC, two runs side by side): 13-17 min, mean 14.9.
+# Measured (lab/results/init, seeds 0-2, 2026-12-03/06, CPU-2 AMD EPYC, two runs side by side): 13-17 min, mean 14.9.
 TIMES.update({f"c100-mini-init-{arm}": ("14.9 min, pair", "?") for arm in INIT_ARMS})
-# The reViT arms at their paper's protocol (issue 49, 2026-12-03, CPU-2 AMD EPYC; results/revit): the mean wall
+# The reViT arms at their paper's protocol (issue 49, 2026-12-03, CPU-2 AMD EPYC; lab/results/revit): the mean wall
 # minutes of seeds 0 and 1 (done.json's wall_s), two runs side by side with other jobs on the cores at times
 # ("loaded": a quiet pair is faster). E=1's continuations, which the study did not run, are estimated as 3 of the
 # 10 epochs.
@@ -484,9 +484,9 @@ TIMES.update({f"c100-mini-revit-{r}": (f"{m} min, pair, loaded", "?") for r, m i
 TIMES.update({f"c100-mini-revit-e1-{kind}": (f"est. {0.3 * REVIT_WALL_MIN['e1']:.0f} min, pair", "?") for kind in ("elastic", "cont")})
 # The Fig. 2 arms at L = 6, estimated (2026-12-04, CPU-2 AMD EPYC, one thread, beside two training runs): 40 training
 # steps took 0.22 s (depth-only gate) and 0.37 s (feature-only gate) a step against 0.32 s for the second regime's
-# revit-e4+feature-only at depth 8, whose runs took 23 and 35 min (results/revit-teacher): x 0.68 and x 1.13 of their
+# revit-e4+feature-only at depth 8, whose runs took 23 and 35 min (lab/results/revit-teacher): x 0.68 and x 1.13 of their
 # mean, 29 min; the elastic stages 3 of the 10 epochs.
-# Fig. 2's chain, measured (results/revit-fig2, 2026-12-05, CPU-2 AMD EPYC, b2aad27, one thread, two lanes): the
+# Fig. 2's chain, measured (lab/results/revit-fig2, 2026-12-05, CPU-2 AMD EPYC, b2aad27, one thread, two lanes): the
 # depth-gate students 17-19 min, the feature-gate students 33 min alone on a lane and ~45 beside another run, the
 # elastic stages 4.7-5 and 9-10 min.
 TIMES.update({"c100-mini-revit-e4-fig2": ("18 min, pair", "?"), "c100-mini-revit-smear-fig2": ("33-45 min, pair", "?"),
@@ -495,7 +495,7 @@ TIMES.update({"c100-mini-revit-e4-fig2": ("18 min, pair", "?"), "c100-mini-revit
 # The engagement search was estimated from c100-mini-revit-e4's 43.4 min (pair, loaded): E=2 the same; 13 epochs x 1.3;
 # D=192 ~4x a step's FLOPs at 3 of 10 epochs; patch 4 ~4.3x a step (the init arms' measured 4.0-4.5x) at 2 of 10.
 # The router at 10x: as c100-mini-revit-e4 (the same step).
-# Measured (results/revit-search, seed 0, 2026-12-05 at b8351a4, CPU-2 AMD EPYC, two runs side by side): 14-20 min,
+# Measured (lab/results/revit-search, seed 0, 2026-12-05 at b8351a4, CPU-2 AMD EPYC, two runs side by side): 14-20 min,
 # each under its estimate (e2 43, long 56, wide 52, p4 37, router 43: a quieter machine than the loaded reViT runs).
 TIMES.update({"c100-mini-revit-search-e2": ("14.2 min, pair", "?"), "c100-mini-revit-search-long": ("19.9 min, pair", "?"),
               "c100-mini-revit-search-wide": ("16.4 min, pair", "?"), "c100-mini-revit-search-p4": ("14.1 min, pair", "?"),

@@ -3,31 +3,22 @@
 Paper: "One Block, Multiple Depths: Recurrent Vision Transformers with Depth-Programmed Experts"
 (Bulat, Ouali, Tzimiropoulos, arXiv 2610.12448), sections 3, 4.4, A.1, A.2, A.5.
 
-Idea. Like bViT, one block is applied `depth` times, with ONE shared attention and norms; but the
-FFN of each step is its own dense FFN, a convex combination of E stored expert FFNs whose weights
-are programmed by the step's normalized depth t ("weight-space merging": one FFN per step, any E).
-As t lives in [0, 1], one checkpoint runs at any depth, or is materialized into L dense FFNs.
+Idea. Like bViT, one block is applied `depth` times, with ONE shared attention and norms; but the FFN of each step is
+its own dense FFN, a convex combination of E stored expert FFNs whose weights are programmed by the step's normalized
+depth t ("weight-space merging": one FFN per step, any E). As t lives in [0, 1], one checkpoint runs at any depth, or
+is materialized into L dense FFNs.
 
 Equations (paper sections 3.1, 3.2 and A.1): for L steps, t_k = k / (L - 1) (t = 0 when L = 1), and
     g(t) = softmax(router(t)),  router = Linear(1, 16) -> SiLU -> Linear(16, E)    (A.1)
     W(t) = sum_e g_e(t) W_e  for both FFN layers' weights and biases                (3.1)
     z <- z + drop_path(ls1 * attn(norm1(z)));  z <- z + drop_path(ls2 * FFN_{W(t_k)}(norm2(z)))
-Elastic depth (3.2, A.2): in training each step is dropped per image with probability
-`depth_dropout` (a dropped step is the identity) and the retained steps are renumbered, so their
-coordinates spread evenly over [0, 1]; the merged FFN therefore differs per image.
-Elastic depth is the paper's second stage, not its supervised recipe: Table 6 (the recipe of Tables 1,
-3, 5, 10) has no depth dropout, and A.2-A.3 continue the trained models with per-image depth dropout
-0.3 ("for Fig. 2"). So depth_dropout defaults to 0.0 here and in train.py; the presets' `*-elastic`
-arms continue a fixed-depth run at 0.3 (presets.py says for how long: the paper does not).
-ls1, ls2: LayerScale, a learned per-channel scale of each residual branch (the identity unless
-`layer_scale` is given); without a class token the readout is global average pooling (GAP: the
-mean over the tokens), normalized by `fc_norm` (timm's name). Optional machinery, after the
-model and its sizes: the attention inits (`init=` on the base `init_base=`, as in bvit.py), the
-nested compile region of a step (`apply_step`), `resample_pos_embed` for other image sizes, and
-`DenseReViT`, the model materialized at a fixed depth (paper 3.1, `ReViT.materialize`).
+Elastic depth (3.2, A.2): each step dropped per image with probability `depth_dropout` (the identity), the kept steps
+renumbered evenly over [0, 1]. It is the paper's second stage (A.2-A.3: 0.3), not its supervised recipe (Table 6:
+none), so it defaults to 0.0 (docs/models.md). ls1, ls2, drop_path, fc_norm: as in bvit.py. After the model: its
+machinery, `apply_step`, `resample_pos_embed`, and `DenseReViT` (materialized, 3.1).
 
 Measured: docs/models.md, section "reViT" (the 300-step CPU command, accuracy at other depths, the gates;
-`python scripts/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
+`python lab/check_readme.py --only revit-300` re-runs it) and the mini study in README "Results".
 """
 import math
 
@@ -38,10 +29,8 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- building blocks
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -49,18 +38,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -85,25 +69,6 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, D/h)
         x = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, D/h)
         return self.proj(x.transpose(1, 2).reshape(B, N, D))
-
-
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -144,19 +109,15 @@ def ffn(x, w1, b1, w2, b2):
 
 
 def to_device(t, device):
-    """Device plumbing: a host tensor (the rows, coordinates and groups of an elastic step) on
-    `device` without making the host wait for the GPU: an asynchronous copy from pinned memory (a
-    pageable one may wait)."""
+    """A host tensor (elastic rows, coordinates, groups) on `device` without a host wait (pinned, asynchronous)."""
     if device.type == "cuda":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
 
 
 class Block(nn.Module):
-    """Pre-norm block with shared attention whose FFN weights are arguments, so one (compiled) step
-    function serves every step: `block(z, w1, b1, w2, b2)` with w1 (H, D), b1 (H,), w2 (D, H), b2 (D,).
-    `block.grouped(z, w1, b1, w2, b2, groups)`: weights (U, H, D), ..., image b uses FFN groups[b].
-    ls1, ls2 (LayerScale), drop_prob and stochastic as in bvit.py's Block."""
+    """bvit.py's Block with its FFN weights as arguments, so one (compiled) step serves every step:
+    `block(z, w1, b1, w2, b2)`, w1 (H, D), b1 (H,), w2 (D, H), b2 (D,); `grouped`: weights (U, ...), FFN groups[b]."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, experts=1, layer_scale=None, drop_path=0.0):
         super().__init__()
@@ -188,9 +149,8 @@ class Block(nn.Module):
 
 
 def router_losses(logits, mlp):
-    """Section 3.2's E > 1 terms (ReViT's class docstring) over the rows of `logits` (M, E), fp32, one
-    row per gate (reViT: the L steps of the grid; revit_moe's Lory: every image at every step), and
-    the experts of `mlp` (ExpertMlp): {"bal": eq. 6, "z": eq. 8, "div": eq. 9}, scalars."""
+    """Sec. 3.2's E > 1 terms (ReViT's docstring), scalars {"bal": eq. 6, "z": eq. 8, "div": eq. 9}, over the gates
+    `logits` (M, E) fp32 (reViT: the grid's L steps; Lory: each image at each step) and `mlp`'s experts."""
     E = logits.shape[1]
     entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # (M,) H(g), in nats
     theta = torch.cat([p.flatten(1) for p in mlp.tensors()], dim=1)  # (E, P)
@@ -204,9 +164,8 @@ def router_losses(logits, mlp):
 
 # ----------------------------------------------------------------------------- elastic depth (paper 3.2, A.2)
 def sample_keep(batch: int, depth: int, p: float, device=None):
-    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p, per image.
-    An image that drops every step keeps one step chosen uniformly (our choice: every image keeps at least one step).
-    ReViT samples it on the CPU: which images run a step is host data (the step's batch size)."""
+    """Depth dropout mask (batch, depth) bool: each step kept with probability 1 - p; an image dropping all keeps
+    one uniformly chosen step (our choice). ReViT samples it on the CPU (a step's batch size is host data)."""
     keep = torch.rand(batch, depth, device=device) >= p
     empty = ~keep.any(1)  # (B,)
     pick = torch.randint(depth, (batch,), device=device)  # (B,) the step an empty image keeps
@@ -225,39 +184,23 @@ def step_coords(keep):
 class ReViT(nn.Module):
     """Recurrent ViT with one shared block and `experts` FFN experts merged by normalized depth.
 
-    Call: `logits, loss = model(x, targets=None, depth=None, keep=None)` with x (B, C, H, W),
-    targets (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes). In training
-    with `depth_dropout > 0` (elastic depth, A.2: 0.3 in the paper's second stage; the default 0.0
-    runs every step) a keep mask (B, depth) is sampled per call; `keep` may also be given (tests,
-    analysis). loss = cross-entropy (`loss="ce"`; `"bce"`: DeiT III's binary cross-entropy) + (E > 1
-    only, eq. 7) the regularizers of section 3.2, evaluated on the grid of the call's depth (our
-    choice: deterministic, independent of the drop mask):
-        L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]       eq. 6, H the Shannon entropy: 0 for a
-                                                          uniform gate, 1 for a one-hot one
-        L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8, router z-loss
-        L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e = expert e's
-                flattened fc1.weight, fc1.bias, fc2.weight, fc2.bias: 0 orthogonal, 1 (anti)parallel
-    weighted by lambda_bal, lambda_z, lambda_div (eq. 7: 1e-2, 1e-3, 1e-3). `model.aux` holds the
-    detached terms.
-    experts=1 is the tied bViT block (no router, no regularizers).
-    As timm: without a class token the token mean goes through `fc_norm` (LayerNorm after pooling,
-    `norm` the identity); `dynamic_img_size=True` takes any H, W divisible by patch_size, resampling
-    pos_embed (`resample_pos_embed`); `set_grad_checkpointing()` recomputes each step (its FFN
-    merging included) in the backward pass (training only).
-    Stochastic depth (`drop_path_rate`; the paper is silent): the one block serves all `depth` steps, so
-    it gets the untied schedule linspace(0, drop_path_rate, depth)'s mean, rate / 2 (0 at depth 1;
-    `shared_drop_rate`, the rule of every model file), fixed at construction for the trained depth.
-    Init: `init` (INITS) the shared attention's, `init_base` (INIT_BASES) every other layer's, the experts'
-    included (A.1: each expert as a dense FFN). `block_fn` (timm's name; default Block): the shared block,
-    called as block_fn(dim=, num_heads=, mlp_ratio=, experts=, layer_scale=, drop_path=) -> a module
-    `block(z, w1, b1, w2, b2)` whose `mlp` is an ExpertMlp (the experts the router merges) and, for
-    grid-free elastic depth, `grouped` (Block's). Bad sizes or names raise ValueError.
+    `logits = model(x, depth=None, keep=None)`, `logits, loss = model(x, targets, ...)` (training): x (B, C, H, W);
+    targets (B,) or (B, classes) probabilities; logits (B, classes); keep (B, depth) bool, the elastic mask (sampled in
+    training when `depth_dropout > 0`). loss = CE (`loss="ce"`; "bce": DeiT III's) + for E > 1 (eq. 7) the terms of
+    sec. 3.2 on the call's grid (our choice: not the drop mask's), weighted by lambda_bal, lambda_z, lambda_div:
+        L_bal = (1/L) sum_k [1 - H(g(t_k)) / log E]                       eq. 6 (H: Shannon entropy)
+        L_z   = (1/L) sum_k logsumexp(router_logits(t_k))^2               eq. 8
+        L_div = 2 / (E (E - 1)) sum_{e < e'} cos(theta_e, theta_e')^2     eq. 9, theta_e: expert e flattened
+    `model.aux`: the detached terms. experts=1 is the tied bViT block. As BViT: class_token, dynamic_img_size,
+    set_grad_checkpointing, drop path (`shared_drop_rate`), `init_base` (each expert as a dense FFN, A.1), `init`;
+    `block_fn`: Block's arguments with experts=, a module `block(z, w1, b1, w2, b2)` with an ExpertMlp `mlp` and
+    `grouped`. Bad sizes or names raise ValueError.
     """
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, experts=4,
                  depth_dropout=0.0, lambda_bal=1e-2, lambda_z=1e-3, lambda_div=1e-3,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
@@ -268,19 +211,12 @@ class ReViT(nn.Module):
             raise ValueError(f"need depth >= 1 and experts >= 1, got depth={depth}, experts={experts}")
         if not 0.0 <= depth_dropout < 1.0:
             raise ValueError(f"depth_dropout must be in [0, 1), got {depth_dropout}")
-        if init not in INITS:
-            raise ValueError(f"init={init!r} is not one of {INITS}")
-        if init_base not in INIT_BASES:
-            raise ValueError(f"init_base={init_base!r} is not one of {INIT_BASES}")
+        if init_base not in ("timm", "pytorch") or not (init is None or callable(init)):
+            raise ValueError(f"need init_base 'timm' or 'pytorch' and init None or a function model -> None "
+                             f"(inits.py: inits.structured), got {init_base!r}, {init!r}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
-        # the keyword arguments, so that DenseReViT can build the same model at a fixed depth
-        self.config = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-                           embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                           experts=experts, depth_dropout=depth_dropout, lambda_bal=lambda_bal, lambda_z=lambda_z,
-                           lambda_div=lambda_div, class_token=class_token, layer_scale=layer_scale,
-                           drop_path_rate=drop_path_rate, init=init, init_base=init_base, loss=loss,
-                           dynamic_img_size=dynamic_img_size, block_fn=block_fn)
+        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # (DenseReViT's)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -296,9 +232,6 @@ class ReViT(nn.Module):
         self.blocks = nn.ModuleList([block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, experts=experts,
                                               layer_scale=layer_scale,
                                               drop_path=shared_drop_rate(drop_path_rate, range(depth), depth))])
-        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
-            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
-                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         # A.1: the router sees only the normalized depth t (no step embedding), temperature 1.
         self.router = nn.Sequential(nn.Linear(1, 16), nn.SiLU(), nn.Linear(16, experts)) \
             if experts > 1 else None  # E = 1: the gate is always 1
@@ -306,8 +239,16 @@ class ReViT(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names; global_pool: the readout's
+        self.global_pool, self.feature_info = "token" if class_token else "avg", [
+            dict(num_chs=embed_dim, reduction=patch_size, module="blocks.0") for k in range(depth)]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
         self.aux = {}
-        self._init_weights(init, init_base)
+        self._init_weights(init_base)
+        if init is not None:  # e.g. inits.structured: the attention init, on the base
+            init(self)
 
     def forward(self, x, targets=None, depth=None, keep=None):
         depth = self.depth if depth is None else depth
@@ -319,7 +260,7 @@ class ReViT(nn.Module):
         if keep is None:  # every image runs the grid: one merged FFN per step, shared by the batch
             # the grid's merged FFNs, each split into its L steps by one unbind (views: the same numbers; in a
             # compiled graph its backward is one stack, where L indexings would scatter L zero-padded gradients)
-            weights = [w.unbind(0) for w in self.ffn_weights(self.grid(depth))]  # L x (H, D), (H,), (D, H), (D,)
+            weights = [w.unbind(0) for w in self.grid_weights(depth)]  # L x (H, D), (H,), (D, H), (D,)
             for k in range(depth):
                 z = self.step(z, k, depth, weights)
         else:  # elastic depth: each image runs its kept steps only
@@ -328,7 +269,7 @@ class ReViT(nn.Module):
             z = self.elastic(z, keep)
         logits = self.classify(z)
         if targets is None:
-            return logits, None
+            return logits
         loss = classification_loss(logits, targets, self.loss)
         # Read before the next training step (CUDA graphs would overwrite it; train.py reads after each epoch).
         self.aux = {f"{self.loss}_loss": loss.detach()}
@@ -360,17 +301,11 @@ class ReViT(nn.Module):
 
     # ----------------------------------------------------- elastic depth: each image runs its kept steps
     def elastic(self, z, keep):
-        """Elastic depth (paper 3.2, A.2): z (B, N, D) tokens, keep (B, L) bool -> (B, N, D). Image b
-        runs only the steps it keeps, and its j-th kept step of n sits at t = j / (n - 1), as in a
-        depth-n model. For each step k:
-          1. rows: the images that keep step k, (B_k,);
-          2. t: each such image's own coordinate at step k, (B_k,);
-          3. one merged FFN per distinct coordinate (`unique`: U <= min(B_k, L) merges, not B_k);
-          4. the block on those rows, images grouped by their FFN (Block.grouped), written back.
-        The mask and coordinates stay on the CPU: how many images a step runs is host data, so it is
-        known without waiting for the GPU. A kept step is not rescaled by 1 / (1 - p), as drop_path rescales its
-        survivors: our choice (the papers are silent; A.2 calls it DropPath and says a dropped step is the
-        identity), so a kept step computes what it computes at inference, where nothing is dropped."""
+        """Elastic depth (paper 3.2, A.2): z (B, N, D), keep (B, L) bool -> (B, N, D). Image b runs only its kept
+        steps, its j-th of n at t = j / (n - 1). Step k: 1. rows, the images keeping it; 2. t, their coordinates;
+        3. one merged FFN per distinct t; 4. the block on those rows, grouped by FFN (Block.grouped). The mask stays
+        on the CPU (a step's batch is host data). A kept step is not rescaled by 1 / (1 - p) (our choice; the
+        papers are silent): it computes what it computes at inference."""
         keep = keep.cpu()  # a mask given on the GPU: one copy
         if not keep.any(1).all():
             raise ValueError("keep must keep at least one step of every image")
@@ -414,10 +349,8 @@ class ReViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-    # ----------------------------------------------------- anytime: the recurrence one step at a time
-    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
-    # and blocks_per_step. forward(x, depth=L) without depth dropout is begin, step k = 0..L-1, readout,
-    # bit for bit (it runs them); a caller may read out after any step and drop images between steps.
+    # ----------------------------------------------------- anytime (docs/models.md): begin, step(k, depth), readout
+    # forward(x, depth=L) without depth dropout runs begin, step k = 0..L-1, readout, as bViT's.
     blocks_per_step = 1  # block applications per step
 
     def begin(self, x):
@@ -425,61 +358,56 @@ class ReViT(nn.Module):
         return self.embed(x)
 
     def step(self, z, k, depth=None, weights=None):
-        """Step k (0-based) of a `depth`-step run (default: the trained depth; any depth, the grid
-        resampled, sec. 3.2): the shared block with the FFN merged at t_k = k / (L - 1). weights: the
-        grid's merged FFNs (ffn_weights(grid(depth)), or each unbound into its L steps as forward holds
-        them), when the caller has them. z (B, N(+1), D)."""
-        w1, b1, w2, b2 = self.ffn_weights(self.grid(depth)) if weights is None else weights
+        """Step k of a `depth`-step run (any depth: the grid resampled, 3.2): z (B, T, D), the shared block with the FFN
+        merged at t_k = k / (L - 1); weights: the grid's merged FFNs (grid_weights), when the caller has them."""
+        w1, b1, w2, b2 = self.grid_weights(depth) if weights is None else weights
         return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
     def readout(self, z):
         """Logits (B, classes) of any step's state: the final norm and head, as deep supervision reads them."""
         return self.classify(z)
 
-    # ----------------------------------------------------- timm's features API, on the anytime members
-    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
-    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
-    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
-    def forward_features(self, x, depth=None):
-        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
-        (+1 class token): what forward_head reads (timm's forward_features)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+    # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
+        """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
-        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
-        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
         x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
         return x if pre_logits else self.head(x)
 
     def no_weight_decay(self):
-        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
-        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates on the recurrence: x (B, C, H, W) -> (the final normalized tokens
-        (B, T, D), [the state (B, T, D) after each chosen step, in step order]), T = N patches (+1 class
-        token), for a `depth`-step run on its grid (default: as trained; any depth; no depth dropout).
-        indices (take_indices): None every step, an int n the last n, a list the steps it names;
-        norm=True: each state through the final norm. Runs begin and step with the grid's merged FFNs
-        (grid_weights), as forward does. ValueError for a step outside the run."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """timm's forward_intermediates, as BViT's (timm_outputs): the states after the steps `indices` picks
+        (take_indices) of a `depth`-step run (keyword) on its grid (no depth dropout)."""
         depth = self.depth if depth is None else depth
-        take, z, states = take_indices(depth, indices), self.begin(x), []
-        weights = self.grid_weights(depth)
-        for k in range(depth):
+        take, z, states, weights = take_indices(depth, indices), self.begin(x), [], self.grid_weights(depth)
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z = self.step(z, k, depth, weights)
             if k in take:
                 states.append(self.norm(z) if norm else z)
-        return self.norm(z), states
+        return timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                            output_dict)
 
     def grid_weights(self, depth):
-        """The merged FFNs of the grid of `depth` steps, which step(z, k, depth, weights) takes: w1 (L, H, D),
-        b1 (L, H), w2 (L, D, H), b2 (L, D) (ffn_weights(grid(depth)), as forward merges them once)."""
+        """ffn_weights(grid(depth)), as forward merges them once for step(z, k, depth, weights): (L, ...) tensors."""
         return self.ffn_weights(self.grid(depth))
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
-        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = self.config["num_classes"] = num_classes  # (materialize builds from config)
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
@@ -501,16 +429,19 @@ class ReViT(nn.Module):
         return DenseReViT(self, depth or self.depth).to(self.pos_embed).train(self.training)
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init, base):
-        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
+    def _init_weights(self, base):  # the base (INIT_BASES); `init` runs after it (__init__)
         mlp = self.blocks[0].mlp
-        if base == "pytorch":
-            pytorch_base_(self)
+        if base == "pytorch":  # PyTorch's defaults (reset_parameters), pos_embed randn x 0.02, class token 0
+            for m in self.modules():  # (the structured-init paper's baseline: its code's weight_init='skip')
+                if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+                    m.reset_parameters()
+            nn.init.normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.zeros_(self.cls_token)
             # A.1: each expert as a dense FFN is initialized, here nn.Linear's default: U(+-1/sqrt(fan_in)).
             for w, b in ((mlp.fc1.weight, mlp.fc1.bias), (mlp.fc2.weight, mlp.fc2.bias)):  # (E, out, in), (E, out)
                 bound = 1.0 / math.sqrt(w.shape[-1])
-                nn.init.uniform_(w, -bound, bound)
-                nn.init.uniform_(b, -bound, bound)
+                nn.init.uniform_(w, -bound, bound), nn.init.uniform_(b, -bound, bound)
         else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
             if self.cls_token is not None:
@@ -530,47 +461,35 @@ class ReViT(nn.Module):
             # distinct functions of t in [0, 1] (std 0.02 would make them all ~0.01 t).
             self.router[0].reset_parameters()
             # A.1: zero-initialized output layer, so every expert starts with weight exactly 1/E.
-            nn.init.zeros_(self.router[2].weight)
-            nn.init.zeros_(self.router[2].bias)
+            nn.init.zeros_(self.router[2].weight), nn.init.zeros_(self.router[2].bias)
         if base == "timm":
             w = self.patch_embed.proj.weight  # timm's lecun-normal for the patch embedding
             nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1.0 / w[0].numel()))
             nn.init.zeros_(self.patch_embed.proj.bias)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # the shared attention, once; experts untouched
-            init_attention_(blk.attn, init, pos, grid)
 
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block application's activations in the backward pass
-        (`_step`; training only). Returns self."""
+        """timm's name: recompute each step's activations in backward (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
 
     def compile_regions(self, **kwargs):
-        """Regional compilation (as BViT): the block's one-FFN step (evaluation, materialized model,
-        no depth dropout) is compiled once with fullgraph and reused for every step and depth; the
-        merging and the elastic grouped steps stay eager (fullgraph: see bvit.BViT.compile_regions).
-        Call before DDP. Returns self."""
+        """Regional compilation (as BViT): the block's one-FFN step compiled once (fullgraph), for every step and
+        depth; the merging and the elastic grouped steps stay eager. Call before DDP. Returns self."""
         self.blocks[0].compile(fullgraph=True, **kwargs)
         return self
 
     def trains_as_one_graph(self):
-        """Whether a training forward has the same operations and shapes every step, so that train.py
-        may compile it whole (kernels.compile_for_training): not with elastic depth, whose steps run
-        a sampled, data-dependent subset of the images."""
+        """Whether a training forward has the same operations and shapes every step (then kernels.py may compile it
+        whole): not with elastic depth, whose steps run a sampled, data-dependent subset of the images."""
         return self.depth_dropout == 0
 
     def num_params(self, exclude_embeddings=False):
@@ -580,11 +499,9 @@ class ReViT(nn.Module):
     def flops_per_image(self, depth=None):
         """Forward FLOPs per image of the materialized graph, counted as BViT counts them (one dense
         FFN per step). Run-time merging adds 2E(2DH + H + D) per step per *batch*, not counted."""
-        depth = depth or self.depth
-        D, p = self.embed_dim, self.patch_size
+        depth, D, p = depth or self.depth, self.embed_dim, self.patch_size
         N = (self.img_size // p) ** 2
-        T = N + int(self.cls_token is not None)
-        hidden = int(D * self.mlp_ratio)
+        T, hidden = N + int(self.cls_token is not None), int(D * self.mlp_ratio)
         per_step = 4 * T * D * D + 2 * T * T * D + 2 * T * D * hidden
         return 2 * (N * D * self.in_chans * p * p + depth * per_step + D * self.num_classes)
 
@@ -597,111 +514,54 @@ def revit_l(**kw): return ReViT(**{"embed_dim": 1024, "num_heads": 16, "depth": 
 
 
 # ============================================================================= optional machinery
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-# The base init of every layer the attention init does not set (the official code's `weight_init`):
-# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
-# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
-# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
-INIT_BASES = ("timm", "pytorch")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
-
-
-def pytorch_base_(model):
-    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
-    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
-    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
-    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
-    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
-    for m in model.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-            m.reset_parameters()
-    nn.init.normal_(model.pos_embed, std=0.02)
-    if model.cls_token is not None:
-        nn.init.zeros_(model.cls_token)
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
-
-
 # ----------------------------------------------------------------------------- hierarchical compilation
-def nested_compile_region(fn):
-    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
-    mark = getattr(torch.compiler, "nested_compile_region", None)
-    return fn if mark is None else mark(fn)
-
-
-@nested_compile_region
+@getattr(torch.compiler, "nested_compile_region", lambda fn: fn)  # (a torch without it: the plain function)
 def apply_step(block, *args):
-    """block(*args): one block application of the recurrence, marked as a nested compile region
-    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
-    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
-    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
-    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
-    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
-    with buffer reuse off and on a torch where that was checked."""
+    """block(*args), one step as a nested compile region: with `model.nested_regions` on (kernels.py), a
+    whole-model torch.compile compiles the step once and calls it at every step; eagerly a plain call."""
     return block(*args)
+
+
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
+
+
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
 
 
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    """timm's resample_abs_pos_embed: pos_embed (1, num_prefix + n*n, D) -> (1, num_prefix + gh*gw, D) for grid
+    (gh, gw), bicubic with antialiasing in float32, prefix rows kept; itself for (n, n); ValueError: not square."""
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
     n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
     if n * n != patches.shape[1]:
@@ -716,9 +576,8 @@ def resample_pos_embed(pos_embed, grid, num_prefix):
 
 # ----------------------------------------------------------------------------- fixed-depth deployment (paper 3.1)
 class DenseReViT(ReViT):
-    """reViT materialized at a fixed depth L: same embedding, shared attention, norms and head, and
-    L dense FFNs stored as `blocks.0.mlp.fc{1,2}.{weight,bias}` with slot k = step k's merged FFN.
-    No router and no merging at run time (paper 3.1); deployment storage grows with L."""
+    """reViT materialized at depth L (paper 3.1): the same model with L dense FFNs `blocks.0.mlp.fc{1,2}` (slot k:
+    step k's merged FFN, which grid_weights gives ReViT's forward and step); no router, no merging at run time."""
 
     def __init__(self, src: ReViT, depth: int):
         super().__init__(**{**src.config, "depth": depth, "experts": 1, "depth_dropout": 0.0})
@@ -729,22 +588,6 @@ class DenseReViT(ReViT):
                            src.ffn_weights(src.grid(depth))):
             state[f"blocks.0.mlp.{name}"] = w  # (L, ...): slot k = the FFN merged at t_k
         self.load_state_dict(state, strict=True)
-
-    def forward(self, x, targets=None, depth=None):
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        z = self.embed(x)
-        for k in range(self.depth):
-            z = self.step(z, k)
-        logits = self.classify(z)
-        return logits, None if targets is None else classification_loss(logits, targets, self.loss)
-
-    def step(self, z, k, depth=None, weights=None):
-        """Step k of its depth: the shared block with slot k's FFN (blocks.0.mlp, (L, ...) tensors)."""
-        if depth not in (None, self.depth):
-            raise ValueError(f"a materialized model runs only its depth {self.depth}, got {depth}")
-        w1, b1, w2, b2 = self.blocks[0].mlp.tensors()  # (L, H, D), (L, H), (L, D, H), (L, D)
-        return self._step(self.blocks[0], z, w1[k], b1[k], w2[k], b2[k])
 
     def grid_weights(self, depth):
         """Its L stored FFNs (the slots step k reads), for its own depth only."""

@@ -151,8 +151,8 @@ def lora_attention(attn, x, lora):
 class ReViTMoE(revit.ReViT):
     """revit.ReViT with `routing` in ROUTINGS (module docstring) and an optional layer-wise LoRA.
 
-    Call as ReViT: `logits, loss = model(x, targets=None, depth=None, keep=None)`. Elastic depth is
-    reViT's for every routing (a dropped step is the identity for that image). loss = the task loss
+    Call as ReViT: `logits = model(x, depth=None, keep=None)`, `logits, loss = model(x, targets, ...)`.
+    Elastic depth is reViT's for every routing (a dropped step is the identity for that image). loss = the task loss
     + `aux_losses` (module docstring: Lory reViT's three terms, ReMoE its L1, the others none).
     `model.U`: appendix B's U of the configuration; `expert_params()`: its stored expert-FFN
     parameters (Table 8). After each optimizer step call `after_step()` (train.py does): it moves
@@ -358,7 +358,7 @@ class ReViTMoE(revit.ReViT):
             self._count(self._last_gates)
         out = self.classify(z)
         if targets is None:
-            return out, None
+            return out
         loss = classification_loss(out, targets, self.loss)
         self.aux = {f"{self.loss}_loss": loss.detach()}
         for name, (lam, term) in self.aux_losses([lg for lg in logits if lg is not None]).items():
@@ -366,23 +366,25 @@ class ReViTMoE(revit.ReViT):
             self.aux[f"{name}_loss"] = term.detach()
         return out, loss
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """revit.ReViT.forward_intermediates with the routed step (each image's own FFN; no depth dropout):
-        (final normalized tokens (B, T, D), [states (B, T, D) after the chosen steps]); it records the
-        gates (`_last_gates`) as forward does."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """revit.ReViT.forward_intermediates (timm's) with the routed step (each image's own FFN; no depth dropout);
+        it records the gates (`_last_gates`) of the steps run, as forward does."""
         if self.default:
-            return super().forward_intermediates(x, depth, indices, norm)
+            return super().forward_intermediates(x, indices, return_prefix_tokens, norm, stop_early, output_fmt,
+                                                 intermediates_only, output_dict, depth=depth)
         depth = self.depth if depth is None else depth
         take, z, states, logits = revit.take_indices(depth, indices), self.begin(x), [], []
         adapters = self.adapter_index(self.grid(depth).expand(z.shape[0], depth)) if self.lora_rank else None
-        for k in range(depth):
+        for k in range(max(take) + 1 if stop_early and take else depth):
             z, lg = self._step(self._step_fn, z, None if adapters is None else adapters[:, k])
             logits.append(lg)
             if k in take:
                 states.append(self.norm(z) if norm else z)
         with torch.no_grad():  # for log_extras and analyze.py, as forward
             self._last_gates = [None if lg is None else self._gate_values(lg.detach()) for lg in logits]
-        return self.norm(z), states
+        return revit.timm_outputs(self, x, self.norm(z), states, return_prefix_tokens, output_fmt, intermediates_only,
+                                  output_dict)
 
     def aux_losses(self, logits):
         """The auxiliary losses (module docstring) from the router logits of the steps that ran:

@@ -37,10 +37,8 @@ from torch.utils.checkpoint import checkpoint
 # ----------------------------------------------------------------------------- building blocks
 # Copied from bvit.py on purpose (each model file stands alone): a diff shows only SoftMoR.
 def drop_path(x, p, training: bool):
-    """Stochastic depth (Huang et al. 2016): zero the residual branch of whole samples with
-    probability p (a float or a 0-d tensor) and rescale the survivors by 1/(1-p). x: (B, ...).
-    It draws random numbers whenever `training` is true, even for p = 0: blocks pass
-    `self.training and self.stochastic`, so that a model without drop path draws none."""
+    """Stochastic depth (Huang et al. 2016): x (B, ...), each sample's branch zeroed with probability p (float
+    or 0-d tensor), the rest x 1/(1-p). Draws whenever `training`, even at p = 0 (blocks pass `stochastic`)."""
     if not training:
         return x
     keep = torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), device=x.device) >= p
@@ -48,18 +46,13 @@ def drop_path(x, p, training: bool):
 
 
 def shared_drop_rate(rate, steps, total):
-    """Stochastic-depth rate of a block applied at `steps` (0-based indices) of a forward's `total` block
-    applications: the mean over those steps of DeiT/timm's untied schedule linspace(0, rate, total), whose
-    step k has rate * k / (total - 1) (0 when total = 1). One rule for shared and untied blocks (our choice;
-    the papers and timm give none for shared blocks): a block applied once gets timm's rate exactly, and the
-    mean rate over all applications is the untied model's (rate / 2 for total > 1)."""
+    """Drop-path rate of a block applied at `steps` (0-based) of `total` block applications: the mean over them of
+    DeiT/timm's untied schedule rate * k / (total - 1) (our rule for shared blocks; docs/models.md)."""
     return rate * sum(steps) / len(steps) / max(1, total - 1)
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual scale `gamma * x`, gamma (D,) initialized to `init` (LayerScale: CaiT,
-    Touvron et al. 2021, used by DeiT III). A block's ls1 scales its attention branch, ls2 its MLP
-    branch (timm's names)."""
+    """LayerScale (CaiT, Touvron et al. 2021; DeiT III): gamma * x, gamma (D,) starting at `init`."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -99,10 +92,8 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block F: (B, N, D) -> (B, N, D), residuals included (ViT, arXiv
-    2010.11929; pre-norm as timm). ls1, ls2: LayerScale, the identity without `layer_scale`.
-    `stochastic`: whether drop_path is on (default: drop_path > 0); a model passes one flag to all
-    its blocks, so that a block of rate 0 among dropping blocks runs the same operations."""
+    """Pre-norm block F: (B, N, D) -> (B, N, D) (ViT, arXiv 2010.11929; timm's names). `stochastic`: drop path
+    on (default: drop_path > 0); a model passes one flag to all blocks, so a rate-0 block runs the same ops."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, layer_scale=None, drop_path=0.0, stochastic=None):
         super().__init__()
@@ -120,25 +111,6 @@ class Block(nn.Module):
         dp = self.training and self.stochastic
         x = x + drop_path(self.ls1(self.attn(self.norm1(x))), self.drop_prob, dp)
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), self.drop_prob, dp)
-
-
-def take_indices(depth, indices):
-    """The steps whose states forward_intermediates keeps, a set, as timm's feature_take_indices: None every
-    step of a `depth`-step run, an int n the last n, a sequence the steps it names (0-based, a negative one
-    counted from the end). ValueError for depth < 1 or a step outside 0..depth-1."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    if indices is None:
-        return set(range(depth))
-    if isinstance(indices, int):
-        if not 0 <= indices <= depth:
-            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
-        return set(range(depth - indices, depth))
-    steps = {k + depth if k < 0 else k for k in indices}
-    if not all(0 <= k < depth for k in steps):
-        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
-                         f"(or -{depth}..-1 from the end)")
-    return steps
 
 
 def classification_loss(logits, targets, kind="ce"):
@@ -201,8 +173,8 @@ class Router(nn.Module):
 class SRViT(nn.Module):
     """Soft Recursive ViT: `depth` untied blocks applied `recursions` times, outputs mixed per token.
 
-    Call: `logits, loss = model(x, targets=None, depth=None)`, x (B, C, H, W); targets (B,) int64
-    or (B, num_classes) probabilities; logits (B, num_classes); loss None or the cross-entropy
+    Call: `logits = model(x, depth=None)`, `logits, loss = model(x, targets)` (training), x (B, C, H, W); targets
+    (B,) int64 or (B, num_classes) probabilities; logits (B, num_classes); loss the cross-entropy
     (`loss="ce"`) or DeiT III's binary cross-entropy (`loss="bce"`).
     The call-time `depth` is the number of RECURSIONS (our choice: the constructor's `depth` counts
     the body's untied layers, which cannot change); past the trained R the last router is reused.
@@ -224,7 +196,7 @@ class SRViT(nn.Module):
 
     def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, recursions=4,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, init="default", init_base="timm",
+                 class_token=True, layer_scale=None, drop_path_rate=0.0, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         if img_size % patch_size:
@@ -233,9 +205,9 @@ class SRViT(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if depth < 1 or recursions < 1:
             raise ValueError(f"need depth >= 1 and recursions >= 1, got {depth}, {recursions}")
-        if init not in INITS or init_base not in INIT_BASES or loss not in ("ce", "bce"):
-            raise ValueError(f"need init in {INITS}, init_base in {INIT_BASES} and loss in ('ce', 'bce'), "
-                             f"got {init!r}, {init_base!r}, {loss!r}")
+        if init_base not in ("timm", "pytorch") or loss not in ("ce", "bce") or not (init is None or callable(init)):
+            raise ValueError(f"need init_base 'timm' or 'pytorch', loss 'ce' or 'bce' and init None or a function "
+                             f"model -> None (inits.py: inits.structured), got {init_base!r}, {loss!r}, {init!r}")
         self.depth, self.recursions, self.num_classes, self.loss = depth, recursions, num_classes, loss
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio
@@ -255,16 +227,21 @@ class SRViT(nn.Module):
         self.blocks = nn.ModuleList(block_fn(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
                                              layer_scale=layer_scale, drop_path=r, stochastic=drop_path_rate > 0)
                                     for r in rates)
-        if init != "default" and not all(hasattr(getattr(b, "attn", None), "qkv") for b in self.blocks):
-            raise ValueError(f"init={init!r} sets each block's attn.qkv and attn.proj (init_attention_); the blocks of "
-                             f"block_fn={getattr(block_fn, '__name__', block_fn)} have none: use init='default'")
         self.router = Router(embed_dim, recursions) if recursions > 1 else None
         # timm: a class token is read after `norm`; the token mean (global_pool="avg") after `fc_norm`.
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if class_token else nn.Identity()
         self.fc_norm = nn.Identity() if class_token else nn.LayerNorm(embed_dim, eps=1e-6)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()  # timm: 0 = features
+        self.num_features = self.head_hidden_size = embed_dim  # timm's names; global_pool: the readout's
+        self.global_pool, self.feature_info = "token" if class_token else "avg", [
+            dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{depth - 1}") for k in range(recursions)]
+        self.pretrained_cfg = self.default_cfg = dict(  # timm's; ImageNet's mean, std (a run's: its data's)
+            input_size=(in_chans, img_size, img_size), num_classes=num_classes, mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225), fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj")
         self.mix_weights = None
-        self._init_weights(init, init_base)
+        self._init_weights(init_base)
+        if init is not None:  # e.g. inits.structured: the attention init, on the base
+            init(self)
 
     def forward(self, x, targets=None, depth=None):
         recursions = self.recursions if depth is None else depth
@@ -279,7 +256,7 @@ class SRViT(nn.Module):
         self.mix_weights = mix.weights()
         logits = self.classify(mix.result().to(h.dtype))  # (the mixture sums in fp32: back to the model's dtype)
         if targets is None:
-            return logits, None
+            return logits
         return logits, classification_loss(logits, targets, self.loss)
 
     def recursion(self, h, r):
@@ -289,11 +266,9 @@ class SRViT(nn.Module):
             h = self._step(blk, h)
         return h, self.router(h, r) if self.router is not None else h.new_zeros(h.shape[:-1] + (1,))
 
-    # ----------------------------------------------------- anytime: the recurrence one step at a time
-    # The same members in every model file (bvit, revit, srvit, odevit): begin, step(k, depth), readout
-    # and blocks_per_step. A step is one recursion; its state (h, m, den, num) holds the running mixture
-    # (mix_add), and readout mixes the recursions so far: forward(x, depth=R) is begin, step r = 0..R-1,
-    # readout, bit for bit; a caller may read out after any step and drop images between steps.
+    # ----------------------------------------------------- anytime (docs/models.md): begin, step(k, depth), readout
+    # A step is one recursion; its state (h, m, den, num) holds the running mixture (mix_add), and readout
+    # mixes the recursions so far: forward(x, depth=R) is begin, step r = 0..R-1, readout, bit for bit.
     @property
     def blocks_per_step(self):  # block applications per step: the body's layers
         return len(self.blocks)
@@ -337,56 +312,61 @@ class SRViT(nn.Module):
         z = self.norm(z)
         return self.head(self.fc_norm(z[:, 0] if self.cls_token is not None else z.mean(dim=1)))
 
-    # ----------------------------------------------------- timm's features API, on the anytime members
-    # forward_features, forward_intermediates, forward_head, reset_classifier, no_weight_decay (timm's
-    # VisionTransformer names and meanings): forward(x, depth=L)'s logits are forward_head(forward_features(x,
-    # L)) bit for bit. The states keep the class token (timm drops it by default): z[:, 1:] are the patches.
-    def forward_features(self, x, depth=None):
-        """The final normalized tokens (B, T, D) of a `depth`-step run (default: as trained), T = N patches
-        (+1 class token): what forward_head reads (timm's forward_features)."""
-        return self.forward_intermediates(x, depth, indices=[])[0]
+    # ----------------------------------------------------- timm's features API (docs/models.md "From Python")
+    # forward(x, depth=L)'s logits are forward_head(forward_features(x, depth=L)) bit for bit.
+    def forward_features(self, x, *, depth=None):
+        """timm's forward_features: the final normalized tokens (B, T, D) of a `depth`-step run, T = N (+1)."""
+        return self.forward_intermediates(x, [], output_fmt="NLC", depth=depth)[0]
 
     def forward_head(self, x, pre_logits=False):
-        """timm's forward_head: the final tokens x (B, T, D) -> the class token (or the token mean through
-        fc_norm) (B, D) when pre_logits, else the head's logits (B, classes); num_classes=0: (B, D)."""
+        """timm's forward_head: tokens (B, T, D) -> pooled (B, D) if pre_logits (or no head), else logits."""
         x = self.fc_norm(x[:, 0] if self.cls_token is not None else x.mean(dim=1))
         return x if pre_logits else self.head(x)
 
     def no_weight_decay(self):
-        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py also
-        leaves every 1-D parameter and bias): the position embedding and the class token."""
+        """timm's name: the parameters an optimizer leaves undecayed by name (training/optim.py)."""
         return {"pos_embed", "cls_token"}
 
-    def forward_intermediates(self, x, depth=None, indices=None, norm=False):
-        """timm's forward_intermediates on the recursions: x (B, C, H, W) -> (the final normalized tokens,
-        the mixture of the recursions through `norm` (B, T, D), [the state h_r (B, T, D) after each chosen
-        recursion, before the mixture, in order]), T = N patches (+1 class token), for `depth` recursions
-        (default: as trained; any number). indices (take_indices): None every recursion, an int n the last
-        n, a list the recursions it names; norm=True: each state through the final norm. Runs forward's
-        loop and sets `mix_weights` as forward does. ValueError for a recursion outside the run."""
+    def forward_intermediates(self, x, indices=None, return_prefix_tokens=False, norm=False, stop_early=False,
+                              output_fmt="NCHW", intermediates_only=False, output_dict=False, *, depth=None):
+        """timm's forward_intermediates (its arguments; timm_outputs) on the recursions: x (B, C, H, W) -> the states
+        h_r after the recursions `indices` picks (take_indices) of the `depth` run (keyword; default as trained), before
+        the mixture; norm=True: through the final norm; stop_early: stop after the last one picked. Final tokens: the
+        normalized mixture of the recursions run. Sets `mix_weights` as forward does."""
         recursions = self.recursions if depth is None else depth
         take, h, mix, states = take_indices(recursions, indices), self.embed(x), StreamingMixture(), []
-        for r in range(recursions):
+        for r in range(max(take) + 1 if stop_early and take else recursions):
             h, s = self.recursion(h, r)
             mix.add(h, s)
             if r in take:
                 states.append(self.norm(h) if norm else h)
         self.mix_weights = mix.weights()
-        return self.norm(mix.result().to(h.dtype)), states
+        final = self.norm(mix.result().to(h.dtype))
+        return timm_outputs(self, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict)
 
-    def reset_classifier(self, num_classes):
-        """timm's name: a new head for `num_classes` classes (an nn.Linear at PyTorch's init, as timm's), on
-        the model's device and dtype; 0: no head, the model returns the pooled features (B, D)."""
+    def get_classifier(self):
+        """timm's name: the head (nn.Linear, or nn.Identity without classes)."""
+        return self.head
+
+    def reset_classifier(self, num_classes, global_pool=None):
+        """timm's name: a new head (PyTorch's init) for `num_classes`; 0: none, the model returns (B, D). The pooling
+        is the build's (global_pool "token" with a class token, else "avg"): ValueError for another."""
+        if global_pool not in (None, self.global_pool):
+            raise ValueError(f"global_pool={global_pool!r}: the model pools as built: {self.global_pool!r}")
         self.num_classes = num_classes
         p = self.pos_embed
         self.head = nn.Linear(self.embed_dim, num_classes, device=p.device, dtype=p.dtype) if num_classes > 0 \
             else nn.Identity()
 
     # ----------------------------------------------------- machinery: init, checkpointing, compile, sizes
-    def _init_weights(self, init, base):
-        # The base (INIT_BASES), then the attention init on top of it, as the official code does.
-        if base == "pytorch":
-            pytorch_base_(self)
+    def _init_weights(self, base):  # the base (INIT_BASES); `init` runs after it (__init__)
+        if base == "pytorch":  # PyTorch's defaults (reset_parameters), pos_embed randn x 0.02, class token 0
+            for m in self.modules():  # (the structured-init paper's baseline: its code's weight_init='skip')
+                if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+                    m.reset_parameters()
+            nn.init.normal_(self.pos_embed, std=0.02)
+            if self.cls_token is not None:
+                nn.init.zeros_(self.cls_token)
         else:  # timm/DeiT: trunc-normal(0.02) for Linear weights and position/class embeddings.
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
             if self.cls_token is not None:
@@ -404,25 +384,17 @@ class SRViT(nn.Module):
             nn.init.zeros_(self.patch_embed.proj.bias)
         if self.router is not None:
             nn.init.zeros_(self.router.weight)  # uniform mixture at the start (our choice)
-        if init == "structured":  # official code (norm_p = 18): pos_embed x 18 dominates LN(x) at first
-            self.pos_embed.data.mul_(18.0)
-        pos, grid = self.pos_embed[0, int(self.cls_token is not None):], self.img_size // self.patch_size
-        for blk in self.blocks if init != "default" else []:  # each untied layer of the body
-            init_attention_(blk.attn, init, pos, grid)
 
     def set_grad_checkpointing(self, enable=True):
-        """timm's name: recompute each block application's activations in the backward pass
-        (`_step`; training only). Returns self."""
+        """timm's name: recompute each step's activations in backward (`_step`; training only). Returns self."""
         self.grad_checkpointing = enable
         return self
 
     nested_regions = False  # each step a nested compile region (apply_step): kernels.py turns it on
 
     def _step(self, fn, *args):
-        # Activation checkpointing (torch.utils.checkpoint; Chen et al. 2016, "Training Deep Nets with
-        # Sublinear Memory Cost"): keep only the step's input and recompute the rest in backward.
-        # use_reentrant=False works with compiled blocks, autocast and DDP; the RNG state is replayed,
-        # so drop_path draws the same masks again.
+        # Activation checkpointing (Chen et al. 2016): keep the step's input, recompute the rest in backward
+        # (use_reentrant=False: with compiled blocks, autocast and DDP; the RNG replayed: the same masks).
         if self.grad_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return apply_step(fn, *args) if self.nested_regions else fn(*args)  # (apply_step)
@@ -465,21 +437,10 @@ class SRViT(nn.Module):
 
 
 # ----------------------------------------------------------------------------- hierarchical compilation
-def nested_compile_region(fn):
-    """torch.compiler.nested_compile_region(fn) where this torch has it, else fn itself (today's path)."""
-    mark = getattr(torch.compiler, "nested_compile_region", None)
-    return fn if mark is None else mark(fn)
-
-
-@nested_compile_region
+@getattr(torch.compiler, "nested_compile_region", lambda fn: fn)  # (a torch without it: the plain function)
 def apply_step(block, *args):
-    """block(*args): one block application of the recurrence, marked as a nested compile region
-    (hierarchical compilation). With `model.nested_regions` on, `_step` runs every step through it, and a
-    whole-model torch.compile traces and compiles it once and calls that code at every step, so compile
-    time does not grow with depth (bench.py, docs/speed.md); in eager code a plain call, the same numbers
-    bit for bit. Off by default: torch 2.14.1's inductor reuses a buffer wrongly across the region's calls
-    (wrong gradients) unless its buffer reuse is off, so kernels.compile_for_training turns it on only
-    with buffer reuse off and on a torch where that was checked."""
+    """block(*args), one step as a nested compile region: with `model.nested_regions` on (kernels.py), a
+    whole-model torch.compile compiles the step once and calls it at every step; eagerly a plain call."""
     return block(*args)
 
 
@@ -500,92 +461,46 @@ def srvit_l(**kw): return _sized("l", **kw)
 
 
 # ============================================================================= optional machinery
-# ----------------------------------------------------------------------------- attention inits
-# Structured Initialization for Vision Transformers (Zheng et al., arXiv 2505.19985), with the constants
-# of its official code (github.com/osiriszjq/structured_initialization, timm's vision_transformer.py,
-# `impulse_init` and post_weight_init='impulse'); mimetic init: Trockman & Kolter, arXiv 2305.09828.
-# timm layout: qkv.weight rows are [q; k; v], head i owns rows i*hd:(i+1)*hd of each, so
-# W_q^T W_k (d, d) is head i's bilinear form on the tokens.
-INITS = ("default", "mimetic", "structured")
-# The base init of every layer the attention init does not set (the official code's `weight_init`):
-# "timm": timm/DeiT's (trunc-normal 0.02 Linear weights, zero biases, lecun-normal patch embedding,
-# position embedding trunc-normal 0.02, class token N(0, 1e-6)); "pytorch": PyTorch's own defaults, the
-# structured-init paper's baseline (its commands pass weight_init='skip'): `pytorch_base_`.
-INIT_BASES = ("timm", "pytorch")
-OFFSETS = [4, 1, 5, 3, 7, 0, 2, 6, 8]  # official code: head i -> 3x3 window index k: row k//3-1, column k%3-1
+# ----------------------------------------------------------------------------- timm's features API
+def take_indices(depth, indices):
+    """The steps (a set) forward_intermediates keeps, as timm's feature_take_indices: None all `depth`, an int n
+    the last n, a sequence those it names (negative: from the end). ValueError for a step outside the run."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if indices is None:
+        return set(range(depth))
+    if isinstance(indices, int):
+        if not 0 <= indices <= depth:
+            raise ValueError(f"indices={indices}: a run of {depth} steps has 0..{depth} last steps to keep")
+        return set(range(depth - indices, depth))
+    steps = {k + depth if k < 0 else k for k in indices}
+    if not all(0 <= k < depth for k in steps):
+        raise ValueError(f"indices={list(indices)}: a run of {depth} steps has steps 0..{depth - 1} "
+                         f"(or -{depth}..-1 from the end)")
+    return steps
 
 
-def pytorch_base_(model):
-    """The "pytorch" base init (INIT_BASES), as timm's ViT is left by weight_init='skip' in the structured-init
-    authors' code: every Linear, Conv2d and LayerNorm at PyTorch's default (reset_parameters: weight and bias
-    U(+-1/sqrt(fan_in)), fan_in = in_features or in_chans * p^2; LayerNorm ones and zeros), the position
-    embedding randn * 0.02 and the class token zero (both as that code builds them). Parameters of other
-    kinds (LayerScale, step embeddings, routers, stacked experts) are the caller's."""
-    for m in model.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-            m.reset_parameters()
-    nn.init.normal_(model.pos_embed, std=0.02)
-    if model.cls_token is not None:
-        nn.init.zeros_(model.cls_token)
-
-
-def _factor(a):
-    """a = l @ r with l = U sqrt(S), r = sqrt(S) V^T (SVD, batched): (.., d, d) -> 2 x (.., d, d)."""
-    u, s, vh = torch.linalg.svd(a)
-    return u * s.sqrt()[..., None, :], s.sqrt()[..., :, None] * vh
-
-
-def _noisy_eye(n, d, alpha, beta):  # (n, d, d): alpha Z + beta I, Z ~ U(+-sqrt(3/d)), variance 1/d (mimetic, eq. 2)
-    return alpha * (torch.rand(n, d, d) * 2 - 1) * math.sqrt(3.0 / d) + beta * torch.eye(d)
-
-
-@torch.no_grad()
-def init_attention_(attn, init, pos, grid):
-    """Set an Attention's qkv and proj weights (biases are left alone). pos (N, d): the patch rows of
-    the position embedding on a grid x grid map.
-    'mimetic' (Trockman & Kolter, sec. 3): per head, W_q^T W_k = the rank-hd part of 0.7 Z + 0.7 I, so
-    each token attends mostly to itself and similar tokens.
-    'structured' (Zheng et al., sec. 3): head h should attend like a 3x3 convolution's impulse at one
-    offset. Target logits W_h (N, N): 1000 where key = query + offset, small noise elsewhere; the
-    queries and keys at initialization are P = LN(pos), so solve P W_q^T W_k P^T = W_h in the least-
-    squares sense with P's pseudo-inverse and keep the rank-hd SVD factors as W_q and W_k.
-    Both: W_v^T W_proj^T = 0.4 Z - 0.4 I (all heads together)."""
-    h, d = attn.num_heads, attn.proj.weight.shape[0]
-    hd = d // h
-    wq, wk, wv = attn.qkv.weight.view(3, h, hd, d).unbind(0)  # views, (h, hd, d) each
-    if init == "mimetic":
-        q, k = _factor(_noisy_eye(h, d, 0.7, 0.7))  # (h, d, d) each; 0.7, 0.7: Trockman & Kolter, sec. 3
-    else:
-        # official code: off-impulse logits 3 x truncated N(0, 0.6), so softmax still spreads a little
-        w = 3.0 * nn.init.trunc_normal_(torch.empty(h, grid ** 2, grid ** 2), std=0.6)  # (h, N, N)
-        i, j = [t.flatten() for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")]
-        for head in range(h):
-            ki, kj = i + OFFSETS[head % 9] // 3 - 1, j + OFFSETS[head % 9] % 3 - 1  # key of each query
-            ok = (ki >= 0) & (ki < grid) & (kj >= 0) & (kj < grid)  # zero padding at the border
-            w[head, ok.nonzero()[:, 0], (ki * grid + kj)[ok]] = 1000.0  # official code: softmax ~ one-hot there
-        p = F.layer_norm(pos, (d,), eps=1e-6)  # (N, d): the tokens the first LayerNorm sees, if pos dominates
-        u, s, vh = torch.linalg.svd(p.T @ p)  # (d, d) Gram matrix
-        r = min(hd, p.shape[0])  # official code keeps hd singular values; our guard: P^T P has rank <= N
-        pinv = (vh[:r].T / s[:r]) @ u[:, :r].T @ p.T  # (d, N): (P^T P)^+ P^T, the rank-r pseudo-inverse of P
-        q, k = _factor(pinv @ w @ pinv.T)  # (h, d, d) each: W_q^T W_k = P+ W_h P+^T
-        q, k = q[..., :hd], k[:, :hd]  # (h, d, hd), (h, hd, d): the rank-hd part
-        # official code (norm_q = 7): each factor scaled to Frobenius norm 7
-        q, k = 7.0 * q / q.norm(dim=(1, 2), keepdim=True), 7.0 * k / k.norm(dim=(1, 2), keepdim=True)
-    wq.copy_(q[..., :hd].mT)
-    wk.copy_(k[:, :hd])
-    l, r = _factor(_noisy_eye(1, d, 0.4, -0.4)[0])  # 0.4 Z - 0.4 I: mimetic's W_v W_proj (both papers)
-    wv.copy_(l.T.reshape(h, hd, d))
-    attn.proj.weight.copy_(r.T)
+def timm_outputs(model, x, final, states, return_prefix_tokens, output_fmt, intermediates_only, output_dict):
+    """forward_intermediates' return as timm's: final (B, T, D), states [(B, T, D)] -> states without the class token,
+    (B, D, H/p, W/p) for output_fmt "NCHW", (B, N, D) for "NLC"; return_prefix_tokens: (state, class token (B, 1, D))
+    pairs; intermediates_only: the list, else (final, list); output_dict: timm's dict. ValueError: another fmt."""
+    if output_fmt not in ("NCHW", "NLC"):
+        raise ValueError(f"output_fmt={output_fmt!r}; allowed: 'NCHW', 'NLC'")
+    n, (H, W), p = int(model.cls_token is not None), x.shape[-2:], model.patch_size
+    prefix, states = [z[:, :n] for z in states], [z[:, n:] for z in states]
+    if output_fmt == "NCHW":
+        states = [z.reshape(len(z), H // p, W // p, -1).permute(0, 3, 1, 2).contiguous() for z in states]
+    out = {"image_intermediates": states, **({} if intermediates_only else {"image_features": final})}
+    if n and return_prefix_tokens:
+        out["image_intermediates_prefix"], states = prefix, list(zip(states, prefix))
+    return out if output_dict else states if intermediates_only else (final, states)
 
 
 # ----------------------------------------------------------------------------- other image sizes
 # dynamic_img_size=True (timm's name): the position embedding resampled to the input's patch grid.
 def resample_pos_embed(pos_embed, grid, num_prefix):
-    """Resize a learned position embedding to another patch grid, as timm's resample_abs_pos_embed
-    (and DeiT's fine-tuning at a higher resolution): pos_embed (1, num_prefix + n*n, D), its patch
-    rows a square n x n grid -> (1, num_prefix + gh*gw, D) for grid (gh, gw). The prefix (class
-    token) rows are kept; the grid is resized bicubically with antialiasing, in float32. Returns
-    pos_embed itself when grid is (n, n); ValueError when the patch rows are not a square number."""
+    """timm's resample_abs_pos_embed: pos_embed (1, num_prefix + n*n, D) -> (1, num_prefix + gh*gw, D) for grid
+    (gh, gw), bicubic with antialiasing in float32, prefix rows kept; itself for (n, n); ValueError: not square."""
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
     n, D = math.isqrt(patches.shape[1]), pos_embed.shape[-1]
     if n * n != patches.shape[1]:

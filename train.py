@@ -3,7 +3,6 @@
     python train.py --model bvit --data cifar100 --data-dir ../shared/data --max-steps 300
     torchrun --nproc_per_node 8 train.py --model revit --experts 4 --size s --data imagenet --data-dir /imagenet
     python train.py --list-presets; python train.py --preset c100-bvit-ti --print-config
-    python train.py --preset c100-mini-loopvae-global   # a tokenizer (LoopVAE, Stage 1); Stage 2: --stage2 CKPT
 
 Read main(), then train(): main() sets the run up in the order of events, train() is the loop, and the
 step's parts and the set-up phases follow them. What they lean on is in training/, one question per
@@ -14,9 +13,9 @@ presets.py).
 
 The loop: AdamW (fused) or LAMB, linear warmup + cosine, bf16 autocast (fp16 with a GradScaler), gradient
 accumulation, clipping, MixUp/CutMix and label smoothing, EMA, distillation from a frozen teacher
-(--teacher), LoopVAE's adversarial term (--stage2), an atomic checkpoint every epoch, top-1/top-5 (a
-tokenizer: PSNR, SSIM) each epoch, and Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is
-written, and the run says how to continue (exit 75). Writes OUT/log.jsonl, OUT/ckpt.pt, OUT/args.json.
+(--teacher), an atomic checkpoint every epoch, top-1/top-5 each epoch, and Ctrl-C / SIGTERM: the step in
+flight finishes, a checkpoint is written, and the run says how to continue (exit 75). Writes OUT/log.jsonl,
+OUT/ckpt.pt, OUT/args.json. The tokenizer LoopVAE trains with its own script, train_loopvae.py.
 """
 import datetime
 import os
@@ -30,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 import kernels
-from training import adversarial, checkpoints, distill, evaluation, flags, optim, perceptual, registry
+from training import checkpoints, distill, evaluation, flags, optim, registry
 from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, leave_process_group,
                             printable_output, say, stopping)
 from training.monitor import EpochSums, Monitor, announce, model_log
@@ -61,11 +60,10 @@ def main(argv=None, stop=None):
     # 3. the model (--model names its class: training/registry.py), and the weights it starts from
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts them)
     model_img = getattr(args, "model_img_size", None) if args.eval_only else None
-    # --eval-only at another --img-size: a classifier at its trained size, with timm's dynamic size; a tokenizer,
-    # whose weights fit any size, at the new one (its own checks of a size then apply, as in training)
-    dynamic = bool(model_img) and model_img != img_size and not registry.MODELS[args.model].reconstructs
+    # --eval-only at another --img-size: the model at its trained size, with timm's dynamic size
+    dynamic = bool(model_img) and model_img != img_size
     model = registry.build_model(args, model_img if dynamic else img_size, num_classes, dynamic_img_size=dynamic)
-    if (args.finetune or args.stage2) and not args.resume:  # read on the CPU, before .to(device)
+    if args.finetune and not args.resume:  # read on the CPU, before .to(device)
         report = checkpoints.start_weights(args, model)
         if run.master:
             print(report)
@@ -74,11 +72,9 @@ def main(argv=None, stop=None):
         model.set_grad_checkpointing(True)
     raw_model = model  # (compile and DDP wrap `model`; the checkpoint and evaluation use this one)
 
-    # 4. what trains beside it: a frozen teacher (--teacher), a discriminator (--stage2); --rfid's network
+    # 4. what trains beside it: a frozen teacher (--teacher)
     distiller = distill.from_flags(args, p, model, run.device)  # (None unless --teacher: not for --eval-only)
-    adversary = adversarial.from_flags(args, model, run.device)  # (None unless --stage2: not for --eval-only)
-    rfid = perceptual.rfid_metric(run.device) if args.rfid else None
-    scope, why = compile_scope(args, run, raw_model, distiller, adversary)  # (checked before a file is written)
+    scope, why = compile_scope(args, run, raw_model, distiller)  # (checked before a file is written)
 
     # 5. optimizer, schedule (the run's length), loss scaler (fp16), EMA
     optimizer, scheduler, run.steps_per_epoch, run.total_steps, run.warmup = optimizer_and_schedule(
@@ -90,13 +86,13 @@ def main(argv=None, stop=None):
     run.ckpt_path, run.log_path = os.path.join(args.out_dir, "ckpt.pt"), os.path.join(args.out_dir, "log.jsonl")
     classes = getattr(train_set, "classes", None)
     run.start_epoch, run.start_batch, run.start_step, run.progress = checkpoints.resume_or_start(
-        args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes)  # (reads only)
+        args, run, model, optimizer, scheduler, scaler, ema, distiller, classes)  # (reads only)
     lock = checkpoints.take_out_dir(args, run)  # the folder created and locked to this run, its log continued
     if args.resume and not args.eval_only:  # what a stopped run keeps, until its first checkpoint
         stop.checkpoint, stop.step = args.resume, run.resumed["step"]
     stop.hint = checkpoints.continue_hint(p, argv, run.ddp, run.ckpt_path)
     save = checkpoints.Saver(run, {"model": raw_model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler,
-                                   "ema": ema, "distill": distiller, "adversary": adversary}, args, classes)
+                                   "ema": ema, "distill": distiller}, args, classes)
 
     # 7. compile (before DDP), DDP
     model, distiller, compiled = compile_and_wrap(args, run, model, distiller, scope, why)
@@ -108,23 +104,20 @@ def main(argv=None, stop=None):
     if not args.eval_only:
         monitor = Monitor(args, run, save, scheduler)
         usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
-        step = train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema,
-                     data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable), rfid)
+        step = train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
+                     data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable))
 
-    # 9. a classifier at other depths ("beyond the training horizon"); a tokenizer's metrics (--eval-only)
-    if not hasattr(raw_model, "metrics"):
-        evaluation.evaluate_depths(args, run, raw_model, ema, val_loader, step)
-    elif args.eval_only:
-        evaluation.reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid)
+    # 9. the model at other depths ("beyond the training horizon")
+    evaluation.evaluate_depths(args, run, raw_model, ema, val_loader, step)
     if run.master:
         files = sorted(f for f in os.listdir(args.out_dir) if not f.startswith("."))
         print(f"done: {args.out_dir} holds {', '.join(files)}")
     leave_process_group()
     if lock is not None:
-        lock.close()
+        checkpoints.release_out_dir(lock)
 
 
-def train(args, monitor, model, raw_model, distiller, adversary, optimizer, scheduler, scaler, ema, mix, loaders, rfid):
+def train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scaler, ema, mix, loaders):
     """The training loop (docs/training.md): epochs of optimizer steps from the run's start_step on
     (checkpoints.resume_or_start's), each epoch evaluated, logged and checkpointed. `model` is what
     runs the forward (compiled, DDP), `raw_model` the module itself; `monitor` (training/monitor.py)
@@ -161,9 +154,6 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
                             term = distiller(x, logits)
                             raw_model.aux["distill_loss"] = term.detach()  # logged with the model's terms
                             loss = args.task_weight * loss + args.distill_weight * term
-                        if adversary is not None:  # Stage 2: a discriminator update, then + lambda_a L_adv
-                            loss, terms = adversary(x, logits, loss, step)
-                            raw_model.aux.update(terms)
                     scaler.scale(loss * weight).backward()  # the mean over the step's micro-batches
                 if weight:
                     step_loss, seen = step_loss + loss.detach() / args.grad_accum, seen + 1
@@ -192,10 +182,9 @@ def train(args, monitor, model, raw_model, distiller, adversary, optimizer, sche
                "nonfinite_steps": sums.nonfinite_steps()}
         try:  # (a stop request waits for the evaluation; a second Ctrl-C saves the epoch's training first)
             with monitor.evaluating(position, step):
-                rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx, rfid=rfid))
+                rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx))
                 if ema is not None:
-                    rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx,
-                                                                               rfid=rfid).items()})
+                    rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx).items()})
         except evaluation.EmptyEvaluation as e:  # the epoch's training is kept first
             save(*position, step)
             raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {run.ckpt_path} (--resume it)")
@@ -277,20 +266,22 @@ def runtime(args, p, stop):
     return Run(ddp, rank, world, local_rank, device, micro, amp_ctx, stop)
 
 
-def load_data(args, p):
+def load_data(args, p, **images):
     """The datasets of the flags, --val-subset applied, and the flags resolved against the data's
-    image size: (args, train_set (None for --eval-only), val_set, num_classes, img_size). Raises
+    image size (the entry point's resolve: p.entry): (args, train_set (None for --eval-only), val_set,
+    num_classes, img_size). `images`: data.build_datasets' keywords of another entry point's images
+    (train_loopvae.py's normalization and crops; default: the model record's normalization). Raises
     Fail for bad data."""
+    images = images or {"mean_std": registry.MODELS[args.model].normalization}
     try:  # --eval-only reads no training set: an image folder's class names come from the checkpoint
         train_set, val_set, num_classes, img_size = data.build_datasets(
             args.data, args.data_dir, args.img_size, args.download, int(args.randaug), seed=args.seed,
             three_aug=args.three_augment, val_labels=args.val_labels, train=not args.eval_only,
             classes=getattr(args, "model_classes", None) if args.eval_only else None,
-            mean_std=registry.MODELS[args.model].normalization, reconstruct=registry.MODELS[args.model].reconstructs,
-            color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio, reprob=args.reprob)
+            color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio, reprob=args.reprob, **images)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
-    args = flags.resolve(args, p, img_size)
+    args = p.entry.resolve(args, p, img_size)
     if args.val_subset:  # CIFAR: the first N images; image folders: N evenly spaced (the set is ordered by class)
         n = min(args.val_subset, len(val_set))
         keep = range(n) if args.data != "imagenet" else [i * len(val_set) // n for i in range(n)]
@@ -328,17 +319,18 @@ def start_processes(args, run):
         args.out_dir = name[0]
 
 
-def compile_scope(args, run, model, distiller, adversary):
+def compile_scope(args, run, model, distiller, also=()):
     """--compile's scope for the run `run` (its Run), checked before anything is written (kernels.choose_scope):
-    ("blocks" or "model", why not the whole model). Raises Fail for a --compile-scope the run cannot take,
-    and for a machine without the compiler torch.compile needs on its device (kernels.compiler_missing)."""
+    ("blocks" or "model", why not the whole model; `also`: more (why, on) pairs that keep it to the blocks).
+    Raises Fail for a --compile-scope the run cannot take, and for a machine without the compiler
+    torch.compile needs on its device (kernels.compiler_missing)."""
     if not args.compile:
         return "blocks", None
     missing = kernels.compiler_missing(run.device)
     if missing:
         raise Fail(f"--compile: {missing}")
-    blockers = [why for why, on in (("DDP", run.ddp), ("--teacher", distiller is not None),
-                                    ("--stage2", adversary is not None), ("--eval-only", args.eval_only)) if on]
+    blockers = [why for why, on in (("DDP", run.ddp), ("--teacher", distiller is not None), *also,
+                                    ("--eval-only", args.eval_only)) if on]
     try:
         return kernels.choose_scope(model, args.compile_scope or "auto", blockers)
     except ValueError as e:
@@ -351,7 +343,7 @@ def optimizer_and_schedule(args, model, distiller, train_loader):
     1-D parameters; a feature distiller's projection trains too. The schedule: linear warmup, then
     cosine to --min-lr, over the run's optimizer steps (--max-steps compresses it). Returns (optimizer,
     scheduler, steps per epoch, total steps, warmup steps)."""
-    groups = optim.param_groups(model, args.weight_decay, args.lr, args.router_lr_scale)
+    groups = optim.param_groups(model, args.weight_decay, args.lr, getattr(args, "router_lr_scale", 1.0))
     if args.opt == "lamb":
         optimizer = optim.Lamb(groups, lr=args.lr, eps=1e-8)
     else:
@@ -386,41 +378,42 @@ def compile_and_wrap(args, run, model, distiller, scope, why):
     return model, distiller, compiled
 
 
-def cli(argv=None):
+def cli(argv=None, entry=None, prog="train.py"):
     """Run main(argv) with the run's Stop as the handler of its stop signals, and turn user-fixable
     problems into one line on stderr: returns the exit status (0 ok, 2 bad input, non-finite
     training, a full disk or /dev/shm, 1 a failed or timed-out DDP peer, 75 stopped by SIGINT,
     SIGTERM, SIGUSR1 or SIGHUP at a safe point, 130 stopped at once by a second Ctrl-C). A line that
     cannot be printed ends nothing (exits.Unfailing: a full disk under `> log`, a closed pipe or
-    terminal). The loader workers end with the process (data.worker_signals, data.end_workers)."""
-    printable_output("train.py")  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)
+    terminal). The loader workers end with the process (data.worker_signals, data.end_workers). `entry`,
+    `prog`: another entry point's main() and name (train_loopvae.py's), whose lines start with it."""
+    printable_output(prog)  # (a path on a stdout that cannot encode it: escaped; a failed write ends nothing)
     stop = Stop()
     handlers = {s: signal.signal(s, stop) for s in Stop.SIGNALS}
     try:
-        main(argv, stop)
+        (entry or main)(argv, stop)
     except SystemExit as e:  # argparse errors (status 2) and --help (status 0)
         return e.code
     except Fail as e:
-        say(f"train.py: error: {e}")
+        say(f"{prog}: error: {e}")
         return 2
     except Preempted as e:
-        say(f"train.py: {e}")
+        say(f"{prog}: {e}")
         return PREEMPTED
     except PeerFailed as e:
-        say(f"train.py: error: {e}")
+        say(f"{prog}: error: {e}")
         return 1
     except KeyboardInterrupt as e:  # (its words: where it stopped, when that is not a step)
-        say(f"train.py: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
+        say(f"{prog}: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED
     except Exception as e:
         shm = data.out_of_shared_memory(e) or data.worker_died(e)  # (an evaluation's loader; training's: monitor)
         if shm:
-            say(f"train.py: error: {shm}; {stop.kept()}")
+            say(f"{prog}: error: {shm}; {stop.kept()}")
             return 2
         if not (dist.is_available() and dist.is_initialized()):
             raise
         msg = (str(e).strip().splitlines() or [""])[0]  # (gloo and NCCL raise a plain RuntimeError too)
-        say(f"train.py: error: rank {dist.get_rank()}: this process or a peer failed or timed out "
+        say(f"{prog}: error: rank {dist.get_rank()}: this process or a peer failed or timed out "
             f"({type(e).__name__}: {msg[:200]}); resume from the last checkpoint with --resume")
         return 1
     finally:  # the run's signal handlers end with it (cli may be called again in-process)

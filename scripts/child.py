@@ -1,5 +1,5 @@
 """Child processes with a wall-clock limit and a kill path, for the scripts that run inside a GPU
-window (scripts/gpu_run.py, studies/gpu_study.py): a child that hangs costs its limit and a few
+window (scripts/gpu_run.py, lab/gpu_study.py): a child that hangs costs its limit and a few
 seconds more, never the window.
 
 Each child starts in a process group of its own, so that the stop reaches everything it started

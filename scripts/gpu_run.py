@@ -27,7 +27,7 @@ What comes back (at most 8 files): OUT/summary.md, OUT/gpu_run.log (every step's
 OUT/gpu_check.json, OUT/cifar_log.jsonl, OUT/bench_compile.json. Checkpoints and run folders stay in WORK on the machine.
 Environment: OUT (gpu_run_out), WORK (/tmp/rvits_gpu_run), GPU_DATA (gpu_data), PRESET
 (c100-gpu-bvit-ti), WINDOW_S (545), SKIP (step names, comma-separated: e.g. "cifar" when the window
-also runs studies/gpu_study.sh), CHECK_BUDGET_S (gpu_check's --budget-s, 110), PYTHON (this interpreter). Exit status 0 when every step
+also runs lab/gpu_study.sh), CHECK_BUDGET_S (gpu_check's --budget-s, 110), PYTHON (this interpreter). Exit status 0 when every step
 passed, 1 otherwise.
 """
 import argparse

@@ -3,7 +3,7 @@
 # limits; at most 545 s in all):
 #   cp -r ../shared/data/cifar-100-device gpu_data/      # here, once (gpu_data/ is git-ignored)
 #   device run, carry gpu_data:  PYTHONUNBUFFERED=1 bash scripts/gpu_run.sh     (OUT is set there)
-#   bash scripts/gpu_run.sh --dry-run      # any CPU: every step at tiny width (tests/test_reproduce.py)
+#   bash scripts/gpu_run.sh --dry-run      # any CPU: every step at tiny width (lab/tests/test_reproduce.py)
 # PYTHON: python3 (the GPU image's interpreter); a CPU machine whose python3 has no torch uses python.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 """pytest's configuration. README's test command runs the suite in 2 processes (pytest-xdist, -n 2):
-each computes with one thread (also without -n), as the study runs of studies/ do, since two processes with
+each computes with one thread (also without -n), as the study runs of lab/ do, since two processes with
 two threads each on two cores spend much of their time waiting for each other. (pytest imports this file
 while it collects tests/, in every worker, so the setting holds for test_models.py too.)
 

@@ -9,6 +9,8 @@ import torch
 
 import hubconf
 import train
+import train_loopvae
+from loopvae_train import flags as lvflags
 from presets import PRESETS
 from training import flags, registry
 from training.exits import Fail
@@ -17,15 +19,26 @@ TINY = ["--data", "synthetic", "--embed-dim", "32", "--num-heads", "2"]
 
 
 # ----------------------------------------------------------------------------- 10. sizes after their conversion
-MODELS = [["--model", m] + (["--num-groups", "8", "--num-blocks", "1", "--loops", "1"] if m == "loopvae" else ["--patch-size", "8", "--depth", "2"])
-          for m in registry.MODELS] + [
-    ["--model", "revit", "--routing", r, "--experts", "2", "--patch-size", "8", "--depth", "2"] for r in ("deepseek", "remoe", "softmoe", "qwen3")]
+LOOPVAE = ["--model", "loopvae", "--num-groups", "8", "--num-blocks", "1", "--loops", "1"]  # (train_loopvae.py's)
+MODELS = [["--model", m, "--patch-size", "8", "--depth", "2"] for m in registry.MODELS] + [
+    ["--model", "revit", "--routing", r, "--experts", "2", "--patch-size", "8", "--depth", "2"]
+    for r in ("deepseek", "remoe", "softmoe", "qwen3")] + [LOOPVAE]
 SMALLEST = {"deepseek": 2, "remoe": 4}  # the MLP width at which the experts' width (// 2, // 4) is 1
 
 
-def refused(argv, capsys):
+def entry_of(model):
+    """The entry point of the flags `model` (--model X ...): train.py's (None) or train_loopvae.py's."""
+    return lvflags.ENTRY if model[1] == "loopvae" else None
+
+
+def build(args, entry, img_size=32, classes=10):
+    """The model of resolved flags `args` as its entry point builds it."""
+    return lvflags.build_model(args, img_size) if entry else registry.build_model(args, img_size, classes)
+
+
+def refused(argv, capsys, entry=None):
     try:
-        flags.resolved(argv)
+        flags.resolved(argv, entry=entry)
     except SystemExit as e:
         err = capsys.readouterr().err
         assert e.code == 2 and err.count("\n") == 1 and "must be >= 1" in err, err
@@ -36,26 +49,29 @@ def refused(argv, capsys):
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: "-".join(m[1::2]))
 def test_every_width_a_ratio_makes_is_checked_after_rounding(model, capsys):
     """--mlp-ratio at the width that rounds to 1 builds a model with no empty layer; just below it, the flags
-    are refused in one line (not a model whose MLPs have width 0); the builder refuses an empty layer too."""
+    are refused in one line (not a model whose MLPs have width 0); the builder refuses an empty layer too
+    (train.py's registry.build_model and train_loopvae.py's)."""
+    entry = entry_of(model)
     one = SMALLEST.get(model[3] if model[2] == "--routing" else None, 1)  # the smallest MLP width that builds
     ok = TINY + model + ["--mlp-ratio", str(one / 32)]
-    args = flags.resolved(ok)
-    built = registry.build_model(args, 32, 10)
+    args = flags.resolved(ok, entry=entry)
+    built = build(args, entry)
     assert not registry.empty_layers(built) and min(p.numel() for p in built.parameters()) >= 1
-    assert refused(TINY + model + ["--mlp-ratio", str((one - 0.5) / 32)], capsys)
-    assert refused(TINY + model + ["--mlp-ratio", "0.001"], capsys)
+    assert refused(TINY + model + ["--mlp-ratio", str((one - 0.5) / 32)], capsys, entry)
+    assert refused(TINY + model + ["--mlp-ratio", "0.001"], capsys, entry)
     if model[2] == "--routing":  # (revit_moe.py divides by the width first: flags.too_small refuses it above)
         return
     with pytest.raises(Fail, match="size 0"):  # what any other conversion to 0 would build
-        registry.build_model(argparse.Namespace(**{**vars(args), "mlp_ratio": 0.001}), 32, 10)
+        build(argparse.Namespace(**{**vars(args), "mlp_ratio": 0.001}), entry)
 
 
 def test_no_preset_and_no_hub_entry_builds_an_empty_layer():
     for name in PRESETS:
-        args = flags.resolved(["--preset", name])
+        entry = lvflags.ENTRY if PRESETS[name][1].get("model") == "loopvae" else None
+        args = flags.resolved(["--preset", name], entry=entry)
         with torch.device("meta"):
-            model = registry.build_model(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}),
-                                         flags.default_img_size(args), 100)
+            model = build(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}), entry,
+                          flags.default_img_size(args), 100)
         assert not registry.empty_layers(model), name
     for name in ("vit_ti16", "bvit_ti16", "revit_ti16", "srvit_ti16", "odevit_ti16"):
         with pytest.raises(ValueError, match="size 0"):
@@ -63,9 +79,12 @@ def test_no_preset_and_no_hub_entry_builds_an_empty_layer():
 
 
 def test_mlp_ratio_0_01_is_refused_by_train_py(capsys):
-    """The issue's case: --mlp-ratio 0.01 at width 32, from the command line and from a config file."""
+    """The issue's case: --mlp-ratio 0.01 at width 32, in train.py and in train_loopvae.py."""
     assert train.cli(TINY + ["--depth", "2", "--patch-size", "8", "--mlp-ratio", "0.01", "--print-config"]) == 2
     assert "hidden width 0" in capsys.readouterr().err
+    assert train_loopvae.cli(TINY[2:] + LOOPVAE[2:] + ["--mlp-ratio", "0.01", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("train_loopvae.py: error: ") and "hidden width 0" in err, err
 
 
 # ----------------------------------------------------------------------------- 6. every failure of a checkpoint write
@@ -170,7 +189,8 @@ import importlib.abc  # noqa: E402
 import importlib.util  # noqa: E402
 import sys  # noqa: E402
 
-from training import figures, perceptual  # noqa: E402
+from loopvae_train import perceptual  # noqa: E402
+from training import figures  # noqa: E402
 
 BROKEN = {"absent": None, "too old": ImportError("TensorBoard logging requires TensorBoard version 1.15 or above"),
           "raising": AttributeError("module 'numpy' has no attribute 'object'"), "failing": RuntimeError("boom")}
@@ -223,6 +243,16 @@ def test_every_optional_extra_that_cannot_be_used_is_one_line_before_anything_is
     with pytest.raises(Fail, match="--rfid") as e:
         perceptual.rfid_metric(torch.device("cpu"))
     assert "\n" not in str(e.value)
+    monkeypatch.undo()
+    # through train_loopvae.py, which uses lpips and torchmetrics: one line, exit 2, before the run folder exists
+    for package, flag in (("lpips", ["--perceptual", "lpips"]), ("torchmetrics", ["--rfid"])):
+        break_import(monkeypatch, package, how)
+        capsys.readouterr()
+        assert train_loopvae.cli(TINY[2:] + LOOPVAE[2:] + flag + ["--data", "synthetic", "--device", "cpu", "--workers",
+                                                                 "0", "--out-dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"train_loopvae.py: error: {flag[0]}") and not out.exists(), err
+        monkeypatch.undo()
 
 
 # ----------------------------------------------------------------------------- 7. writers into an existing run folder
@@ -299,6 +329,19 @@ class Dying:
             yield x
 
 
+LOOPVAE_RUN = ["--data", "synthetic", "--embed-dim", "32", "--num-blocks", "1", "--loops", "1,2", "--latent-dim", "4",
+               "--device", "cpu", "--workers", "0", "--batch-size", "8", "--val-subset", "8", "--eval-batch-size", "8",
+               "--weight-decay", "0"]
+
+
+@pytest.mark.slow
+def test_a_loader_worker_that_dies_in_a_loopvae_run_loses_no_step(tmp_path, monkeypatch, capsys):
+    """train_loopvae.py's loop too: a worker killed at step 3 of 6, the 2 steps done saved, one line with the
+    command that continues, and the continued run's losses bit for bit those of a straight run."""
+    dying(tmp_path, monkeypatch, capsys, RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed."),
+          train_loopvae, LOOPVAE_RUN + ["--max-steps", "6", "--epochs", "1", "--log-every", "1"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("error", [RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly"),
                                    RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed."),
@@ -309,20 +352,25 @@ def test_a_loader_worker_that_dies_ends_as_any_failure_and_loses_no_step(tmp_pat
     """Every way torch reports a dead worker (or one out of shared memory), at step 3 of 6: the 2 steps done are
     saved, one line says why and gives the command that continues, and the continued run's losses are those of
     a run that was never stopped, bit for bit."""
-    job = RUN[:-4] + ["--max-steps", "6", "--epochs", "1", "--log-every", "1"]
-    assert train.cli(job + ["--out-dir", str(tmp_path / "straight")]) == 0
+    dying(tmp_path, monkeypatch, capsys, error, train, RUN[:-4] + ["--max-steps", "6", "--epochs", "1", "--log-every", "1"])
+
+
+def dying(tmp_path, monkeypatch, capsys, error, script, job):
+    """`script`'s run of the flags `job`, straight, and with a worker that dies (`error`) at step 3, continued."""
+    assert script.cli(job + ["--out-dir", str(tmp_path / "straight")]) == 0
     build = train.data.build_loaders
     monkeypatch.setattr(train.data, "build_loaders",
                         lambda *a, **k: (lambda t, v: (Dying(t, 3, error), v))(*build(*a, **k)))
     Dying.asked = 0
     out = tmp_path / "run"
     capsys.readouterr()
-    assert train.cli(job + ["--out-dir", str(out)]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("train.py")]
+    assert script.cli(job + ["--out-dir", str(out)]) == 2
+    prog = os.path.basename(script.__file__)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(prog)]
     assert len(err) == 1 and ("worker process died" in err[0] or "shared memory" in err[0]), err
     assert f"checkpoint {out / 'ckpt.pt'} (step 2)" in err[0] and "--resume" in err[0], err
     monkeypatch.undo()
-    assert train.cli(job + ["--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
+    assert script.cli(job + ["--out-dir", str(out), "--resume", str(out / "ckpt.pt")]) == 0
     losses = [[(r["step"], r["loss"]) for r in map(json.loads, open(d / "log.jsonl")) if "loss" in r]
               for d in (tmp_path / "straight", out)]
     assert losses[0] == losses[1] and len(losses[0]) == 6

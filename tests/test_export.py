@@ -43,7 +43,7 @@ def test_every_classifier_exports_at_a_fixed_depth_with_a_dynamic_batch(name):
     program = export.export_fixed(m, depth=m.depth if name == "vit" else 4).module()
     for b in (1, 5):  # exported with 2 images: the batch is a dimension of the program, not a constant
         x = images(b)
-        assert torch.allclose(program(x), m(x, depth=m.depth if name == "vit" else 4)[0], atol=1e-5, rtol=0), b
+        assert torch.allclose(program(x), m(x, depth=m.depth if name == "vit" else 4), atol=1e-5, rtol=0), b
 
 
 @pytest.mark.parametrize("name", LOOPS)
@@ -52,7 +52,7 @@ def test_one_export_runs_at_depths_6_12_and_24_as_the_eager_model(name):
     m, x = model(name), images(3)
     program = export.export_loop(m).module()  # exported once, at the trained depth
     for depth in (6, 12, 24):
-        assert torch.allclose(program(x, torch.tensor(depth)), m(x, depth=depth)[0], atol=1e-5, rtol=0), depth
+        assert torch.allclose(program(x, torch.tensor(depth)), m(x, depth=depth), atol=1e-5, rtol=0), depth
 
 
 def test_what_cannot_export_says_why():
@@ -80,7 +80,7 @@ def test_the_exported_loop_keeps_eagers_check_of_the_depth(name):
         with pytest.raises(RuntimeError, match="depth must be >= 1"):
             program(x, torch.tensor(depth))
     for depth in (1, 2):
-        assert torch.allclose(program(x, torch.tensor(depth)), m(x, depth=depth)[0], atol=1e-5, rtol=0), depth
+        assert torch.allclose(program(x, torch.tensor(depth)), m(x, depth=depth), atol=1e-5, rtol=0), depth
 
 
 def test_a_model_export_does_not_cover_is_refused_with_its_reason():

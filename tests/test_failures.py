@@ -12,9 +12,8 @@ import sys
 import pytest
 import torch
 
-import analyze
-import probe
 import train
+import train_loopvae
 from training import evaluation, exits
 from test_folders import images
 from test_train import ROOT, TINY, cmd, fake_cifar, load, run
@@ -37,21 +36,13 @@ def ascii_stdout(monkeypatch):
 
 
 def test_a_stdout_that_cannot_encode_a_path_prints_it_escaped(tmp_path, monkeypatch):
-    """A non-ASCII --out-dir on an ASCII stdout: train.py, analyze.py and probe.py print their lines with
-    the path escaped (before: UnicodeEncodeError at the first line naming it)."""
+    """A non-ASCII --out-dir on an ASCII stdout: train.py prints its lines with the path escaped (before:
+    UnicodeEncodeError at the first line naming it; the lab's tools: lab/tests/test_lab_failures.py)."""
     out = tmp_path / "r\u00e9sultats"
     r = run(SYNTH + ["--out-dir", str(out)], env={"PYTHONIOENCODING": "ascii"})
     escaped = str(out).encode("ascii", "backslashreplace").decode()
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert f"run folder: {escaped}" in r.stdout and f"done: {escaped} holds" in r.stdout
-    raw = ascii_stdout(monkeypatch)
-    assert analyze.cli(["--resume", str(out / "ckpt.pt"), "--out-dir", str(out / "an\u00e4lysis"), "--num-images",
-                        "8"]) == 0
-    cifar = fake_cifar(tmp_path / "data")
-    assert probe.cli(["--weights", str(out), "--data-dir", cifar, "--out-dir", str(out / "pr\u00f6be"), "--num-train",
-                      "20", "--num-test", "10", "--epochs", "1"]) == 0
-    said = raw.getvalue().decode("ascii")
-    assert f"wrote {escaped}/an\\xe4lysis/cka.json" in said and f"wrote {escaped}/pr\\xf6be/probe_linear.json" in said
 
 
 # ----------------------------------------------------------------------------- what a line counts
@@ -230,8 +221,8 @@ def test_bench_json_into_a_folder_that_does_not_exist_creates_it_and_an_unwritab
 def test_a_64_bit_seed_is_one_line_and_the_largest_seeds_train_on_every_data_path(tmp_path, capsys):
     """--seed 2**64 - 1 overflowed the seeds derived from it (an OverflowError / ValueError traceback in
     the first batch); now a refusal naming the range. The range's ends train on the batched CIFAR path
-    (whose image hash multiplies the seed most), the per-image one and synthetic images; probe.py's
-    --seed takes the same range."""
+    (whose image hash multiplies the seed most), the per-image one and synthetic images (lab/probe.py's
+    --seed takes the same range: lab/tests/test_lab_failures.py)."""
     for seed in (2 ** 64 - 1, 2 ** 63, -2 ** 40):
         assert train.cli(SYNTH + ["--seed", str(seed), "--out-dir", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -242,8 +233,6 @@ def test_a_64_bit_seed_is_one_line_and_the_largest_seeds_train_on_every_data_pat
                                                                     "--cpu-loader"], ["--data", "synthetic"]):
             out = tmp_path / f"{seed}-{len(where)}"
             assert train.cli(TINY + where + ["--seed", str(seed), "--max-steps", "2", "--out-dir", str(out)]) == 0
-    assert probe.cli(["--weights", "x", "--out-dir", str(tmp_path / "p"), "--seed", str(2 ** 64)]) == 2
-    assert "argument --seed: must be between" in capsys.readouterr().err
 
 
 def test_compile_on_a_machine_without_a_cpp_compiler_is_one_line_before_anything_runs(tmp_path, capsys):
@@ -283,7 +272,7 @@ def test_download_offline_with_a_partial_archive_is_one_line(tmp_path, capsys, m
 def loopvae_run(tmp_path_factory):
     """The folder of a 1-step LoopVAE run (3 scales) at 32 px on synthetic images."""
     out = tmp_path_factory.mktemp("loopvae") / "o"
-    assert train.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
+    assert train_loopvae.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--latent-dim", "4", "--data",
                       "synthetic", "--device", "cpu", "--workers", "0", "--val-subset", "4", "--eval-batch-size", "4",
                       "--batch-size", "4", "--max-steps", "1", "--epochs", "1", "--out-dir", str(out)]) == 0
     return out
@@ -295,49 +284,30 @@ def test_a_tokenizer_evaluated_at_a_size_it_cannot_take_is_the_line_training_giv
     out = loopvae_run
     for size in (36, 30):
         capsys.readouterr()
-        assert train.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
-                          str(tmp_path / f"ev{size}")]) == 2
+        assert train_loopvae.cli(["--eval-only", "--resume", str(out), "--img-size", str(size), "--out-dir",
+                                  str(tmp_path / f"ev{size}")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"train.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
-    assert train.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir",
-                      str(tmp_path / "ev40")]) == 0
+        assert err == [f"train_loopvae.py: error: img_size {size} is not divisible by 2^3 (one halving per scale)"], err
+    assert train_loopvae.cli(["--eval-only", "--resume", str(out), "--img-size", "40", "--out-dir",
+                              str(tmp_path / "ev40")]) == 0
     assert json.load(open(tmp_path / "ev40" / "reconstruction_eval.json"))["img_size"] == 40
 
 
-def test_probe_with_too_few_training_images_or_a_size_its_patches_do_not_divide_is_one_line(tmp_path, capsys):
-    """probe.py --num-train 1 left no image to fit the head on beside the held-out one (ZeroDivisionError);
-    --img-size 36 for a patch-8 backbone failed in its patch embedding (ValueError). One line each."""
-    out = tmp_path / "o"
-    assert train.cli(SYNTH[:-4] + ["--max-steps", "1", "--patch-size", "8", "--out-dir", str(out)]) == 0
-    job = ["--weights", str(out), "--data-dir", fake_cifar(tmp_path / "data"), "--out-dir", str(tmp_path / "p"),
-           "--num-test", "10", "--epochs", "1"]
-    capsys.readouterr()
-    for extra, says in ((["--num-train", "1"], "--num-train 1: the probe needs at least 2 training images"),
-                        (["--img-size", "36"], "--img-size 36: not a multiple of the backbone's patch size 8; "
-                                               "use 32 or 40")):
-        assert probe.cli(job + extra) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1].startswith(f"probe.py: error: {says}") and "Traceback" not in "".join(err), err
-
-
-def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokenizer(loopvae_run, tmp_path, capsys,
-                                                                                  monkeypatch):
-    """probe.py --weights and train.py --teacher called a LoopVAE checkpoint "neither an rvits checkpoint nor a
-    ViT state dict"; bench.py --anytime on its folder suggested the analyze.py command that refuses it."""
-    import bench
+def test_a_loopvae_checkpoint_where_a_classifier_is_needed_is_named_as_a_tokenizer(loopvae_run, tmp_path, capsys):
+    """train.py --teacher called a LoopVAE checkpoint "neither an rvits checkpoint nor a ViT state dict" (the
+    lab's readers: lab/tests/test_lab_failures.py)."""
     said = ": a --model loopvae checkpoint, a tokenizer"
-    assert probe.cli(["--weights", str(loopvae_run), "--out-dir", str(tmp_path / "p")]) == 2
-    assert f"probe.py: error: --weights {loopvae_run}{said}" in capsys.readouterr().err
     assert train.cli(SYNTH + ["--teacher", str(loopvae_run), "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"train.py: error: --teacher {loopvae_run / 'ckpt.pt'}{said} (it reconstructs images: no class head, "
-                   "no patch tokens); give a classifier's checkpoint or timm ViT weights"], err
-    monkeypatch.setattr(sys, "argv", ["bench.py", "--smoke", "--anytime", str(loopvae_run)])
-    with pytest.raises(SystemExit) as e:
-        bench.main()
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and f"--anytime {loopvae_run}: a --model loopvae run, a tokenizer" in err[-1], err
-    assert "analyze.py" not in err[-1]
+                   "no patch tokens; train_loopvae.py trains it); give a classifier's checkpoint or timm ViT weights"], err
+    for argv in (["--eval-only", "--resume", str(loopvae_run)], ["--resume", str(loopvae_run)],
+                 ["--finetune", str(loopvae_run)], ["--model", "loopvae"]):  # train.py trains classifiers: the line
+        # names the script
+        assert train.cli(argv + ["--out-dir", str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("a --model loopvae checkpoint, not a classifier one; train_loopvae.py trains" in err[0]
+                                  or "--model loopvae: train.py does not train it; train_loopvae.py does" in err[0]), err
 
 
 # ----------------------------------------------------------------------------- a checkpoint with a flipped bit (issue 62)
@@ -358,8 +328,8 @@ def flip_a_bit(src, dst, record="archive/data/0"):
 def test_a_checkpoint_with_one_flipped_bit_is_refused_by_every_reader_naming_the_record(tmp_path, capsys):
     """torch.load skips the zip's CRC-32: --resume trained on from a weight changed by orders of magnitude and
     said nothing. Every load goes through weights.read_weights, which checks the CRC-32 of every record first:
-    --resume, --eval-only, --finetune, --teacher, analyze.py and probe.py each refuse the file in one line naming
-    it and the record, exit status 2."""
+    --resume, --eval-only, --finetune and --teacher each refuse the file in one line naming it and the record, exit
+    status 2 (the lab's analyze.py and probe.py: lab/tests/test_lab_failures.py)."""
     good = tmp_path / "run"
     assert train.cli(SYNTH + ["--max-steps", "1", "--out-dir", str(good)]) == 0
     bad = tmp_path / "flipped" / "ckpt.pt"
@@ -373,9 +343,7 @@ def test_a_checkpoint_with_one_flipped_bit_is_refused_by_every_reader_naming_the
     for tool, flag, argv in [(train, "--resume", SYNTH + ["--resume", str(bad)] + out),
                              (train, "--resume", ["--eval-only", "--resume", str(bad), "--device", "cpu"] + out),
                              (train, "--finetune", SYNTH + ["--finetune", str(bad)] + out),
-                             (train, "--teacher", SYNTH + ["--teacher", str(bad)] + out),
-                             (analyze, "--resume", ["--resume", str(bad)] + out),
-                             (probe, "--weights", ["--weights", str(bad)] + out)]:
+                             (train, "--teacher", SYNTH + ["--teacher", str(bad)] + out)]:
         assert tool.cli(argv) == 2, (tool, argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"{tool.__name__}.py: error: {flag} {said}"), (argv, err)

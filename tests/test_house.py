@@ -48,44 +48,134 @@ def test_the_parser_describes_train_py_with_its_docstring():
     assert flags.get_parser().description == train.__doc__.split("\n")[0]
 
 
+def imports_of(path):
+    """The modules the file `path` imports, at the top or inside a function (their full dotted names)."""
+    found = set()
+    for node in ast.walk(ast.parse(source(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_train_py_and_training_never_import_loopvae():
+    """Issue 78, item 4: LoopVAE trains through its own entry point (train_loopvae.py, loopvae_train/); train.py
+    and every file of training/ import neither the model nor its training."""
+    paths = ["train.py", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "training", "*.py")))]
+    assert len(paths) > 10
+    for path in paths:
+        bad = {m for m in imports_of(path) if m.split(".")[0] in ("loopvae", "loopvae_train", "train_loopvae")}
+        assert not bad, f"{path} imports {sorted(bad)}"
+    assert "loopvae" in imports_of("train_loopvae.py") | imports_of("loopvae_train/flags.py")  # (the walk sees one)
+
+
+def test_train_py_help_has_no_loopvae_flag():
+    """Issue 78, item 4: LoopVAE's flags (its model and Stage-2 groups, --rfid) leave train.py --help; they are
+    train_loopvae.py's, whose parser has every flag of a run beside them (data, optimization, checkpoints)."""
+    from loopvae_train import flags as lvflags
+    from training import flags
+    mine = {a.dest for a in flags.get_parser()._actions}
+    lv = lvflags.get_parser()
+    own = {a.dest for g in lv._action_groups if g.title.startswith("model: LoopVAE") for a in g._group_actions}
+    assert len(own) == 19 and {"loops", "stage2", "rfid", "disc", "kl_weight"} <= own
+    assert not own & mine, sorted(own & mine)
+    text = flags.get_parser().format_help()
+    assert not re.search(r"loopvae|LoopVAE|--stage2|tokenizer", text), re.findall(r".*(?:loopvae|LoopVAE|stage2).*", text)
+    assert {"data", "lr", "resume", "save_every", "log_every", "max_steps", "ema"} <= {a.dest for a in lv._actions}
+    assert len(mine) - 1 <= 86  # (--help itself not counted; 105 before the move)
+    moved = {a.dest: flags.parsed_default(a, a.default) for a in lv._actions if a.dest in own}
+    assert flags.MOVED_FLAGS == moved  # (an older args.json of train.py holds them at these values: --config)
+
+
+def test_train_loopvae_py_is_a_short_tutorial_of_its_own_loop():
+    """train_loopvae.py: its docstring is its parser's description, no flag defined in it, and in train() the
+    forward, the adversarial term, the backward and the optimizer step in that order, before line 200."""
+    import train_loopvae
+    from loopvae_train import flags as lvflags
+    text = source("train_loopvae.py")
+    assert "add_argument" not in text and len(text.splitlines()) <= 250
+    assert lvflags.get_parser().description == train_loopvae.__doc__.split("\n")[0]
+    loop = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "train")
+    seen = {}
+    for line, name in sorted(calls(loop)):
+        seen.setdefault(name, line)
+    assert seen["model"] < seen["adversary"] < seen["backward"] < seen["optimizer_step"] < 200
+
+
 def test_tests_live_in_tests_beside_the_models_own():
     top = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "test_*.py")))
     assert top == ["test_models.py"], "tests other than the models' own go in tests/"
     assert not os.path.exists(os.path.join(ROOT, "conftest.py"))
 
 
-@pytest.mark.parametrize("path", ["analyze.py", "bench.py", *sorted(os.path.relpath(p, ROOT) for d in ("scripts", "studies")
-                                                                      for p in glob.glob(os.path.join(ROOT, d, "*.py")))])
-def test_tools_import_training_not_the_tutorial(path):
-    """The tools reach the flags and the registry in training/, never by importing train.py (a
-    subprocess running train.py is fine); a tool of scripts/ (what a user runs to check a machine or
-    README) never imports a study of studies/ (a study may use a tool: scripts/provenance.py)."""
-    imported = set()
+def imports(path):
+    """Every module name the file at `path` imports, at the top or inside a function (a.b of `from a.b import c`)."""
+    found = set()
     for node in ast.walk(ast.parse(source(path))):
         if isinstance(node, ast.Import):
-            imported |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
-    assert "train" not in imported, path
-    studies = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "studies", "*.py"))}
-    if path.startswith("scripts"):
-        assert not imported & studies, f"{path} imports the studies {sorted(imported & studies)}"
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", ["bench.py", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")))])
+def test_tools_import_training_not_the_tutorial(path):
+    """The tools reach the flags and the registry in training/, never by importing train.py (a
+    subprocess running train.py is fine); the lab's tools are held to the same (lab/tests/test_lab_house.py)."""
+    assert "train" not in imports(path), path
+
+
+def product_files():
+    """Every .py file of the product: the top level, training/, scripts/, tests/ (everything but lab/)."""
+    return sorted(os.path.relpath(p, ROOT) for d in ("", "training", "scripts", "tests")
+                  for p in glob.glob(os.path.join(ROOT, d, "*.py")))
+
+
+def lab_names():
+    """The names a file would import the lab by: lab itself, its modules and packages (claims, analyze, probe,
+    analysis, summarize_mini, ...: lab/ is on the lab's path), its tests, and the folders it replaced (studies)."""
+    lab = os.path.join(ROOT, "lab")
+    names = {"lab", "studies", "analysis"}
+    for d in (lab, os.path.join(lab, "tests")):
+        names |= {os.path.splitext(n)[0] for n in os.listdir(d) if n.endswith(".py")}
+        names |= {n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n, "__init__.py"))}
+    return names
+
+
+def test_the_product_never_imports_the_lab():
+    """Issue 78: two houses on one lot. The product (the models, train.py, training/, data.py, bench.py, scripts/,
+    the product's tests) never imports the lab (lab/: studies, claims, analyses, kept runs), at the top of a file or
+    inside a function; the lab drives the product from outside and may import it."""
+    names = lab_names()
+    assert {"claims", "analyze", "probe", "analysis", "summarize_mini", "test_claims"} <= names
+    files = product_files()
+    assert {"train.py", "bvit.py", "training/flags.py", "scripts/gpu_run.py", "tests/test_house.py"} <= set(files)
+    found = [f"{p} imports {m}" for p in files for m in sorted(imports(p)) if m.split(".")[0] in names]
+    assert not found, found
 
 
 def test_training_package_is_a_docstring_naming_each_module_in_reading_order():
-    """training/__init__.py and analysis/__init__.py are each a docstring with one line per module."""
-    for package in ("training", "analysis"):
-        init = ast.parse(source(os.path.join(package, "__init__.py")))
-        assert len(init.body) == 1 and isinstance(init.body[0].value, ast.Constant)
-        doc = ast.get_docstring(init)
-        modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, package, "*.py")))
-        listed = re.findall(r"^\s*(\w+\.py)\s", doc, re.M)  # one line per module: "    flags.py   which flags ..."
-        assert sorted(listed) == [m for m in modules if m != "__init__.py"], f"{package}/__init__.py: each module once"
+    """training/__init__.py (and lab/analysis/__init__.py: lab/tests/test_lab_house.py) is a docstring with one
+    line per module."""
+    check_package_docstring("training")
+
+
+def check_package_docstring(package):
+    """The package at `package` (a folder under the repository) has an __init__.py that is a docstring naming
+    each of its modules once."""
+    init = ast.parse(source(os.path.join(package, "__init__.py")))
+    assert len(init.body) == 1 and isinstance(init.body[0].value, ast.Constant)
+    doc = ast.get_docstring(init)
+    modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, package, "*.py")))
+    listed = re.findall(r"^\s*(\w+\.py)\s", doc, re.M)  # one line per module: "    flags.py   which flags ..."
+    assert sorted(listed) == [m for m in modules if m != "__init__.py"], f"{package}/__init__.py: each module once"
 
 
 def test_training_holds_only_what_train_py_leans_on():
     """Every module in training/ is imported by train.py, directly or through another training module
-    (imports at the top or inside a function); what only analyze.py or probe.py use lives in analysis/."""
+    (imports at the top or inside a function); what only analyze.py or probe.py use lives in lab/analysis/."""
     def training_imports(path):
         found = set()
         for node in ast.walk(ast.parse(source(path))):
@@ -121,11 +211,14 @@ def test_model_files_import_only_torch():
 def project_imports():
     """{module: the project modules it imports, at the top of the file or inside a function}, for every .py
     file git would track here: top-level files and packages by their dotted path (training.flags), the
-    scripts by their name (each puts scripts/ on sys.path)."""
+    scripts, the tests and the lab's tools by their name (each puts its folder on sys.path), lab/analysis as
+    analysis."""
     paths = [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True)]
-    paths = [p for p in paths if not p.startswith(("results", "runs", ".")) and "site-packages" not in p]
-    name = {p: (os.path.splitext(os.path.basename(p))[0] if p.startswith(("scripts", "tests")) else
-                os.path.splitext(p)[0].replace(os.sep, ".").removesuffix(".__init__")) for p in paths}
+    paths = [p for p in paths if not p.startswith(("results", "lab/results", "runs", ".")) and "site-packages" not in p]
+    name = {p: (os.path.splitext(os.path.basename(p))[0] if p.startswith(("scripts", "tests", "lab/tests")) or
+                os.path.dirname(p) == "lab" else
+                os.path.splitext(p.removeprefix("lab" + os.sep))[0].replace(os.sep, ".").removesuffix(".__init__"))
+            for p in paths}
     known = set(name.values())
     graph = {}
     for path, module in name.items():
@@ -196,8 +289,8 @@ def test_the_run_facts_travel_as_one_record():
                 assert n <= 13, f"{path}: {node.name}() takes {n} parameters"
 
 
-# A file the docs name by its path: scripts/, studies/, training/, ... up to its extension, not inside a longer name.
-NAMED_PATH = re.compile(r"(?<![\w/.+-])((?:scripts|studies|training|analysis|tests|docs|results)/[\w.+-]+(?:/[\w.+-]+)*"
+# A file the docs name by its path: scripts/, lab/, training/, ... up to its extension, not inside a longer name.
+NAMED_PATH = re.compile(r"(?<![\w/.+-])((?:lab|scripts|studies|training|analysis|tests|docs|results)/[\w.+-]+(?:/[\w.+-]+)*"
                         r"\.(?:py|sh|md|png|jsonl?))(?![\w.])")
 
 
@@ -207,27 +300,33 @@ def named_paths(text):
 
 
 def test_named_paths_finds_paths_and_leaves_other_names():
-    text = "run `bash studies/reproduce_mini.sh`, see docs/results.md and results/gpu/results.jsonl; x/scripts/a.py no"
-    assert named_paths(text) == ["studies/reproduce_mini.sh", "docs/results.md", "results/gpu/results.jsonl"]
+    text = "run `bash lab/reproduce_mini.sh`, see lab/docs/results.md and lab/results/gpu/results.jsonl; x/scripts/a.py no"
+    assert named_paths(text) == ["lab/reproduce_mini.sh", "lab/docs/results.md", "lab/results/gpu/results.jsonl"]
 
 
 # Files the docs name that a study writes when it first runs, and the code that writes them.
-WRITTEN_LATER = {"results/gpu/concurrency.jsonl": "studies/summarize_gpu.py"}
+WRITTEN_LATER = {"lab/results/gpu/concurrency.jsonl": "lab/summarize_gpu.py"}
 
 
 def test_every_path_the_docs_name_exists():
-    """README, docs/ and studies/README.md name files a reader runs or opens: each exists (a file moved by a
-    refactor leaves no stale command behind). results/*/README.md are dated records of their commit and are not read."""
+    """README and docs/ name files a reader runs or opens: each exists (a file moved by a refactor leaves no
+    stale command behind). The lab's pages: lab/tests/test_lab_house.py."""
+    stale = stale_paths(["README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))])
+    assert not stale, stale
+
+
+def stale_paths(docs):
+    """The paths the pages `docs` name that do not exist ('PAGE:LINE: PATH' each)."""
     stale = []
-    for doc in ["README.md", "studies/README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+    for doc in docs:
         rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
         for n, line in enumerate(source(rel).splitlines(), 1):
             stale += [f"{rel}:{n}: {p}" for p in named_paths(line)
                       if p not in WRITTEN_LATER and not os.path.exists(os.path.join(ROOT, p))
                       and not os.path.exists(os.path.join(ROOT, os.path.dirname(rel), p))]
-    assert not stale, stale
     for path, writer in WRITTEN_LATER.items():  # (perhaps not written yet: its writer names it)
         assert os.path.basename(path) in source(writer), path
+    return stale
 
 
 def test_test_order_option_reverses_shuffles_by_seed_and_refuses_anything_else():
@@ -253,10 +352,15 @@ def test_test_order_option_reverses_shuffles_by_seed_and_refuses_anything_else()
 
 # ----------------------------------------------------------------------------- every tool's numbers (issue 62, 7 and 9)
 # The tools that take flags: train.py (its flags live in training/flags.py) and every file of the top level,
-# scripts/ and studies/ that defines one.
-TOOLS = ["train.py", *sorted(os.path.relpath(p, ROOT) for d in ("", "scripts", "studies")
-                             for p in glob.glob(os.path.join(ROOT, d, "*.py")) if "add_argument(" in source(p))]
-GET_PARSER = {"train.py": "training.flags", "analyze.py": "analyze", "probe.py": "probe"}  # (built without a run)
+# scripts/ and lab/ that defines one.
+def tools(*folders):
+    """The files of `folders` that define a flag."""
+    return sorted(os.path.relpath(p, ROOT) for d in folders for p in glob.glob(os.path.join(ROOT, d, "*.py"))
+                  if "add_argument(" in source(p))
+
+
+TOOLS = ["train.py", "train_loopvae.py", *tools("", "scripts")]  # (the lab's: lab/tests/test_lab_house.py)
+GET_PARSER = {"train.py": "training.flags", "train_loopvae.py": "loopvae_train.flags", "lab/analyze.py": "analyze", "lab/probe.py": "probe"}  # (built without a run)
 
 
 class Caught(Exception):
@@ -319,8 +423,7 @@ def refuses(kind, s):
 
 
 def test_tools_are_all_found():
-    assert {"train.py", "analyze.py", "probe.py", "bench.py", "scripts/gpu_check.py", "studies/gpu_study.py",
-            "studies/summarize_anytime.py", "studies/summarize_loopvae.py"} <= set(TOOLS)
+    assert {"train.py", "bench.py", "scripts/gpu_check.py", "scripts/curves.py"} <= set(TOOLS)
 
 
 @pytest.mark.parametrize("path", TOOLS)
@@ -377,14 +480,19 @@ def test_making_finds_how_the_docs_were_made_and_leaves_the_readers_words():
 
 
 def test_the_docs_speak_of_the_project_not_of_how_they_were_made():
-    """README, docs/, studies/README.md and results/*/README.md: a dated measurement says what ran, on what
+    """README and docs/ (the lab's pages: lab/tests/test_lab_house.py): a dated measurement says what ran, on what
     and at which commit; never which session, helper or person made it (issue 62)."""
+    found = made_in(["README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))])
+    assert not found, found
+
+
+def made_in(docs):
+    """'PAGE: PHRASE' for each phrase of the pages `docs` that speaks of how they were made."""
     found = []
-    for doc in ["README.md", "studies/README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
-                *sorted(glob.glob(os.path.join(ROOT, "results", "*", "README.md")))]:
+    for doc in docs:
         rel = os.path.relpath(os.path.join(ROOT, doc), ROOT)
         found += [f"{rel}: {m}" for m in making(" ".join(source(rel).split()))]  # (a phrase across lines too)
-    assert not found, found
+    return found
 
 
 def test_the_quick_tier_is_a_registered_marker_that_keeps_every_models_mathematics():

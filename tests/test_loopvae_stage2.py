@@ -1,9 +1,9 @@
-"""LoopVAE Stage 2 (adversarial.py, train.py --stage2): from a Stage-1 checkpoint the generator and the
+"""LoopVAE Stage 2 (loopvae_train/adversarial.py, train_loopvae.py --stage2): from a Stage-1 checkpoint the generator and the
 discriminator both train, the adversarial term is off before --gan-start, one ckpt.pt resumes both
 bit for bit, the frozen-DINOv2 discriminator loads timm's layout and trains its head only, and bad
 input (flags, files, an rFID without its package or weights) is one line, exit 2.
 
-CPU only, in-process `train.cli` calls on a tiny fake CIFAR-100 folder (test_loopvae_train's TINY); no download.
+CPU only, in-process `train_loopvae.cli` calls on a tiny fake CIFAR-100 folder (test_loopvae_train's TINY); no download.
 """
 import os
 import signal
@@ -15,14 +15,15 @@ import pytest
 import timm
 import torch
 
-from training import adversarial
+from loopvae_train import adversarial
 import loopvae
 import train
+import train_loopvae
 from training import exits, optim
 from test_loopvae_train import TINY, records
 from test_train import fake_cifar
 
-pytestmark = pytest.mark.slow  # (train.py runs: README's quick tier, -m "not slow", leaves them out)
+pytestmark = pytest.mark.slow  # (train_loopvae.py runs: README's quick tier, -m "not slow", leaves them out)
 
 STAGE2 = ["--max-steps", "6", "--gan-start", "3", "--r1-every", "2", "--epochs", "1"]
 TERMS = ("d_loss", "g_loss", "gan_weight", "r1")
@@ -33,7 +34,7 @@ def stage1(tmp_path_factory):
     """A 2-step Stage-1 run: (the data folder, its run folder)."""
     cifar = fake_cifar(tmp_path_factory.mktemp("data"))
     out = tmp_path_factory.mktemp("stage1")
-    assert train.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out), "--max-steps", "2"]) == 0
+    assert train_loopvae.cli(TINY + ["--data-dir", cifar, "--out-dir", str(out), "--max-steps", "2"]) == 0
     return cifar, out
 
 
@@ -54,7 +55,7 @@ def full(stage1, tmp_path_factory):
         return loss, terms
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(adversarial.Adversary, "__call__", spy)
-        assert train.cli(job(stage1, out)) == 0
+        assert train_loopvae.cli(job(stage1, out)) == 0
     return out, calls
 
 
@@ -85,10 +86,10 @@ def test_sigterm_then_resume_continues_generator_and_discriminator_bit_for_bit(f
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*a, **k)
     monkeypatch.setattr(optim, "optimizer_step", step_then_sigterm)
-    assert train.cli(job(stage1, out)) == exits.PREEMPTED
+    assert train_loopvae.cli(job(stage1, out)) == exits.PREEMPTED
     half = torch.load(out / "ckpt.pt", weights_only=True)
     monkeypatch.setattr(optim, "optimizer_step", real)
-    assert train.cli(job(stage1, out, "--resume", str(out / "ckpt.pt"))) == 0
+    assert train_loopvae.cli(job(stage1, out, "--resume", str(out / "ckpt.pt"))) == 0
     a, b = (torch.load(d / "ckpt.pt", weights_only=True) for d in (full[0], out))
     assert half["step"] == 3 and a["step"] == b["step"] == 6
     for k in a["model"]:
@@ -134,7 +135,7 @@ def test_the_dinov2_discriminator_is_timms_frozen_features_and_trains_its_head_o
     x_hat, rec = gen(x, targets=0)
     loss, terms = adv(x, x_hat, rec, step=0)
     grads = [p.grad.clone() for p in disc.head.parameters()]  # the discriminator update's
-    loss.backward()  # the generator's step (train.py's): it adds no gradient to the discriminator
+    loss.backward()  # the generator's step (train_loopvae.py's): it adds no gradient to the discriminator
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, disc.head.parameters())) and gen.last_layer().grad is not None
     assert all(p.grad is None for p in disc.backbone.parameters())
     assert terms["gan_weight"] > 0 and terms["r1"] > 0
@@ -146,14 +147,14 @@ def test_the_dinov2_discriminator_is_timms_frozen_features_and_trains_its_head_o
 def test_a_stage2_run_with_the_dinov2_discriminator_trains(stage1, tmp_path):
     tiny_dinov2(tmp_path / "dinov2.pth", img_size=28)  # pos_embed 2 x 2, resized to 16 x 16 as DINOv2's 37 x 37
     out = tmp_path / "o"
-    assert train.cli(job(stage1, out, "--disc", "dinov2", "--disc-weights", str(tmp_path / "dinov2.pth"),
+    assert train_loopvae.cli(job(stage1, out, "--disc", "dinov2", "--disc-weights", str(tmp_path / "dinov2.pth"),
                          "--max-steps", "2", "--gan-start", "1", "--val-subset", "8")) == 0
     assert all(k in records(out)[-1] for k in TERMS)
 
 
-def one_line_exit_2(argv, says, capsys):
+def one_line_exit_2(argv, says, capsys, cli=None):
     capsys.readouterr()
-    assert train.cli(argv) == 2
+    assert (cli or train_loopvae.cli)(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
 
@@ -163,7 +164,7 @@ def one_line_exit_2(argv, says, capsys):
     (["--disc-weights", "w.pth"], "--disc-weights is for --disc dinov2"),
     (["--grad-accum", "2"], "--grad-accum with --stage2"),
     (["--finetune", "STAGE1"], "leave out --finetune"),
-    (["--model", "bvit"], "Stage 2 continues a loopvae checkpoint; this run is --model bvit"),
+    (["--model", "bvit"], "--model bvit: train_loopvae.py does not train it; train.py does"),
     (["--diffaug", "color,flip"], "--diffaug: expected none or comma-separated of color, translation, cutout"),
 ])
 def test_bad_stage2_flags_are_one_line_exit_2(flags, says, stage1, tmp_path, capsys):
@@ -209,12 +210,12 @@ def test_rfid_without_its_package_or_its_weights_is_one_line_exit_2(stage1, tmp_
                       ("torchmetrics.image", types.ModuleType("torchmetrics.image")), ("torchmetrics.image.fid", fid)):
         monkeypatch.setitem(sys.modules, name, mod)
     one_line_exit_2(argv, "the FID Inception weights are not cached and could not be downloaded", capsys)
-    one_line_exit_2(argv + ["--model", "bvit"], "--rfid is a tokenizer's metric", capsys)
+    one_line_exit_2(["--rfid"], "unrecognized arguments: --rfid", capsys, train.cli)  # (train.py: LoopVAE's flag)
     assert not (tmp_path / "o" / "ckpt.pt").exists()
 
 
 def test_a_stage2_run_that_ends_before_gan_start_says_so_at_its_start(stage1, tmp_path, capsys):
-    assert train.cli(job(stage1, tmp_path / "o", "--max-steps", "1", "--gan-start", "5", "--val-subset", "8")) == 0
+    assert train_loopvae.cli(job(stage1, tmp_path / "o", "--max-steps", "1", "--gan-start", "5", "--val-subset", "8")) == 0
     assert "note: this Stage-2 run ends at step 1, not after --gan-start 5: it trains the discriminator alone" \
         in capsys.readouterr().out
 
@@ -222,16 +223,17 @@ def test_a_stage2_run_that_ends_before_gan_start_says_so_at_its_start(stage1, tm
 def test_stage2_carries_the_stage1_runs_loss_and_data_flags_unless_given(stage1, tmp_path):
     """--stage2 (issue 38): the Stage-1 run's --kl-weight and data come with its architecture; a flag on
     the command line still wins; the optimization flags stay the preset's or the defaults."""
+    from loopvae_train import flags as lvflags
     from training import flags
     cifar, s1 = stage1
     ck = torch.load(s1 / "ckpt.pt", weights_only=True)
     ck["args"]["kl_weight"] = 1e-3  # a Stage-1 loss other than the default
     torch.save(ck, tmp_path / "s1.pt")
-    p = flags.get_parser()
+    p = lvflags.get_parser()
     args = flags.configure(p, ["--model", "loopvae", "--stage2", str(tmp_path / "s1.pt"), "--out-dir", str(tmp_path / "o")])
     assert args.data_dir == cifar and args.embed_dim == ck["args"]["embed_dim"] and args.kl_weight == 1e-3
     assert args.lr == 1e-3  # the default, not Stage 1's 2e-3: the optimization flags start fresh
-    p = flags.get_parser()
+    p = lvflags.get_parser()
     args = flags.configure(p, ["--model", "loopvae", "--stage2", str(tmp_path / "s1.pt"), "--kl-weight", "0.5",
                                "--data", "synthetic"])
     assert args.kl_weight == 0.5 and args.data == "synthetic"

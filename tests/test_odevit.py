@@ -43,7 +43,7 @@ def test_euler_step_one_is_bvit():
     m.load_state_dict(ref.state_dict(), strict=True)  # parameter names are identical
     x, y = images(), torch.tensor([1, 5, 9])
     for d in (6, 9):  # trained depth and beyond it (extend="time" keeps h = 1)
-        assert torch.equal(m(x, depth=d)[0], ref(x, depth=d)[0])
+        assert torch.equal(m(x, depth=d), ref(x, depth=d))
     assert torch.equal(m(x, y)[1], ref(x, y)[1])  # stage-wise loss too, bit for bit
 
 
@@ -100,12 +100,12 @@ def test_blackbox_field_differs_from_subtracted():
     sub, box = tiny(depth=2, horizon=1.0), tiny(depth=2, horizon=1.0, field="blackbox")
     box.load_state_dict(sub.state_dict())
     x = images()
-    assert not torch.allclose(sub(x)[0], box(x)[0], atol=1e-3)
+    assert not torch.allclose(sub(x), box(x), atol=1e-3)
     # blackbox Euler with h = 1/2: z <- z + F(z) / 2
     z = box.embed(x)
     for _ in range(2):
         z = z + 0.5 * box.blocks[0](z)
-    assert torch.allclose(box(x)[0], box.classify(z), atol=1e-6)
+    assert torch.allclose(box(x), box.classify(z), atol=1e-6)
 
 
 def test_deep_supervision_on_the_time_grid_matches_hand_computation():
@@ -128,13 +128,13 @@ def test_extend_time_keeps_h_and_refine_keeps_horizon():
     longer = m.classify(heun_by_hand(m, z0, 0.5, 8))  # T' = 4
     finer = m.classify(heun_by_hand(m, z0, 0.25, 8))  # T = 2
     assert m.time_grid(8) == (4.0, 0.5) and m.time_grid(8, "refine") == (2.0, 0.25)
-    assert torch.allclose(m(x, depth=8)[0], longer, atol=1e-5)
-    assert torch.allclose(m(x, depth=8, extend="refine")[0], finer, atol=1e-5)
+    assert torch.allclose(m(x, depth=8), longer, atol=1e-5)
+    assert torch.allclose(m(x, depth=8, extend="refine"), finer, atol=1e-5)
     m.extend = "refine"
-    assert torch.allclose(m(x, depth=8)[0], finer, atol=1e-5)
+    assert torch.allclose(m(x, depth=8), finer, atol=1e-5)
     assert not torch.allclose(longer, finer, atol=1e-3)
     # at the trained depth the two views coincide
-    assert torch.equal(m(x)[0], m(x, extend="time")[0])
+    assert torch.equal(m(x), m(x, extend="time"))
 
 
 def test_autocast_only_inside_the_field(monkeypatch):
@@ -145,7 +145,7 @@ def test_autocast_only_inside_the_field(monkeypatch):
         torch.is_autocast_enabled("cpu")) or real(*a, **k))
     m.blocks[0].register_forward_hook(lambda mod, i, o: dtypes.append((i[0].dtype, torch.is_autocast_enabled("cpu"))))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits, _ = m(images())
+        logits = m(images())
     assert torch.isfinite(logits.float()).all()
     assert dtypes and all(d == (torch.float32, True) for d in dtypes)  # fp32 state, autocast in f
     assert solver_amp == [False]  # the solver's arithmetic runs outside autocast

@@ -22,6 +22,8 @@ import revit
 import revit_moe
 import srvit
 import train
+import train_loopvae
+from loopvae_train import flags as lvflags
 from training.flags import get_parser, parse_args, resolve
 from training import monitor, optim, registry
 from test_train import fake_cifar
@@ -34,9 +36,9 @@ CIFAR_PRESETS = [n for n in presets.PRESETS if n.startswith("c100-") and "-loopv
                  and (not n.startswith("c100-gpu-") or n == "c100-gpu-bvit-ti")]
 
 
-def config(capsys, *argv):
+def config(capsys, *argv, cli=None):
     capsys.readouterr()
-    assert train.cli(["--print-config", *argv]) == 0
+    assert (cli or train.cli)(["--print-config", *argv]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -48,13 +50,14 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     header = " ".join(lines[:head])
     assert "'pair' = two side by side" in header and "'alone'" in header and "training only" in header  # how timed
     rows = lines[head + 1:]
-    assert [ln.split()[0] for ln in rows] == list(presets.PRESETS) and len(rows) >= 30
+    assert [ln.split()[0] for ln in rows] == [n for n, (_, f) in presets.PRESETS.items() if f["model"] != "loopvae"] \
+        and len(rows) >= 30  # (LoopVAE's: train_loopvae.py --list-presets, below)
     assert rows[0].startswith("cpu-first-bvit ") and max(len(ln) for ln in lines) <= 120
     for line, (name, (what, flags)) in zip(rows, presets.PRESETS.items()):  # name, model, params, times, what
         assert line.split()[1] == flags["model"] and " M  " in line, line
         assert f"  {presets.TIMES[name][0]}  " in line and what[:20] in line, line
     by_name = dict(zip(presets.PRESETS, rows))
-    # figures as docs/results.md measured them (mini table's wall min; the first H200 run) or estimated them
+    # figures as lab/docs/results.md measured them (mini table's wall min; the first H200 run) or estimated them
     assert "0.142 M" in by_name["c100-mini-bvit"] and "  25.7 min, pair  " in by_name["c100-mini-bvit"]
     assert "  3.3 min train  " in by_name["c100-gpu-bvit-ti"] and "  est. 32 h  " in by_name["in1k-revit-b16-e4"]
     assert all(presets.TIMES[n][0] != "?" for n in presets.PRESETS if n.startswith("c100-mini-"))
@@ -63,8 +66,11 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
         ln for ln in out.splitlines() if ln.startswith("NAME "))) + 1:]]
     cpu = [ln.split()[0] for ln in table(capsys.readouterr().out)]
     assert cpu[0] == "cpu-first-bvit" and all(presets.TIMES[n][0] != "?" for n in cpu) and "in1k-vit-b16" not in cpu
-    assert train.cli(["--list-presets", "loopvae"]) == 0
-    assert all("loopvae" in ln.lower() for ln in table(capsys.readouterr().out))
+    assert train_loopvae.cli(["--list-presets", "loopvae"]) == 0  # LoopVAE's: its own script's
+    listed = [ln.split()[0] for ln in table(capsys.readouterr().out)]
+    assert listed == [n for n in presets.PRESETS if "loopvae" in n] and len(listed) >= 9
+    assert train.cli(["--list-presets", "c100-mini-loopvae-gan"]) == 2  # train.py names the script
+    assert "python train_loopvae.py --list-presets c100-mini-loopvae-gan" in capsys.readouterr().err
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
     assert "paper: ImageNet-1k top-1 83.0 (reViT Table 5, Table 1)" in full and "--experts 4" in full and "--opt adamw" in full
@@ -92,16 +98,17 @@ def test_help_names_the_cpu_sized_presets_and_a_mini_run_does_not_recommend_itse
 
 def test_every_preset_resolves_to_its_own_flags(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the presets' relative paths (--stage2's run folder) as on a clean clone
-    dests = set(vars(get_parser().parse_args([])))
     for name, (what, flags) in presets.PRESETS.items():
+        tokenizer = flags["model"] == "loopvae"  # (train_loopvae.py's presets)
+        dests = set(vars((lvflags.get_parser() if tokenizer else get_parser()).parse_args([])))
         assert set(flags) <= dests, (name, set(flags) - dests)  # a typo would be silently ignored
         assert what and ("study arm" in what) == name.startswith("c100-"), name
-        cfg = config(capsys, "--preset", name)
-        assert cfg["preset"] == name and cfg["model"] in registry.MODELS
+        cfg = config(capsys, "--preset", name, cli=train_loopvae.cli if tokenizer else None)
+        assert cfg["preset"] == name and (cfg["model"] in registry.MODELS or tokenizer)
         same = lambda k, v: cfg[k] == v or (k == "stage2" and cfg[k] == os.path.join(v, "ckpt.pt"))  # a run folder
         assert all(same(k, v) for k, v in flags.items()), name  # (--stage2 DIR reads DIR/ckpt.pt once it exists)
         assert cfg["embed_dim"] % cfg["num_heads"] == 0
-        assert cfg["img_size"] % (cfg["patch_size"] or 2 ** len(cfg["loops"])) == 0  # loopvae: no patches
+        assert cfg["img_size"] % (2 ** len(cfg["loops"]) if tokenizer else cfg["patch_size"]) == 0  # loopvae: no patches
 
 
 # The reViT paper's Table 6 (arXiv 2610.12448, A.3): its supervised ImageNet-1k recipe, the same for S, B and L but
@@ -319,11 +326,12 @@ def test_a_preset_that_continues_a_run_names_what_is_missing_and_refuses_another
                                                                                                     monkeypatch, capsys):
     """c100-mini-revit-eN-elastic / -cont and c100-mini-loopvae-gan continue seed 0's run (a path in the preset).
     Before that run exists, one line says to train it first; with --seed 1 the preset would silently continue
-    seed 0's run, so it is refused unless that seed's own run is given (as studies/reproduce_mini.sh does)."""
+    seed 0's run, so it is refused unless that seed's own run is given (as lab/reproduce_mini.sh does)."""
     monkeypatch.chdir(tmp_path)
-    for name, flag in (("c100-mini-revit-e4-elastic", "--finetune"), ("c100-mini-loopvae-gan", "--stage2")):
+    for name, flag, cli in (("c100-mini-revit-e4-elastic", "--finetune", train.cli),
+                            ("c100-mini-loopvae-gan", "--stage2", train_loopvae.cli)):
         for argv, says in (([], "which does not exist yet: train it first"), (["--seed", "1"], "seed 0's run")):
-            assert train.cli(["--preset", name, "--device", "cpu", *argv]) == 2
+            assert cli(["--preset", name, "--device", "cpu", *argv]) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and says in err[0] and flag in err[0], err
     cfg = config(capsys, "--preset", "c100-mini-revit-e4-elastic", "--seed", "1", "--finetune", "runs/mini/revit-e4/seed1")
@@ -437,45 +445,11 @@ def test_the_init_arms_are_the_mini_recipe_on_an_8x8_grid_and_the_pytorch_base_d
         assert (32 // cfg["patch_size"]) ** 2 >= 64 and cfg["embed_dim"] // cfg["num_heads"] == 32, arm
         assert (cfg["model"], cfg["init_base"], cfg["epochs"], cfg["drop_path"]) == ("vit", "pytorch", 2, 0.0), arm
         minutes = float(presets.TIMES[f"c100-mini-{arm}"][0].removeprefix("est. ").split()[0])
-        assert minutes <= 20, arm  # (measured: 13-17 min, results/init)
+        assert minutes <= 20, arm  # (measured: 13-17 min, lab/results/init)
     assert [arms[a]["init"] for a in INIT] == ["default", "mimetic", "structured"]
     p = get_parser()
     m = registry.build_model(resolve(parse_args(p, ["--preset", "c100-mini-init-pytorch"]), p, 32), 32, 100)
     assert m.head.bias.any() and m.blocks[0].attn.qkv.bias.any()  # PyTorch's defaults reached the model
-
-
-def test_gpu_study_arms_share_one_recipe_and_their_pairs_are_matched(capsys):
-    """c100-gpu-*: the arms of the mini study and of reViT's comparisons on the c100-gpu-bvit-ti recipe
-    at Ti width; only model flags differ; recurrent arms are evaluated at 0.5x-4x their depth."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "studies"))
-    import gpu_study
-    arms = sorted({a.split("+")[0] for a in gpu_study.ARMS})
-    assert sorted(n for n in presets.PRESETS if n.startswith("c100-gpu-")) == sorted(
-        [f"c100-gpu-{a}" for a in arms] + ["c100-gpu-bvit-ti"])
-    assert presets.PRESETS["c100-gpu-bvit-ti"][1] == presets.PRESETS["c100-gpu-bvit"][1]  # its first name
-    model_flags = {"model", "eval_depths", "size", "embed_dim", "num_heads", "depth", "stages", "experts",
-                   "depth_dropout", "recursions", "solver", "horizon", "routing", "lora_rank"}
-    recipe = {k: v for k, v in presets.PRESETS["c100-gpu-bvit"][1].items() if k not in model_flags}
-    assert recipe["epochs"] == 50 and recipe["randaug"] == 0.0 and recipe["batch_size"] == 512
-    for arm in arms:
-        flags = presets.PRESETS[f"c100-gpu-{arm}"][1]
-        assert {k: v for k, v in flags.items() if k not in model_flags} == recipe, arm
-        cfg = config(capsys, "--preset", f"c100-gpu-{arm}")
-        trained = cfg["recursions"] if cfg["model"] == "srvit" else cfg["depth"]
-        if cfg["model"] == "vit":
-            assert cfg["eval_depths"] is None
-        else:
-            assert cfg["eval_depths"] == sorted({max(1, int(f * trained)) for f in (0.5, 1, 2, 4)}), arm
-    vit, bv = build("c100-gpu-vit"), build("c100-gpu-bvit")
-    assert vit.flops_per_image() == bv.flops_per_image() and vit.embed_dim == bv.embed_dim == 192
-    wide, narrow = build("c100-gpu-bvit-wide"), build("c100-gpu-vit-narrow")
-    assert abs(wide.num_params() / narrow.num_params() - 1) < 0.05 and narrow.num_blocks == 12
-    ode = [presets.PRESETS[f"c100-gpu-odevit-{s}"][1] for s in ("euler", "heun", "rk4")]
-    assert [f["depth"] * {"euler": 1, "heun": 2, "rk4": 4}[f["solver"]] for f in ode] == [12, 12, 12]
-    assert build("c100-gpu-srvit-r2").flops_per_image() == pytest.approx(bv.flops_per_image(), rel=0.01)
-    for arm, base, change in [(f"revit-{r}", "revit-e4", {"routing": r}) for r in revit_moe.ROUTINGS[1:]] \
-            + [("revit-lora", "revit-e1", {"lora_rank": 32})]:
-        assert presets.PRESETS[f"c100-gpu-{arm}"][1] == {**presets.PRESETS[f"c100-gpu-{base}"][1], **change}, arm
 
 
 def test_the_batched_loader_is_never_chosen_when_an_augmentation_needs_the_per_image_loader():
@@ -665,9 +639,10 @@ def test_every_presets_flags_line_pastes_back_to_the_same_run(capsys):
     """--list-presets NAME prints a `flags:` line; pasted as a command line (without --preset) it resolves to the
     same run as --preset NAME (--print-config), for every preset: no `--randaug 0.0` an integer flag refuses, no
     `--bce False` or `--eval-depths None` the parser cannot read."""
-    for name in presets.PRESETS:
-        assert train.cli(["--list-presets", name]) == 0
+    for name, (_, given) in presets.PRESETS.items():
+        cli = train_loopvae.cli if given["model"] == "loopvae" else train.cli  # (LoopVAE's: its own script's)
+        assert cli(["--list-presets", name]) == 0
         line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("flags: "))
-        pasted = config(capsys, *shlex.split(line[len("flags: "):]))
-        preset = config(capsys, "--preset", name)
+        pasted = config(capsys, *shlex.split(line[len("flags: "):]), cli=cli)
+        preset = config(capsys, "--preset", name, cli=cli)
         assert {k: v for k, v in pasted.items() if k != "preset"} == {k: v for k, v in preset.items() if k != "preset"}, name

@@ -15,6 +15,8 @@ import data
 import presets
 from training.flags import get_parser
 import train
+import train_loopvae
+from loopvae_train import flags as lvflags
 from training import exits, flags, optim
 from test_train import ROOT, TINY, free_port, load, run
 
@@ -99,7 +101,7 @@ def test_every_other_write_of_a_run_fails_as_one_line_saying_what_is_kept(tmp_pa
 # ----------------------------------------------------------------------------- checked before the first step
 def test_what_evaluation_needs_is_checked_with_the_flags_before_any_training(tmp_path, capsys):
     out = tmp_path / "o"
-    assert train.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--loops", "1,2",
+    assert train_loopvae.cli(["--model", "loopvae", "--embed-dim", "32", "--num-blocks", "1", "--loops", "1,2",
                       "--latent-dim", "4", "--img-size", "8", *SYNTH[len(TINY):], "--device", "cpu", "--workers", "0",
                       "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -145,7 +147,7 @@ def bvit_ckpt(tmp_path_factory):
 @pytest.mark.parametrize("flag", ["--stage2", "--finetune"])
 def test_a_checkpoint_of_the_wrong_kind_is_named_not_blamed_on_a_flag_it_brought(bvit_ckpt, capsys, flag, tmp_path):
     """The bViT checkpoint brings --patch-size 8, which loopvae refuses; the line says what the file is."""
-    assert train.cli(["--model", "loopvae", flag, bvit_ckpt, "--data", "synthetic", "--device", "cpu",
+    assert train_loopvae.cli(["--model", "loopvae", flag, bvit_ckpt, "--data", "synthetic", "--device", "cpu",
                       "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{flag} {bvit_ckpt}: a --model bvit checkpoint, not a LoopVAE" in err[0], err
@@ -177,7 +179,7 @@ def test_a_checkpoint_trained_with_a_cut_flag_is_refused_by_name_and_the_flags_a
 def test_stage2_of_a_stage2_checkpoint_is_refused_not_restarted(tmp_path, capsys):
     path = tmp_path / "s2.pt"
     torch.save({"args": {"model": "loopvae", "stage2": "runs/s1/ckpt.pt"}, "model": {}, "adversary": {"d": {}}}, path)
-    assert train.cli(["--model", "loopvae", "--stage2", str(path), "--data", "synthetic", "--device", "cpu"]) == 2
+    assert train_loopvae.cli(["--model", "loopvae", "--stage2", str(path), "--data", "synthetic", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a Stage-2 checkpoint (its run had --stage2 runs/s1/ckpt.pt)" in err[0], err
     assert f"continue it with --resume {path}" in err[0]
@@ -187,7 +189,7 @@ def test_stage2_of_a_stage2_checkpoint_is_refused_not_restarted(tmp_path, capsys
     (["--model", "bvit", "--experts", "4"], "--experts is a flag of --model revit; --model bvit does not use it"),
     (["--model", "revit", "--stages", "3"], "--stages is a flag of --model vit, bvit or odevit; --model revit"),
     (["--model", "srvit", "--solver", "rk4"], "--solver is a flag of --model odevit"),
-    (["--model", "bvit", "--loops", "1,2"], "--loops is a flag of --model loopvae"),
+    (["--model", "bvit", "--loops", "1,2"], "unrecognized arguments: --loops 1,2"),  # (train_loopvae.py's)
     (["--model", "bvit", "--routing", "qwen3"], "--routing is a flag of --model revit")])
 def test_a_flag_the_model_does_not_use_is_refused_by_name(argv, says, capsys):
     assert train.cli(argv + ["--print-config"]) == 2
@@ -206,8 +208,8 @@ def test_flags_from_a_checkpoint_are_never_refused_as_given(bvit_ckpt, tmp_path,
 
 
 def test_every_preset_gives_only_flags_its_model_uses():
-    for name in presets.PRESETS:
-        flags.resolved(["--preset", name])  # (a refused flag exits 2)
+    for name, (_, given) in presets.PRESETS.items():  # (a refused flag exits 2); LoopVAE's: train_loopvae.py's
+        flags.resolved(["--preset", name], entry=lvflags.ENTRY if given["model"] == "loopvae" else None)
 
 
 @pytest.mark.parametrize("argv", [["--list-presets"], ["--print-config"]])

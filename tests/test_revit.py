@@ -74,7 +74,7 @@ def test_one_expert_is_tied_block():
     m.load_state_dict({k: v[None] if ".mlp." in k else v for k, v in ref.state_dict().items()}, strict=True)
     x, y = images(), torch.tensor([1, 5, 9])
     for depth in (4, 7):
-        assert torch.allclose(m(x, depth=depth)[0], ref(x, depth=depth)[0], atol=1e-6)
+        assert torch.allclose(m(x, depth=depth), ref(x, depth=depth), atol=1e-6)
     assert torch.allclose(m(x, y)[1], ref(x, y)[1], atol=1e-6)
     assert set(m.aux) == {"ce_loss"} and m.router is None  # no regularizers for E = 1
     assert m.num_params() == ref.num_params() and m.flops_per_image() == ref.flops_per_image()
@@ -118,7 +118,7 @@ def test_materialized_equals_dynamic(L):
     assert not any(n.startswith("router") for n, _ in dense.named_parameters())
     assert dense.blocks[0].mlp.fc1.weight.shape[0] == L  # one dense FFN per step
     x = images()
-    assert torch.allclose(dense(x)[0], m(x, depth=L)[0], atol=1e-6)
+    assert torch.allclose(dense(x), m(x, depth=L), atol=1e-6)
     with pytest.raises(ValueError, match="depth"):
         dense(x, depth=L + 1)
 
@@ -128,7 +128,7 @@ def test_grouped_per_image_path_equals_naive_loop():
     keep = torch.tensor([[1, 1, 1, 1, 1], [1, 0, 1, 0, 1], [0, 0, 1, 0, 0], [1, 1, 0, 0, 1],
                          [0, 1, 1, 0, 1], [1, 0, 1, 0, 1]], dtype=torch.bool)
     x = images(b=6)
-    got = m(x, keep=keep)[0]
+    got = m(x, keep=keep)
     want = naive_forward(m, x, keep)
     assert torch.allclose(got, want, atol=1e-5)
     # and the gradients agree (grouping, sorting and scattering are differentiable bookkeeping)
@@ -150,9 +150,9 @@ def test_dropped_steps_are_identity_and_retained_coordinates_evenly_spread():
     # an image that keeps n of L steps computes exactly the depth-n model
     m = tiny(depth=6)
     x = images()
-    out = m(x, keep=keep)[0]
+    out = m(x, keep=keep)
     for b, n in enumerate(keep.sum(1).tolist()):
-        assert torch.allclose(out[b], m(x[b:b + 1], depth=n)[0][0], atol=1e-5)
+        assert torch.allclose(out[b], m(x[b:b + 1], depth=n)[0], atol=1e-5)
     # sampling: each step kept with probability 1 - p, and never an empty image
     torch.manual_seed(0)
     assert revit.sample_keep(20000, 6, 0.3).float().mean().item() == pytest.approx(0.7, abs=0.01)
@@ -167,13 +167,13 @@ def test_training_samples_a_drop_mask_per_image_and_evaluation_runs_the_full_gri
     m = tiny(depth=6, depth_dropout=0.5)
     x = images(b=8)
     torch.manual_seed(3)
-    trained = m.train()(x)[0]
+    trained = m.train()(x)
     torch.manual_seed(3)
     keep = revit.sample_keep(8, 6, 0.5)
     assert not keep.all() and keep.sum(1).unique().numel() > 1  # images really differ in depth
     m.eval()
-    assert torch.allclose(trained, m(x, keep=keep)[0], atol=1e-6)
-    assert torch.allclose(m(x)[0], m(x, keep=torch.ones(8, 6, dtype=torch.bool))[0], atol=1e-5)
+    assert torch.allclose(trained, m(x, keep=keep), atol=1e-6)
+    assert torch.allclose(m(x), m(x, keep=torch.ones(8, 6, dtype=torch.bool)), atol=1e-5)
 
 
 def test_plain_revit_runs_every_step_in_training_and_train_py_trains_at_fixed_depth_too():
@@ -183,9 +183,9 @@ def test_plain_revit_runs_every_step_in_training_and_train_py_trains_at_fixed_de
     torch.manual_seed(0)
     before = torch.rand(1)
     torch.manual_seed(0)
-    trained = m.train()(x)[0]
+    trained = m.train()(x)
     assert torch.equal(torch.rand(1), before)  # no step was sampled
-    assert torch.allclose(trained, m.eval()(x)[0], atol=1e-6)
+    assert torch.allclose(trained, m.eval()(x), atol=1e-6)
     common = dict(img_size=16, patch_size=4, num_classes=10, embed_dim=32, depth=4, num_heads=4)
     # train.py too: the supervised recipe trains at fixed depth (Table 6); elastic depth is a second stage
     assert registry.MODELS["revit"].build(get_parser().parse_args(["--model", "revit"]), common).depth_dropout == 0.0
@@ -266,7 +266,7 @@ def test_bf16_autocast_and_bf16_weights_run_every_path():
     assert logits.dtype == torch.bfloat16 and torch.isfinite(loss)
     assert all(v.dtype == torch.float32 for v in m.aux.values())  # regularizers in fp32
     m.eval().bfloat16()
-    assert torch.allclose(m.materialize(5)(x.bfloat16())[0].float(), m(x.bfloat16(), depth=5)[0].float())
+    assert torch.allclose(m.materialize(5)(x.bfloat16()).float(), m(x.bfloat16(), depth=5).float())
 
 
 def test_bf16_weights_run_elastic_depth_in_training_and_inference():
@@ -281,8 +281,8 @@ def test_bf16_weights_run_elastic_depth_in_training_and_inference():
                for p in m.parameters())
     keep = revit.sample_keep(6, 4, 0.5)
     with torch.no_grad():
-        out = m.eval()(x, keep=keep)[0]
-        ref = m.float()(x.float(), keep=keep)[0]
+        out = m.eval()(x, keep=keep)
+        ref = m.float()(x.float(), keep=keep)
     assert out.dtype == torch.bfloat16 and torch.allclose(out.float(), ref, atol=5e-2)
 
 

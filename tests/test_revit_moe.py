@@ -81,10 +81,10 @@ def test_depth_routing_default_is_revit_bit_for_bit():
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     assert all(torch.equal(a, b) for a, b in zip(outs[0][2], outs[1][2]))
     assert outs[0][3].keys() == outs[1][3].keys()
-    assert torch.equal(ref.eval()(x, depth=7)[0], m.eval()(x, depth=7)[0])
+    assert torch.equal(ref.eval()(x, depth=7), m.eval()(x, depth=7))
     assert m.flops_per_image() == ref.flops_per_image() and m.num_params() == ref.num_params()
     assert m.log_extras() == ref.log_extras() and torch.equal(m.gates(5), ref.gates(5))
-    assert torch.equal(m.materialize(5)(x)[0], ref.materialize(5)(x)[0])
+    assert torch.equal(m.materialize(5)(x), ref.materialize(5)(x))
 
 
 @pytest.mark.parametrize("routing,class_token", [("smear", True), ("lory", True), ("smear", False)])
@@ -100,7 +100,7 @@ def test_one_expert_is_tied_block(routing, class_token):
     assert m.router is None
     x, y = images(), torch.tensor([1, 5, 9])
     for depth in (3, 5):
-        assert torch.allclose(m(x, depth=depth)[0], ref(x, depth=depth)[0], atol=1e-6)
+        assert torch.allclose(m(x, depth=depth), ref(x, depth=depth), atol=1e-6)
     assert torch.allclose(m(x, y)[1], ref(x, y)[1], atol=1e-6)
     assert set(m.aux) == {"ce_loss"}  # no regularizers for E = 1, as reViT
 
@@ -186,7 +186,7 @@ def hand_forward(m, x, depth):
 def test_each_routing_equals_its_definition_by_hand(routing):
     m = tiny(routing, depth=3)
     x = images(b=2)
-    assert torch.allclose(m(x)[0], hand_forward(m, x, 3), atol=1e-5)
+    assert torch.allclose(m(x), hand_forward(m, x, 3), atol=1e-5)
     gates = torch.tensor(m.log_extras()["gates"])  # (L, E) mean gates, not uniform
     assert gates.shape == (3, 4) and (gates - gates.mean(1, keepdim=True)).abs().max() > 1e-2
     if routing in ("smear", "lory", "deepseek", "qwen3", "softmoe"):  # a convex weight or a token share
@@ -197,7 +197,7 @@ def test_lory_routes_on_the_previous_state_smear_on_the_ffn_input():
     smear, lory = tiny("smear"), tiny("lory")
     lory.load_state_dict(smear.state_dict())
     x = images()
-    assert not torch.allclose(smear(x)[0], lory(x)[0], atol=1e-4)
+    assert not torch.allclose(smear(x), lory(x), atol=1e-4)
     # Lory's first step is routed by the embedding alone: its gate does not see the first attention
     z = lory.embed(x)
     g0 = torch.softmax(lory.blocks[0].norm1(z).mean(1) @ lory.router.weight.T, -1)
@@ -228,10 +228,10 @@ def test_deepseek_with_every_token_on_one_expert_is_one_ratio4_ffn_whatever_the_
     x = images()
     with torch.no_grad():
         m.expert_bias.copy_(torch.tensor([0.0, 0.0, 3.0, 0.0]))  # affinities are in (0, 1): expert 2 for all
-        out = m(x)[0]
+        out = m(x)
         assert all(row == [0.0, 0.0, 1.0, 0.0] for row in m.log_extras()["gates"])
         m.expert_bias.copy_(torch.tensor([-5.0, 1.0, 8.0, 0.0]))
-        assert torch.equal(m(x)[0], out)
+        assert torch.equal(m(x), out)
     ref = revit.ReViT(**TINY, depth=3, experts=1).eval()
     sd = {k: v for k, v in m.state_dict().items() if not k.startswith(("router", "expert_bias", "blocks.0.mlp",
                                                                        "blocks.0.shared"))}
@@ -241,7 +241,7 @@ def test_deepseek_with_every_token_on_one_expert_is_one_ratio4_ffn_whatever_the_
                "blocks.0.mlp.fc2.weight": torch.cat([s.fc2.weight, r.fc2.weight[2:3]], 2),
                "blocks.0.mlp.fc2.bias": s.fc2.bias + r.fc2.bias[2:3]})
     ref.load_state_dict(sd, strict=True)
-    assert torch.allclose(out, ref(x)[0], atol=1e-5)
+    assert torch.allclose(out, ref(x), atol=1e-5)
 
 
 @pytest.mark.parametrize("routing,learns", [("qwen3", False), ("deepseek", False), ("moeut", True)])
@@ -343,12 +343,12 @@ def test_softmoe_slots_are_the_patch_count_split_over_the_experts_and_the_router
     m = tiny("softmoe")
     assert m.router.weight.shape == (16, 32) and m.experts == 4  # 16 patch tokens: 4 slots per expert
     x = images()
-    out = m(x)[0]
+    out = m(x)
     with torch.no_grad():
         m.router.weight.mul_(7.0)  # l2-normalized slot parameters: their scale does nothing
-        assert torch.allclose(m(x)[0], out, atol=1e-5)
+        assert torch.allclose(m(x), out, atol=1e-5)
         m.slot_scale.fill_(1.0)  # the learned scale does
-        assert not torch.allclose(m(x)[0], out, atol=1e-3)
+        assert not torch.allclose(m(x), out, atol=1e-3)
     # constructed logits: slot j peaks (+50) on token 1 + j alone, so dispatch (softmax over the tokens)
     # hands slot j exactly token 1 + j, and combine (softmax over the slots) gives token 1 + j exactly
     # slot j's output, expert j // 4 on that token; token 0 (the class token, in no slot's peak) gets
@@ -416,7 +416,7 @@ def test_lora_at_init_is_the_tied_block():
     assert sd["blocks.0.lora.fc1_A"].abs().min() > 0 and not sd["blocks.0.lora.fc1_B"].any()
     x = images()
     for depth in (4, 6):
-        assert torch.allclose(m(x, depth=depth)[0], ref(x, depth=depth)[0], atol=1e-6)
+        assert torch.allclose(m(x, depth=depth), ref(x, depth=depth), atol=1e-6)
 
 
 def test_lora_adapters_differ_after_one_optimizer_step():
@@ -461,8 +461,8 @@ def test_lora_other_depth_uses_the_nearest_trained_adapter():
     x = images()
     for depth in (4, 7, 2):
         want = lora_hand_forward(m, x, m.adapter_index(m.grid(depth)).tolist())
-        assert torch.allclose(m(x, depth=depth)[0], want, atol=1e-5), depth
-    assert not torch.allclose(m(x, depth=4)[0], lora_hand_forward(m, x, [0, 0, 0, 0]), atol=1e-4)
+        assert torch.allclose(m(x, depth=depth), want, atol=1e-5), depth
+    assert not torch.allclose(m(x, depth=4), lora_hand_forward(m, x, [0, 0, 0, 0]), atol=1e-4)
 
 
 def test_bad_arguments_are_named():
@@ -524,9 +524,9 @@ def test_elastic_depth_image_keeping_n_steps_is_the_depth_n_model(kw):
                 p.normal_(0, 0.3) if n.endswith("_B") else None
     keep = torch.tensor([[1, 0, 1, 1, 0], [0, 0, 0, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
     x = images()
-    out = m(x, keep=keep)[0]
+    out = m(x, keep=keep)
     for b, n in enumerate(keep.sum(1).tolist()):
-        assert torch.allclose(out[b], m(x[b:b + 1], depth=n)[0][0], atol=1e-5)
+        assert torch.allclose(out[b], m(x[b:b + 1], depth=n)[0], atol=1e-5)
     with pytest.raises(ValueError, match="keep"):
         m(x, keep=torch.zeros(3, 5, dtype=torch.bool))
 
@@ -564,10 +564,10 @@ def test_compile_regions_capture_whole_graphs(kw):
     torch._dynamo.reset()
     m = tiny(**kw)
     x = images()
-    want = m(x)[0]
+    want = m(x)
     m.compile_regions(backend="eager")  # fullgraph: a graph break would raise
-    assert torch.allclose(m(x)[0], want, atol=1e-6)
-    assert torch.allclose(m(x, depth=5)[0], m.__class__.forward(m, x, depth=5)[0], atol=1e-6)
+    assert torch.allclose(m(x), want, atol=1e-6)
+    assert torch.allclose(m(x, depth=5), m.__class__.forward(m, x, depth=5), atol=1e-6)
 
 
 def test_bf16_autocast_and_dynamic_img_size_run_every_routing():

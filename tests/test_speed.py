@@ -186,9 +186,9 @@ def test_inductor_compiled_block_equals_eager():
     m = bvit.BViT(img_size=8, patch_size=4, num_classes=5, embed_dim=16, num_heads=2, depth=3).eval()
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
-        ref = m(x)[0]
+        ref = m(x)
         torch._dynamo.reset()
-        out = m.compile_regions()(x, depth=5)[0], m(x)[0]
+        out = m.compile_regions()(x, depth=5), m(x)
     assert torch.allclose(out[1], ref, atol=1e-5)
     assert out[0].shape == ref.shape
 
@@ -573,7 +573,7 @@ def test_compiled_entry_points_release_their_compile_workers():
     H200 run: a first-time compiled process never exited; gpu_study's probe workers did not release)."""
     import ast
     entry = {"train.py": "cli", "bench.py": "main", "scripts/gpu_check.py": "main", "scripts/gpu_smoke.py": "main",
-             "studies/gpu_study.py": "probe_worker"}
+             "lab/gpu_study.py": "probe_worker"}
     for path, fn in entry.items():
         tree = ast.parse(open(os.path.join(ROOT, path)).read())
         func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn)

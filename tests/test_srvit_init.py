@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import bvit
+import inits
 import odevit
 import revit
 import srvit
@@ -55,7 +56,7 @@ def test_one_recursion_is_the_plain_vit(class_token):
     sr = srvit.SRViT(**TINY, depth=3, recursions=1, class_token=class_token).eval()
     sr.load_state_dict(vit.state_dict(), strict=True)  # same names, no router at R = 1
     x, y = images(), torch.tensor([1, 5, 9])
-    assert torch.equal(sr(x)[0], vit(x)[0])
+    assert torch.equal(sr(x), vit(x))
     assert torch.equal(sr(x, y)[1], vit(x, y)[1])
 
 
@@ -85,7 +86,7 @@ def test_model_output_is_the_token_wise_softmax_mixture_of_all_recursions(depth)
                    for r, h in enumerate(hs)], dim=-1)  # (B, T, R)
     a = s.softmax(dim=-1)
     o = sum(a[..., r, None] * h for r, h in enumerate(hs))
-    assert torch.allclose(m(x, depth=depth)[0], m.classify(o), atol=1e-5)
+    assert torch.allclose(m(x, depth=depth), m.classify(o), atol=1e-5)
     assert m.mix_weights.shape == (3, 17, R) and torch.allclose(m.mix_weights, a, atol=1e-6)
 
 
@@ -175,7 +176,7 @@ CIFAR_TI = dict(img_size=32, patch_size=4, num_classes=10, embed_dim=192, num_he
                                   lambda **kw: odevit.ODEViT(**kw)], ids=["bvit", "srvit", "revit", "odevit"])
 def test_structured_init_heads_attend_at_their_offsets(make):
     torch.manual_seed(0)
-    m = make(**CIFAR_TI, init="structured")  # 8x8 tokens, head_dim 64
+    m = make(**CIFAR_TI, init=inits.structured)  # 8x8 tokens, head_dim 64
     assert min(hit_rates(m, 8)) >= 0.9
     assert 0.25 < m.pos_embed.std() < 0.5  # the position embedding was scaled by 18 (std 0.36)
     torch.manual_seed(0)
@@ -191,7 +192,7 @@ def test_structured_init_heads_attend_at_their_offsets(make):
                                   lambda **kw: odevit.ODEViT(**kw)], ids=["bvit", "srvit", "revit", "odevit"])
 def test_mimetic_init_products(make):
     torch.manual_seed(0)
-    m = make(**CIFAR_TI, init="mimetic")
+    m = make(**CIFAR_TI, init=inits.mimetic)
     for blk in m.blocks:
         qk, vo = head_forms(blk.attn)
         diag, off = diag_offdiag(qk)
@@ -263,16 +264,16 @@ def test_the_structured_attention_is_the_same_on_either_base(name, monkeypatch):
     random state it was called with, and they still attend at their offsets (8x8 tokens, head_dim 64);
     the biases keep the base's (nonzero on the PyTorch base: the official code leaves them)."""
     mod = {"bvit": bvit, "srvit": srvit, "revit": revit, "odevit": odevit}[name]
-    real, calls = mod.init_attention_, []
+    real, calls = inits.init_attention_, []
 
     def spy(attn, init, pos, grid):
         calls.append((torch.get_rng_state(), pos.detach().clone()))
         real(attn, init, pos, grid)
-    monkeypatch.setattr(mod, "init_attention_", spy)
+    monkeypatch.setattr(inits, "init_attention_", spy)
     for base in ("timm", "pytorch"):
         calls.clear()
         torch.manual_seed(0)
-        m = MAKERS[name](**CIFAR_TI, init="structured", init_base=base)
+        m = MAKERS[name](**CIFAR_TI, init=inits.structured, init_base=base)
         assert len(calls) == len(m.blocks)
         for blk, (state, pos) in zip(m.blocks, calls):
             fresh = mod.Attention(192, 3)
@@ -286,7 +287,7 @@ def test_the_structured_attention_is_the_same_on_either_base(name, monkeypatch):
 @pytest.mark.parametrize("base", ["timm", "pytorch"])
 def test_mimetic_products_hold_on_either_base(base):
     torch.manual_seed(0)
-    qk, vo = head_forms(bvit.BViT(num_blocks=1, **CIFAR_TI, init="mimetic", init_base=base).blocks[0].attn)
+    qk, vo = head_forms(bvit.BViT(num_blocks=1, **CIFAR_TI, init=inits.mimetic, init_base=base).blocks[0].attn)
     diag, off = diag_offdiag(qk)
     assert (diag > 0.2).all() and (off.abs() < 0.02).all() and abs(diag_offdiag(vo)[0] + 0.4) < 0.05
 
@@ -298,8 +299,7 @@ def test_the_init_base_flag_reaches_the_model_and_is_refused_where_it_would_not_
         model = registry.build_model(flags.resolved([*common, "--init-base", base], 32), 32, 100)
         assert bool(model.head.bias.any()) == biased and model.pos_embed.std() < 0.03
     for argv, says in (([*common, "--init-base", "xavier"], "--init-base"),
-                       (["--model", "revit", "--routing", "deepseek", "--init-base", "pytorch"], "--routing deepseek"),
-                       (["--model", "loopvae", "--init-base", "pytorch"], "--init-base: classification flags")):
+                       (["--model", "revit", "--routing", "deepseek", "--init-base", "pytorch"], "--routing deepseek")):
         with pytest.raises(SystemExit) as e:
             flags.resolved(argv, 32)
         err = capsys.readouterr().err.strip().splitlines()
@@ -341,7 +341,7 @@ def hit_rate_table(seeds=3):
             for s in range(seeds):
                 torch.manual_seed(s)
                 kw = {**CIFAR_TI, "embed_dim": dim, "num_heads": heads}
-                rates += hit_rates(bvit.BViT(**kw, init="structured"), 8)
+                rates += hit_rates(bvit.BViT(**kw, init=inits.structured), 8)
             row.append((label, sum(rates) / len(rates), min(rates)))
         print(f"{hd:8d} | {row[0][0]:12d} {row[0][1]:5.3f} {row[0][2]:8.3f} |"
               f" {row[1][0]:10d} {row[1][1]:5.3f} {row[1][2]:8.3f}")

@@ -1,9 +1,9 @@
 """Training state on disk for train.py: checkpoints (atomic save, RNG states, restoring a run's objects;
 Saver, the run's save, and resume_or_start), the --resume policy and how to continue a stopped run
-(continue_hint), the weights a --finetune / --stage2 run starts from (start_weights), and the run folder
+(continue_hint), the weights a --finetune run starts from (start_weights), and the run folder
 (new_run_dir; other_run; take_out_dir: writable, locked to one run, its log continued, a branch's later
-records set aside). Which flags a checkpoint gives a run (--eval-only, --finetune,
---stage2, --resume) is training/flags.py's; how any weights file is read and fitted to a model (head and
+records set aside). Which flags a checkpoint gives a run (--eval-only, --finetune, --resume) is
+training/flags.py's; how any weights file is read and fitted to a model (head and
 position embedding adapted) is training/weights.py's.
 
 Everything is read with torch.load(weights_only=True) (weights.read_weights): tensors and plain values,
@@ -166,11 +166,12 @@ def check_out_dir(out_dir):
         raise Fail(f"--out-dir {out_dir} cannot be written ({e.strerror}); choose another directory")
 
 
-def resume_changes(ck, args, world, path):
+def resume_changes(ck, args, world, path, arch=None):
     """Lines `resume: --flag old -> new` for every flag (and the number of processes) that differs
     from the checkpoint's run, each compared as the value it stands for (flags.effective); raises Fail
-    for a difference the policy above refuses (a flag that shapes the model: registry.arch_flags)."""
-    saved, lines, arch = ck["args"], [], arch_flags()
+    for a difference the policy above refuses (a flag that shapes the model: `arch`, default
+    registry.arch_flags; another entry point's: its Entry's arch)."""
+    saved, lines, arch = ck["args"], [], arch if arch is not None else arch_flags()
     changes = [(k, saved[k], v) for k, v in vars(args).items()
                if k in saved and k not in NOT_COMPARED and effective(k, saved[k], saved) != effective(k, v, vars(args))]
     if len(ck["rng"]) != world:
@@ -198,9 +199,13 @@ def lock_out_dir(out_dir):
     loader workers (which outlive a SIGKILLed parent for a few seconds). Returns the open file;
     the lock lasts until it is closed."""
     import fcntl
-    f = open(os.path.join(out_dir, ".lock"), "a+")
+    path = os.path.join(out_dir, ".lock")
+    f = open(path, "a+")
     try:
         fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.exists(path) or not os.path.samestat(os.fstat(f.fileno()), os.stat(path)):
+            f.close()  # the run that held it ended and removed it (release_out_dir) as we opened it: take a new one
+            return lock_out_dir(out_dir)
     except OSError:
         f.seek(0)
         pid = f.read().strip() or "?"
@@ -213,13 +218,24 @@ def lock_out_dir(out_dir):
     return f
 
 
+def release_out_dir(lock):
+    """The end of a run that ended cleanly: OUT/.lock removed while still held (so no run folder keeps a
+    stale lock file), then closed. A run that opened the file just before is refused while it is held
+    and, after, sees it gone (lock_out_dir compares the file it locked with the path) and locks a new one."""
+    try:
+        os.unlink(lock.name)
+    except FileNotFoundError:
+        pass
+    lock.close()
+
+
 # ----------------------------------------------------------------------------- a run's checkpoint
 class Saver:
     """save(epoch, batch, progress, step): the atomic checkpoint of everything a bit-exact resume
     needs (rank 0 writes it; every rank's RNG state and `progress`, its epoch's sums, are gathered), and the class names (image folders),
     which are all that --eval-only needs of the training set. `objects`: name -> the object whose
     state_dict() the checkpoint holds under that name (None: saved as None), e.g. "model",
-    "optimizer", "scheduler", "scaler", "ema", "distill", "adversary". `run`: the run's Run
+    "optimizer", "scheduler", "scaler", "ema", "distill" (train_loopvae.py: "adversary"). `run`: the run's Run
     (training/run.py), whose ckpt_path it writes and whose processes take part; after a save its `stop`
     (an exits.Stop) names it as what a stopped run keeps. Raises Fail when the file cannot be written
     (a full disk): the previous checkpoint is kept."""
@@ -242,7 +258,8 @@ class Saver:
             try:
                 save_atomic({**state, "epoch": epoch, "batch": batch, "step": step, "progress": progress,
                              "progress_ranks": [p for _, p in ranks], "rng": [r for r, _ in ranks],
-                             "args": vars(self.args), "classes": self.classes, "record": record}, self.path)
+                             "args": vars(self.args), "classes": self.classes, "record": record,
+                             "pretrained_cfg": getattr(self.objects.get("model"), "pretrained_cfg", None)}, self.path)
             except OSError as e:
                 raise Fail(f"writing the checkpoint {self.path} at step {step} failed ({e.strerror or e}); its "
                            f"partial file {self.path}.tmp was removed; free space in {self.args.out_dir}, or lift the "
@@ -252,15 +269,17 @@ class Saver:
         self.stop.checkpoint, self.stop.step = self.path, step
 
 
-def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, adversary, classes=None):
+def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distiller, classes=None, others=None,
+                    arch=None):
     """With --resume: restore every object from the checkpoint (rank 0 prints what changed since it
-    was written; Stage 2: the discriminator and its optimizer too) and this rank's RNG state and epoch
+    was written; `others`, {name: object or None}, the run's other objects saved under their names,
+    e.g. train_loopvae.py's discriminator: those not None too) and this rank's RNG state and epoch
     sums, at the step schedule_step maps it to; else refuse an existing OUT/ckpt.pt (`run.ckpt_path`;
     `run`: the run's Run), or an OUT/log.jsonl of an earlier run, and seed this rank. It only reads: the
     run folder is created, locked and its log continued after it has accepted the run (take_out_dir), so
     that a refusal leaves nothing behind. `classes`: the class names of the training set (an image
-    folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's.
-    Returns (start_epoch, start_batch, step, progress) and sets `run.resumed` for take_out_dir. Raises
+    folder's; None: CIFAR, synthetic data, --eval-only), checked against the checkpoint's. `arch`: the
+    flags that shape the model (resume_changes). Returns (start_epoch, start_batch, step, progress) and sets `run.resumed` for take_out_dir. Raises
     Fail for a checkpoint that cannot be resumed with these flags, class folders or --out-dir (one that
     holds another run: other_run), or (DDP) when the processes do not see the same files (same_files)."""
     world, rank, ckpt_path = run.world, run.rank, run.ckpt_path
@@ -281,7 +300,7 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
         raise Fail(f"--eval-ema: {args.resume} holds no EMA weights (its run trained without --ema); "
                    "leave out --eval-ema to evaluate its model weights")
     same_classes(ck, args.resume, classes)
-    changes = [] if args.eval_only else resume_changes(ck, args, world, args.resume)
+    changes = [] if args.eval_only else resume_changes(ck, args, world, args.resume, arch)
     if not args.eval_only:  # (a checkpoint that cannot continue here is named first)
         other_run(args.resume, args.out_dir)
     for line in changes:
@@ -289,13 +308,9 @@ def resume_or_start(args, run, model, optimizer, scheduler, scaler, ema, distill
             print(line)
     step = ck["step"] if args.eval_only else schedule_step(ck, args, run)
     restore(ck, args.resume, args.lr, model, optimizer, scheduler, scaler, ema, distiller, opt=args.opt, step=step)
-    stage2 = ck.get("adversary") is not None
-    if not args.eval_only and stage2 != (adversary is not None):
-        raise Fail(f"--resume {args.resume}: a Stage-2 checkpoint (its run had --stage2 {ck['args'].get('stage2')}); "
-                   "give its Stage-2 flags" if stage2 else f"--resume {args.resume}: a Stage-1 checkpoint; start "
-                   f"Stage 2 from it in a new --out-dir with --stage2 {args.resume}, or leave out --stage2")
-    if adversary is not None:
-        adversary.load_state_dict(ck["adversary"])
+    for name, obj in (others or {}).items():  # (the entry point checked that the checkpoint holds them)
+        if obj is not None:
+            obj.load_state_dict(ck[name])
     if len(ck["rng"]) == world:
         set_rng_state(ck["rng"][rank])
     else:  # another number of processes (an epoch boundary): fresh per-rank randomness
@@ -537,7 +552,7 @@ def continue_hint(p, argv, ddp, ckpt_path):
         return "continue with the same command (its --resume auto continues the checkpoint)"
     if given and os.path.abspath(checkpoint_file(given, "--resume")) == os.path.abspath(ckpt_path):
         return "continue with the same command"
-    start = launcher(parent_command(), argv, os.environ) if ddp else ["python", "train.py"]
+    start = launcher(parent_command(), argv, os.environ, p.prog) if ddp else ["python", p.prog]
     return "continue with: " + shlex.join(start + argv + ["--resume", ckpt_path])
 
 
@@ -551,11 +566,11 @@ def parent_command():
         return []
 
 
-def launcher(parent, argv, env):
-    """The words that start a DDP process of train.py with the arguments `argv`: torchrun, its options and
-    the script, from torchrun's command line `parent` (parent_command: `torchrun OPTIONS SCRIPT ARGV` or
-    `python -m torch.distributed.run OPTIONS SCRIPT ARGV`, written as torchrun); where `parent` is not
-    that, rebuilt from what torchrun sets in the environment `env` (LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE,
+def launcher(parent, argv, env, prog="train.py"):
+    """The words that start a DDP process of train.py (or of the script `prog`) with the arguments `argv`:
+    torchrun, its options and the script, from torchrun's command line `parent` (parent_command: `torchrun
+    OPTIONS SCRIPT ARGV` or `python -m torch.distributed.run OPTIONS SCRIPT ARGV`, written as torchrun);
+    where `parent` is not that, rebuilt from what torchrun sets in the environment `env` (LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE,
     GROUP_RANK, MASTER_ADDR, MASTER_PORT): on many nodes each node's own command."""
     for i, w in enumerate(parent):
         if os.path.basename(w) == "torchrun" or (w == "torch.distributed.run" and parent[i - 1:i] == ["-m"]):
@@ -568,15 +583,14 @@ def launcher(parent, argv, env):
     if nodes != "1":
         words += ["--node_rank", env.get("GROUP_RANK", "0"), "--master_addr", env.get("MASTER_ADDR", "127.0.0.1"),
                   "--master_port", env.get("MASTER_PORT", "29500")]
-    return words + [sys.argv[0] if sys.argv[0].endswith(".py") else "train.py"]
+    return words + [sys.argv[0] if sys.argv[0].endswith(".py") else prog]
 
 
-def start_weights(args, model):
-    """--finetune / --stage2 without --resume: the weights to start from, loaded into `model` on the CPU
-    (finetune_weights; the source's kind was checked with its flags: flags.check_source). Returns the report
-    line."""
-    flag, path = ("--finetune", args.finetune) if args.finetune else ("--stage2", args.stage2)
-    return finetune_weights(path, model, flag)
+def start_weights(args, model, flag="--finetune"):
+    """--finetune without --resume (or another start `flag` of an entry point: train_loopvae.py's --stage2): the
+    weights to start from, loaded into `model` on the CPU (finetune_weights; the source's kind was checked
+    with its flags: flags.check_source). Returns the report line."""
+    return finetune_weights(getattr(args, flag[2:].replace("-", "_")), model, flag)
 
 
 def new_run_dir(model, kind=None, root="runs"):

@@ -96,7 +96,7 @@ class Distiller(nn.Module):
     def forward(self, images, student_logits):
         teacher = self.teacher[0]
         with torch.no_grad():
-            teacher_logits, _ = teacher(self.teacher_input(images))
+            teacher_logits = teacher(self.teacher_input(images))
         if self.kind == "logits":
             t = self.temperature
             return F.kl_div(F.log_softmax(student_logits.float() / t, -1), F.log_softmax(teacher_logits.float() / t, -1),

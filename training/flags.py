@@ -1,10 +1,11 @@
 """Every flag of train.py: the parser (get_parser, its groups and type checks), --preset and
 --list-presets (parse_args, list_presets), the checks and defaults that depend on other flags or on
-the data (resolve; LoopVAE's and Stage 2's in resolve_loopvae, resolve_stage2), and which value a flag
-takes: the command line, else the preset, else a checkpoint's (configure, checkpoint_args; `effective`:
-what a flag left out stands for). Which flags a model reads, and which shape it, are its record's
-(training/registry.py). `resolved(argv)` is the whole recipe for a tool: the flags of a command line,
-resolved as train.py resolves them. Every error is one line, `train.py: error: ...`, exit status 2.
+the data (resolve), and which value a flag takes: the command line, else the preset, else a
+checkpoint's (configure, checkpoint_args; `effective`: what a flag left out stands for). Another entry
+point (train_loopvae.py) uses the same machinery with its own model flags and checks (an Entry).
+Which flags a model reads, and which shape it, are its record's (training/registry.py). `resolved(argv)`
+is the whole recipe for a tool: the flags of a command line, resolved as train.py resolves them. Every
+error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
 import difflib
@@ -14,18 +15,18 @@ import math
 import os
 import shlex
 import sys
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 
 import data
 import kernels
-import loopvae
 from presets import PAPER, PRESETS, TIMES
 from training.weights import checkpoint_file, read_weights
 from training.evaluation import check_eval_depths
 from training.exits import Fail
-from training.perceptual import VGG16_FILE
-from training.registry import MODELS, arch_flags, build_model, model_flags
+from training.registry import MODELS, arch_flags, build_model, model_flags, script_of
 
 DESCRIPTION = "Train a recurrent ViT: one plain loop for one process, N processes (torchrun) and CPU or GPU."
 SIZES = {"ti": (192, 3), "s": (384, 6), "b": (768, 12), "l": (1024, 16)}  # (embed_dim, num_heads)
@@ -46,7 +47,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose error is one line on stderr, `PROG: error: ...`, exit status 2 (no usage
-    dump): train.py's, and every tool's that takes numbers (bench.py, studies/, scripts/)."""
+    dump): train.py's, and every tool's that takes numbers (bench.py, lab/, scripts/)."""
 
     def error(self, message):
         sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -137,16 +138,18 @@ def int_list(s):
     return v
 
 
-def diffaug_policy(s):
-    v = [] if s == "none" else [t.strip() for t in s.split(",") if t.strip()]
-    if not set(v) <= set(loopvae.DIFFAUG):
-        raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(loopvae.DIFFAUG)}, got {s!r}")
-    return v
+int_list.comma_separated = True  # (a flag whose text is a list: a --config file may give it as a JSON list)
 
 
-def get_parser():
-    p = Parser(prog="train.py", description=DESCRIPTION, formatter_class=HelpFormatter,
-               usage="train.py [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
+def get_parser(entry=None):
+    """The parser of train.py, or of another entry point `entry` (an Entry: train_loopvae.py's), which it
+    keeps (p.entry) for parse_args, configure and resolve: the reproduction flags, the entry's model flags,
+    then the flags of every run (data, optimization, augmentation; train.py's distillation; system,
+    checkpoints, evaluation, logging)."""
+    entry = entry or TRAIN
+    p = Parser(prog=entry.prog, description=entry.description, formatter_class=HelpFormatter,
+               usage=f"{entry.prog} [--preset NAME] [--FLAG VALUE ...]   (the flags by group below)")
+    p.entry = entry
     a = p.add_argument_group('reproduction', 'presets.py; docs/presets.md').add_argument
     a("--preset", help="fill every flag of a paper's protocol; flags given on the command line still win. "
       "c100-mini-*: the CIFAR-100 study sized for 2 CPU cores (README \"Results\"); c100-gpu-*, c100-*, "
@@ -162,17 +165,28 @@ def get_parser():
       "names a base file, whose flags apply under the file's (one level; read_config)")
     a("--seed", type=seed, default=0, help="initial weights, data order and augmentation: an integer from "
       f"{1 - SEED_LIMIT} to {SEED_LIMIT - 1}")
+    entry.groups(p)
+    add_data_flags(p)
+    if entry.distillation:
+        add_distillation_flags(p)
+    add_run_flags(p)
+    return p
+
+
+def add_model_flags(p):
+    """train.py's model flags: --model (the classifiers of training/registry.py), their sizes, and the
+    groups of the families' own flags."""
     a = p.add_argument_group('model').add_argument
     a("--model", default="bvit", choices=list(MODELS), help="model family")
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
-      "(depth 12, 24 for l); explicit flags override it (default: ti; s for loopvae, the paper's width 384)")
+      "(depth 12, 24 for l); explicit flags override it (default: ti)")
     a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
     a("--depth", type=positive(int), help="block applications (steps) (default: by --size: 12, 24 for l)")
     a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
     a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
     a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
-    a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases; loopvae: K, the "
-      "blocks of its core (default: 1 for bvit, depth for vit, 4 for loopvae)")
+    a("--num-blocks", type=positive(int), help="distinct blocks in contiguous phases (default: 1 for bvit, "
+      "depth for vit)")
     a("--stages", type=positive(int), default=1, help="deep-supervision stages; must divide --depth")
     a("--gap", action="store_true", help="global average pooling instead of a class token")
     a("--layer-scale", type=positive(float), help="LayerScale init (DeiT III) (default: off)")
@@ -227,58 +241,10 @@ def get_parser():
     a("--extend", default="time", choices=["time", "refine"], help="odevit: what a depth L other "
       "than the trained steps means: time = L steps at the trained h (T grows), refine = L steps "
       "over the trained T (h = T/L)")
-    a = p.add_argument_group('model: LoopVAE', 'loopvae.py: a tokenizer, trained to reconstruct its images '
-                             '(Stage 1); --size, --embed-dim, --num-blocks (K), --mlp-ratio and --num-heads '
-                             '(--operator vit) apply; the classification flags are refused').add_argument
-    a("--loops", type=int_list, default="1,2,4", help="loopvae: passes of the core at each scale in traversal "
-      "order (encoder 2x, 4x, 8x; decoder 8x, 4x, 2x), one scale per entry; K x their sum block applications "
-      "per branch")
-    a("--share", default="global", choices=["global", "scale", "none"], help="loopvae: which passes share "
-      "the core's K blocks: global = all (K stored), scale = the passes of one scale (S x K), none = no "
-      "two passes (K x sum of --loops); the same block applications")
-    a("--operator", default="cnn", choices=["cnn", "vit"], help="loopvae: the core's block: cnn = AdaGN "
-      "ConvNeXt-style (the paper's main model); vit = AdaLN attention with 2-D RoPE, --num-heads heads (its "
-      "ablation)")
-    a("--num-groups", type=positive(int), default=32, help="loopvae --operator cnn: GroupNorm groups of the AdaGN "
-      "blocks and both heads; must divide --embed-dim. The paper's width 384 has 12 channels per group; at width 32 "
-      "(the c100-mini-loopvae-* presets) 32 groups are one channel each, an InstanceNorm")
-    a("--latent-dim", type=positive(int), default=16, help="loopvae: latent channels, at 1/2^len(--loops) "
-      "of the image side (f8d16: 16 at 1/8)")
-    a("--kl-weight", type=non_negative, default=1e-6, help="loopvae: lambda_KL, the weight of the KL term")
-    a("--perceptual", default="none", choices=["none", "lpips"], help="loopvae: the perceptual term of the "
-      "Stage-1 loss: lpips = LPIPS-VGG through the lpips package (an optional extra: pip install lpips), "
-      "with ImageNet weights that torchvision downloads or --lpips-weights gives; none = L1 + KL only")
-    a("--perceptual-weight", type=non_negative, default=1.0, help="loopvae: lambda_p, the weight of "
-      "--perceptual lpips")
-    a("--lpips-weights", metavar="FILE", help=f"loopvae --perceptual lpips: torchvision's VGG16 ImageNet "
-      f"weights, {VGG16_FILE}, for a machine that cannot download them (default: torchvision's cache, "
-      "$TORCH_HOME/hub/checkpoints, else a download)")
-    a("--rfid", action="store_true", help="loopvae: also the validation rFID of each evaluation (reconstructions "
-      "against their images, Inception features), through torchmetrics' FrechetInceptionDistance, an optional "
-      "extra (pip install 'torchmetrics[image]') whose Inception weights torch-fidelity downloads once")
-    a = p.add_argument_group('model: LoopVAE Stage 2', 'training/adversarial.py; sec. 3.5 and App. A.1 of the paper: '
-                             'the Stage-1 loss + an adaptive hinge GAN term').add_argument
-    a("--stage2", metavar="CKPT", help="loopvae: Stage 2 from this Stage-1 checkpoint (or run folder): its weights, "
-      "and its architecture, loss (--kl-weight, --perceptual ...) and data flags (unless given); optimizer, "
-      "schedule and step count start fresh (as --finetune), the discriminator is new; the paper's Stage-2 lr is "
-      "5e-5 (--lr). --resume a Stage-2 run with the same flags: one ckpt.pt holds generator and discriminator")
-    a("--disc", default="conv", choices=["conv", "dinov2"], help="--stage2: the discriminator: conv = a small "
-      "PatchGAN (loopvae.PatchDiscriminator, our default: no weights to fetch); dinov2 = frozen DINOv2-small "
-      "features + a trained head (the paper's main run), from --disc-weights")
-    a("--disc-weights", metavar="FILE", help="--disc dinov2: DINOv2-small weights in timm's ViT-S/14 layout "
-      "(vit_small_patch14_dinov2), a local file read with weights_only")
-    a("--gan-weight", type=non_negative, default=0.5, help="--stage2: the adaptive weight's multiplier (the "
-      "paper's 0.5)")
-    a("--gan-start", type=count, default=5000, help="--stage2: the Stage-2 step from which the adversarial "
-      "term is on (the paper's 5,000; before it the discriminator warms up)")
-    a("--r1-gamma", type=non_negative, default=10.0, help="--stage2: lazy R1 weight (the paper's 10)")
-    a("--r1-every", type=positive(int), default=16, help="--stage2: R1 every N discriminator updates (the "
-      "paper's 16)")
-    a("--disc-lr", type=positive(float), help="--stage2: the discriminator's constant learning rate (default: "
-      "--lr; the paper gives one Stage-2 rate, 5e-5)")
-    a("--diffaug", type=diffaug_policy, default=",".join(loopvae.DIFFAUG), help="--stage2: DiffAugment-style "
-      "augmentation of what the discriminator sees, comma-separated of color, translation, cutout, or none "
-      "(the paper: probability 1, cutout 0.2; the policy is our choice, DiffAugment's)")
+
+
+def add_data_flags(p):
+    """The data, optimization and augmentation flags of every entry point's run."""
     a = p.add_argument_group('data').add_argument
     a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
     a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
@@ -314,8 +280,7 @@ def get_parser():
       "warmup steps, a ramp from 0)")
     a("--weight-decay", type=non_negative, default=0.05, help="decoupled weight decay (none on 1-D parameters)")
     a("--clip-grad", type=non_negative, default=1.0, help="max gradient norm, 0 = off")
-    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon (loopvae: ignored, "
-      "no labels reach its loss)")
+    a("--label-smoothing", type=below_one, default=0.1, help="label smoothing epsilon")
     a("--bce", action=argparse.BooleanOptionalAction, default=False, help="binary cross-entropy "
       "(DeiT III) instead of cross-entropy; MixUp/CutMix targets become 1 for every class in the "
       "mix (targets > 0), as DeiT's code does")
@@ -337,6 +302,10 @@ def get_parser():
       "timm's --aug-repeats): each image of an epoch N times, differently augmented, the copies on different "
       "processes; an epoch keeps its length, so it sees about 1/N of the images (data.ResumableSampler); "
       "0 = off; the reViT paper's Table 6: yes (DeiT: 3)")
+
+
+def add_distillation_flags(p):
+    """train.py's distillation flags (training/distill.py)."""
     a = p.add_argument_group('distillation', 'training/distill.py').add_argument
     a("--teacher", metavar="CKPT", help="distill from this rvits checkpoint or timm-layout ViT state dict (DINOv2's): "
       "frozen, in eval mode, on the same augmented images resized to its patch grid = the student's "
@@ -349,6 +318,10 @@ def get_parser():
     a("--distill-temperature", type=positive(float), default=3.0, help="--distill logits (DeiT: 3)")
     a("--task-weight", type=non_negative, default=1.0, help="with --teacher: the task loss's weight; 0 distils from "
       "the teacher's features alone, no labels (the reViT paper's DINOv2 regime, A.3)")
+
+
+def add_run_flags(p):
+    """The system, checkpoint, evaluation and logging flags of every entry point's run."""
     a = p.add_argument_group('system and distributed', 'kernels.py; torchrun').add_argument
     a("--device", default="auto", help="auto = cuda when torch sees a CUDA device, else mps when it sees an Apple GPU, "
       "else cpu; cpu; cuda; mps (Apple silicon, one process: --amp auto is none there, bf16 and fp16 with its "
@@ -360,8 +333,7 @@ def get_parser():
       "block compiled once, the step loop eager (regional compilation); model = the whole training "
       "forward at the trained depth as one graph (CUDA graphs on CUDA), blocks compiled too for "
       "evaluation at any depth; not under DDP, with --teacher or --eval-only, nor for reViT's elastic "
-      "depth or the revit_moe.py baselines; auto = model where it applies, else blocks (kernels.py) (default: auto; "
-      "blocks for loopvae, whose unrolled forward takes minutes to compile)")
+      "depth or the revit_moe.py baselines; auto = model where it applies, else blocks (kernels.py) (default: auto)")
     a("--grad-checkpoint", action="store_true", help="activation checkpointing of each recurrent "
       "step (torch.utils.checkpoint): a step keeps only its input state (B, N, D) for the backward "
       "instead of all its activations, at the cost of about one more forward")
@@ -391,8 +363,7 @@ def get_parser():
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
       "writes only depth_eval.json (+ PNG) in --out-dir (depth_eval-2.json ... where the folder holds one: it never "
-      "replaces a record it did not make); loopvae: its validation PSNR, SSIM, L1, KL and "
-      "out-of-range pixels, written to reconstruction_eval.json")
+      "replaces a record it did not make)")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
     a = p.add_argument_group('logging', 'training/monitor.py; a run\'s curves: python scripts/curves.py OUT').add_argument
@@ -407,49 +378,32 @@ def get_parser():
 
 # ----------------------------------------------------------------------------- resolving
 def resolve(args, p, img_size):
-    """Fill size defaults and check every flag combination, naming the flag on error."""
-    model = MODELS[args.model]  # its record: its default size, its own flags, a tokenizer or a classifier
-    dim, heads = SIZES[args.size or model.size]
+    """train.py's flags: fill size defaults and check every flag combination, naming the flag on error
+    (another entry point resolves its own: its Entry's resolve)."""
+    dim, heads = SIZES[args.size or MODELS[args.model].size]  # its record: its default size, its own flags
     args.embed_dim = args.embed_dim or dim
     args.num_heads = args.num_heads or heads
-    resolve_stage2(args, p)  # (first: Stage 2 of a classifier says so, not what its sizes lack)
-    if model.reconstructs:  # LoopVAE, the tokenizer: its depth is K x the sum of --loops
-        resolve_loopvae(args, p, img_size)
-    else:
-        args.depth = args.depth or (24 if args.size == "l" else 12)
-        args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
-        if img_size % args.patch_size:
-            ok = [d for d in range(1, img_size + 1) if img_size % d == 0]
-            p.error(f"--patch-size {args.patch_size} does not divide the image size {img_size}; "
-                    f"allowed: {', '.join(map(str, ok))}")
-        if args.embed_dim % args.num_heads:
-            p.error(f"--embed-dim {args.embed_dim} is not divisible by --num-heads {args.num_heads}")
-        if args.num_blocks and args.num_blocks > args.depth:
-            p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
-        if args.depth % args.stages:
-            p.error(f"--stages {args.stages} must divide --depth {args.depth}")
-        if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
-            args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
-        wrong = check_eval_depths(args)  # (before training, not after hours of it)
-        if wrong:
-            p.error(wrong)
+    args.depth = args.depth or (24 if args.size == "l" else 12)
+    args.patch_size = args.patch_size or (4 if img_size <= 64 else 16)
+    if img_size % args.patch_size:
+        ok = [d for d in range(1, img_size + 1) if img_size % d == 0]
+        p.error(f"--patch-size {args.patch_size} does not divide the image size {img_size}; "
+                f"allowed: {', '.join(map(str, ok))}")
+    if args.embed_dim % args.num_heads:
+        p.error(f"--embed-dim {args.embed_dim} is not divisible by --num-heads {args.num_heads}")
+    if args.num_blocks and args.num_blocks > args.depth:
+        p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
+    if args.depth % args.stages:
+        p.error(f"--stages {args.stages} must divide --depth {args.depth}")
+    if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
+        args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
+    wrong = check_eval_depths(args)  # (before training, not after hours of it)
+    if wrong:
+        p.error(wrong)
     wrong = too_small(args)
     if wrong:
         p.error(wrong)
-    if args.randaug > 30:
-        p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
-    if args.min_lr > args.lr:
-        p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
-    resolve_warmup(args, p)
-    if args.warmup_lr is not None and (args.warmup_lr > args.lr or not args.warmup_epochs):
-        p.error(f"--warmup-lr {args.warmup_lr:g}: " + (f"above --lr {args.lr:g}" if args.warmup_epochs else
-                "--warmup-epochs 0 has no warmup to start"))
-    if given(p, ["color_jitter"]) and not args.three_augment:
-        p.error("--color-jitter is 3-Augment's color jitter, and this run has no --three-augment (it would change "
-                "nothing): add --three-augment or leave it out")
-    if given(p, ["eval_crop_ratio"]) and args.data != "imagenet":
-        p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data imagenet); --data "
-                f"{args.data} is evaluated whole (it would change nothing): leave it out")
+    resolve_run(args, p)
     for flag, models in model_flags().items():  # (a flag only some models read: their records' `flags`)
         if args.model not in models and given(p, [flag]):
             which = f"{', '.join(models[:-1])} or {models[-1]}" if len(models) > 1 else models[0]
@@ -497,6 +451,25 @@ def too_small(args):
     return None
 
 
+def resolve_run(args, p):
+    """The checks of every entry point's run flags (augmentation, schedule, evaluation crop), naming the flag
+    (p.error, one line); resolve's and another entry point's (loopvae_train/flags.py)."""
+    if args.randaug > 30:
+        p.error(f"--randaug {args.randaug:g}: RandAugment magnitudes go from 0 to 30")
+    if args.min_lr > args.lr:
+        p.error(f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}")
+    resolve_warmup(args, p)
+    if args.warmup_lr is not None and (args.warmup_lr > args.lr or not args.warmup_epochs):
+        p.error(f"--warmup-lr {args.warmup_lr:g}: " + (f"above --lr {args.lr:g}" if args.warmup_epochs else
+                "--warmup-epochs 0 has no warmup to start"))
+    if given(p, ["color_jitter"]) and not args.three_augment:
+        p.error("--color-jitter is 3-Augment's color jitter, and this run has no --three-augment (it would change "
+                "nothing): add --three-augment or leave it out")
+    if given(p, ["eval_crop_ratio"]) and args.data != "imagenet":
+        p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data imagenet); --data "
+                f"{args.data} is evaluated whole (it would change nothing): leave it out")
+
+
 def short_warmup(epochs):
     """The warmup (in epochs) of a run of `epochs` that leaves --warmup-epochs at its default: the default
     where it is shorter than the run, else the default's share of the default run (5 %: 0.15 of 3 epochs)."""
@@ -517,74 +490,26 @@ def resolve_warmup(args, p):
     args.warmup_epochs = short_warmup(args.epochs)
 
 
-STAGE2_FLAGS = ("disc", "disc_weights", "gan_weight", "gan_start", "r1_gamma", "r1_every", "disc_lr", "diffaug")
-
-
-def resolve_stage2(args, p):
-    """Check the flags of LoopVAE's Stage 2 (--stage2) and --rfid, naming the flag (p.error, one line)."""
-    if args.rfid and not MODELS[args.model].reconstructs:
-        p.error(f"--rfid is a tokenizer's metric; --model {args.model} is a classifier")
-    if not args.stage2:
-        on = given(p, STAGE2_FLAGS)
-        if on:
-            p.error(f"{', '.join(on)}: Stage-2 flags; add --stage2 CKPT, the Stage-1 loopvae checkpoint to continue")
-        return
-    if args.model != "loopvae":
-        p.error(f"--stage2 {args.stage2}: Stage 2 continues a loopvae checkpoint; this run is --model {args.model} "
-                "(the checkpoint's, or given)")
-    if args.finetune:
-        p.error("--stage2 starts from its checkpoint's weights; leave out --finetune")
-    if args.disc == "dinov2" and not args.disc_weights:
-        p.error("--disc dinov2 needs --disc-weights FILE: DINOv2-small weights in timm's ViT-S/14 layout "
-                "(vit_small_patch14_dinov2), downloaded on a connected machine")
-    if args.disc_weights and args.disc != "dinov2":
-        p.error(f"--disc-weights is for --disc dinov2; this run has --disc {args.disc}")
-    if args.grad_accum > 1:
-        p.error("--grad-accum with --stage2: the discriminator steps once per micro-batch; use --grad-accum 1")
-    if args.amp == "fp16":
-        p.error("--amp fp16 with --stage2: the discriminator has no GradScaler; use --amp bf16 or none")
-
-
-# Flags of a classifier that would change a LoopVAE run silently (a tokenizer has no classes, patches or
-# depths to vary); resolve_loopvae refuses each one that differs from the parser's default.
-CLASSIFIER_FLAGS = ("patch_size", "gap", "layer_scale", "drop_path", "init", "init_base", "stages", "mixup", "cutmix",
-                    "bce", "eval_depths", "teacher", "eval_crop_ratio")
-
-
-def resolve_loopvae(args, p, img_size):
-    """loopvae's part of resolve: --num-blocks is K (default 4), args.depth becomes the block
-    applications per branch, K x sum(--loops) (eq. 5; --depth may only repeat it); --compile
-    compiles the blocks unless --compile-scope says otherwise. p.error (one line) for a classification
-    flag (CLASSIFIER_FLAGS) that is on; --label-smoothing is ignored (no labels reach the loss)."""
-    on = given(p, CLASSIFIER_FLAGS)
-    if on:
-        p.error(f"{', '.join(on)}: classification flags; loopvae is a tokenizer (it reconstructs its images: "
-                "no classes, patches or depths to vary), leave them out")
-    if img_size < loopvae.SSIM_WINDOW:  # each evaluation's SSIM: checked now, not after the first epoch
-        p.error(f"--img-size {img_size}: loopvae's validation SSIM needs images of at least {loopvae.SSIM_WINDOW}x"
-                f"{loopvae.SSIM_WINDOW} (its window); use --img-size {loopvae.SSIM_WINDOW} or more")
-    args.num_blocks = args.num_blocks or 4
-    depth = args.num_blocks * sum(args.loops)
-    if args.depth not in (None, depth):
-        p.error(f"--depth {args.depth} (given, or a checkpoint's): loopvae's depth is --num-blocks x the sum of "
-                f"--loops = {args.num_blocks} x {sum(args.loops)} = {depth} block applications per branch; leave "
-                "--depth out")
-    args.depth = depth
-    if args.compile and not args.compile_scope:  # the whole unrolled model compiles for minutes
-        args.compile_scope = "blocks"
-
-
 def parse_args(p, argv=None):
     """Parse argv; with --preset NAME and --config FILE, parse again with the preset's flags, then the
     file's (read_config), as the defaults, so the flags given on the command line override them (and
     the flags LINKED to those: --size sets the depth a file gives). --list-presets describes them and
     exits. Records on `p` which flags the command line, the preset or the file gave (`p.given`, their
     dests; of the file's, those that differ from the default they replace): a value that came from a
-    checkpoint, or a default, is never refused as if someone had given it (`given`)."""
+    checkpoint, or a default, is never refused as if someone had given it (`given`). A --model that another
+    entry point trains is one line naming its script."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    named = [w[len("--model="):] if w.startswith("--model=") else words[i + 1] for i, w in enumerate(words)
+             if w.startswith("--model=") or (w == "--model" and i + 1 < len(words))]
+    other = next((m for m in named if m not in trained(p) and script_of(m)), None)
+    if other:
+        p.error(f"--model {other}: {p.prog} does not train it; {script_of(other)} does (python {script_of(other)} "
+                "--help lists its flags)")
     args = p.parse_args(argv)
     if args.list_presets is not None:
-        if not list_presets(args.list_presets):
-            p.error(f"--list-presets {args.list_presets!r}: no preset matches; --list-presets alone lists all {len(PRESETS)}")
+        if not list_presets(args.list_presets, p):
+            p.error(f"--list-presets {args.list_presets!r}: no preset matches; --list-presets alone lists all "
+                    f"{len(presets_of(p))}")
         sys.exit(0)
     config = read_config(p, args.config) if args.config else {}
     preset = args.preset if args.preset is not None else config.get("preset")
@@ -593,7 +518,12 @@ def parse_args(p, argv=None):
             close = difflib.get_close_matches(preset, PRESETS, n=3, cutoff=0.6)
             p.error(f"--preset {preset} is unknown{f' (in --config {args.config})' if args.preset is None else ''}; "
                     + (f"did you mean {' or '.join(close)}? " if close else "")
-                    + f"python train.py --list-presets lists all {len(PRESETS)} (--list-presets WORD: those matching it)")
+                    + f"python {p.prog} --list-presets lists all {len(presets_of(p))} (--list-presets WORD: those "
+                    "matching it)")
+        trains = PRESETS[preset][1].get("model")
+        if trains not in trained(p):  # (another entry point's preset: LoopVAE's, train_loopvae.py)
+            p.error(f"--preset {preset} trains --model {trains}, which {p.prog} does not train: python "
+                    f"{script_of(trains)} --preset {preset}")
         p.set_defaults(**PRESETS[preset][1])
     actions = {a.dest: a for a in p._actions}
     below = {k: parsed_default(actions[k], p.get_default(k)) for k in config}  # what the file's values replace
@@ -604,15 +534,15 @@ def parse_args(p, argv=None):
     probe = argparse.Namespace(**{k: unset for k in vars(args)})
     p.parse_args(argv, namespace=probe)  # argparse fills no default where an attribute exists
     p.typed = {k for k, v in vars(probe).items() if v is not unset}  # on the command line
-    for k in linked(p.typed) & set(config):  # set through a flag on the command line (--size: the depth)
+    for k in linked(p.typed, p) & set(config):  # set through a flag on the command line (--size: the depth)
         setattr(args, k, below[k])
-    readers = model_flags()  # a file's flag of another model (an args.json holds every flag): a note, not refused
+    readers = p.entry.model_flags()  # a file's flag of another model (an args.json holds every flag): a note, not refused
     other = sorted(k for k, v in config.items() if k in readers and args.model not in readers[k] and v != below[k])
     if other:
         print(f"note: --config {args.config}: {', '.join(f'{k} {config[k]}' for k in other)}: not read by --model "
               f"{args.model} (flags of other models)", file=sys.stderr)
     p.given = p.typed | set(PRESETS[preset][1] if preset else ()) | {
-        k for k, v in config.items() if v != below[k] and k not in linked(p.typed) and k not in other}
+        k for k, v in config.items() if v != below[k] and k not in linked(p.typed, p) and k not in other}
     if "preset" in p.typed and config:
         args.preset = preset_under_config(p, args, config)
     return args
@@ -658,7 +588,10 @@ def read_config(p, path):
     on stderr names those the file set: a new run goes to its own --out-dir, never into another run's).
     p.error (one line, exit 2) for a file that cannot be read, is not a JSON object, has keys that are
     not flags (all named) or a value its flag refuses, and for a flag rvits cut (CUT_FLAGS) that the file
-    sets (an older run's args.json holds them unset: left out)."""
+    sets (an older run's args.json holds them unset: left out); a file of another entry point's run (its
+    "model") names that entry point's script. Another entry point's flags, which an older args.json holds
+    (Entry.foreign: a LoopVAE run's held every flag of train.py), are left out, with a note where one is
+    not at its default."""
     raw = config_file(p, path)
     base = raw.get("config") if "print_config" not in raw else None  # (a run's record: where its flags came from)
     if base is not None:  # a file on another: the base's flags, under the file's own (one level)
@@ -675,13 +608,25 @@ def read_config(p, path):
         raw = {**{k: v for k, v in lower.items() if k != "config"}, **{k: v for k, v in raw.items() if k != "config"}}
     actions = {a.dest: a for a in p._actions if a.dest != "help"}
     config = {k.lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    trains = config.get("model")
+    if isinstance(trains, str) and trains not in trained(p) and script_of(trains):
+        p.error(f"--config {path}: the flags of a --model {trains} run, which {p.prog} does not train: python "
+                f"{script_of(trains)} --config {path}")
+    foreign = p.entry.foreign()  # (another entry point's flags, which an older args.json holds: left out)
+    aside = {k: v for k, v in config.items() if k not in actions and k in foreign}
+    noted = [f"{k} {v}" for k, v in aside.items() if v != foreign[k]]
+    if noted:
+        print(f"note: --config {path}: {', '.join(noted)}: not read by {p.prog} (flags of another entry point's "
+              "models)", file=sys.stderr)
+    config = {k: v for k, v in config.items() if k not in aside}
+    raw = {k: v for k, v in raw.items() if k.lstrip("-").replace("-", "_") in config}
     cut = [k for k in CUT_FLAGS if config.get(k)]
     if cut:
         p.error(f"--config {path}: {', '.join(cut)}: set in the file, and rvits no longer has {'them' if len(cut) > 1 else 'it'} "
                 "(issue 51); remove the key, or use the rvits of commit f4ca284 or earlier for that run")
     unknown = [k for k in raw if k.lstrip("-").replace("-", "_") not in actions and k not in CUT_FLAGS + CONFIG_ACTIONS]
     if unknown:
-        p.error(f"--config {path}: {', '.join(map(str, unknown))}: not flags of train.py (python train.py --help "
+        p.error(f"--config {path}: {', '.join(map(str, unknown))}: not flags of {p.prog} (python {p.prog} --help "
                 f"lists them); remove {'them' if len(unknown) > 1 else 'it'} from the file")
     left = {k: config.pop(k) for k in CONFIG_PLACE if config.get(k) is not None}
     if left:
@@ -693,7 +638,7 @@ def read_config(p, path):
 
 def config_file(p, path, said="--config "):
     """The JSON object of flags in the file `path` (read_config's), else p.error (one line starting `said`)."""
-    fix = "give a JSON object of train.py's flags (a run's args.json, or --print-config's output)"
+    fix = f"give a JSON object of {p.prog}'s flags (a run's args.json, or --print-config's output)"
     try:
         with open(path) as f:
             raw = json.load(f)
@@ -720,8 +665,7 @@ def config_value(p, action, v, where):
             return None
         p.error(f"{where}: null is not a value of {action.option_strings[0]} (its default is "
                 f"{json.dumps(p.get_default(action.dest))}); give a value, or remove the key")
-    lists = (int_list, diffaug_policy)  # the flags whose command-line text is a comma-separated list
-    if isinstance(v, list) and action.type not in lists:
+    if isinstance(v, list) and not getattr(action.type, "comma_separated", False):  # (int_list, diffaug_policy)
         p.error(f"{where}: {json.dumps(v)} is not a value of {action.option_strings[0]} (one value, not a list)")
     if isinstance(action, on_off) != isinstance(v, bool) or isinstance(v, dict):
         p.error(f"{where}: {json.dumps(v)} is not a value of {action.option_strings[0]}"
@@ -759,32 +703,34 @@ def configure(p, argv):
             p.error("--resume auto needs --out-dir, the folder every attempt of the job writes to")
         auto = os.path.join(args.out_dir, "ckpt.pt")
         args.resume = auto if os.path.exists(auto) else None
-    for k in ("finetune", "stage2", "teacher"):  # a preset that continues (or distils) seed 0's run, the command
+    for k in p.entry.checkpoints:  # a preset that continues (or distils) seed 0's run, the command
         src = PRESETS[args.preset][1].get(k) if args.preset else None  # line not naming one
         if not src or k in p.typed:
             continue
         if "seed" in p.typed and args.seed != 0 and src.rstrip("/").endswith("seed0"):  # another seed: its own run
             p.error(f"--preset {args.preset} --seed {args.seed} {'distils' if k == 'teacher' else 'continues'} {src}, "
-                    f"seed 0's run; give that seed's own with --{k} {src[:-1]}{args.seed} (studies/reproduce_mini.sh "
+                    f"seed 0's run; give that seed's own with --{k} {src[:-1]}{args.seed} (lab/reproduce_mini.sh "
                     "does), or leave out --seed")
-        if k != "teacher" and not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
+        if k in p.entry.starts and not args.print_config and not args.resume and not os.path.exists(src):  # not there yet: train it first
             p.error(f"--preset {args.preset} continues the run {src}, which does not exist yet: train it first (its "
-                    f"arm's preset, with --out-dir {src}; studies/reproduce_mini.sh runs them in order), or give --{k} CKPT")
-    for flag in ("resume", "finetune", "teacher", "stage2"):  # a run folder means its ckpt.pt
+                    f"arm's preset, with --out-dir {src}; lab/reproduce_mini.sh runs them in order), or give --{k} CKPT")
+    for flag in ("resume", *p.entry.checkpoints):  # a run folder means its ckpt.pt
         setattr(args, flag, checkpoint_file(getattr(args, flag), "--" + flag))
     # Which value a flag takes (docs/cluster.md "Resuming and failures"): the command line, else the preset,
     # else the checkpoint's (--eval-only: the run's flags; --resume: its model and --data-dir; --finetune: its
-    # architecture; --stage2: its architecture, loss and data), else the default.
+    # architecture; an entry point's other starts, p.entry.starts: their own), else the default.
     if args.eval_only:  # (a preset's flags count as given: p.given)
         if not args.resume:
             p.error("--eval-only needs --resume CKPT, the checkpoint to evaluate")
-        args = checkpoint_args(p, args, args.resume, lambda k: k not in EVAL_RUN_FLAGS, "--resume")
-    elif args.resume or args.finetune or args.stage2:  # with --resume, --finetune/--stage2 are ignored: the run continues
-        source = next((f"--{k}", getattr(args, k)) for k in ("resume", "finetune", "stage2") if getattr(args, k))
-        if not (args.print_config and source[0] in ("--stage2", "--finetune") and not os.path.exists(source[1])):
-            # (a preset's Stage 2 or continuation printed before the run it starts from exists: the preset's
-            # flags describe the model)
-            carried = arch_flags() | {"--stage2": STAGE1_FLAGS, "--resume": RESUME_FLAGS}.get(source[0], set())
+        run_flags = EVAL_RUN_FLAGS | p.entry.eval_flags
+        args = checkpoint_args(p, args, args.resume, lambda k: k not in run_flags, "--resume")
+    elif any(getattr(args, k) for k in ("resume", *p.entry.starts)):  # with --resume, --finetune is ignored: the
+        # run continues
+        source = next((f"--{k}", getattr(args, k)) for k in ("resume", *p.entry.starts) if getattr(args, k))
+        if not (args.print_config and source[0] != "--resume" and not os.path.exists(source[1])):
+            # (a preset's continuation printed before the run it starts from exists: the preset's flags describe
+            # the model)
+            carried = p.entry.arch() | ({"resume": RESUME_FLAGS} | p.entry.starts).get(source[0][2:], set())
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
@@ -795,7 +741,7 @@ def configure(p, argv):
                     "out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = default_img_size(args)
-        print(json.dumps(vars(resolve(args, p, args.img_size)), indent=1))
+        print(json.dumps(vars(p.entry.resolve(args, p, args.img_size)), indent=1))
         return None
     return args
 
@@ -820,15 +766,11 @@ def unusable(package, module, name):
 # Flags that --eval-only always takes from the command line, never from the checkpoint (the data
 # flags, --data-dir and --val-subset included, come from the checkpoint unless given).
 EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "amp", "workers",
-                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill", "rfid",
+                  "download", "eval_batch_size", "compile", "compile_scope", "eval_ema", "teacher", "distill",
                   "log_every", "tensorboard", "config"}
-# Flags that --resume also takes from its checkpoint unless given: where the data is, as --eval-only and
-# --stage2 take it (the command line's --data-dir wins, then the checkpoint's, then $RVITS_DATA, then ./data).
+# Flags that --resume also takes from its checkpoint unless given: where the data is, as --eval-only
+# takes it (the command line's --data-dir wins, then the checkpoint's, then $RVITS_DATA, then ./data).
 RESUME_FLAGS = {"data_dir"}
-# Flags that --stage2 also takes from its Stage-1 checkpoint unless given: the Stage-1 loss (Stage 2 adds
-# a term to it: sec. 3.5, eq. 11) and the data it was trained on.
-STAGE1_FLAGS = {"kl_weight", "perceptual", "perceptual_weight", "lpips_weights", "data", "data_dir", "img_size",
-                "val_labels"}
 # Flags that rvits once had and cut (issue 51): a checkpoint trained with one of them set is refused (check_source).
 CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
 # (The flags --finetune takes from an rvits checkpoint unless given, what shapes the weights: registry.arch_flags.)
@@ -836,18 +778,17 @@ CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
 
 # Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
 # given flag is applied instead of being overridden (--size sets the width, heads and depth unless
-# they are given; for odevit --ode-steps is the number of steps, --depth its default; for loopvae
-# --loops sets the depth, K x their sum).
-LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",),
-          "loops": ("depth",)}
+# they are given; for odevit --ode-steps is the number of steps, --depth its default); an entry point
+# adds its own (Entry.linked).
+LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",)}
 
 
-def linked(named):
-    """The flags set through the flags `named` (LINKED, followed through: --size sets --depth, which
-    for ODEViT sets --ode-steps)."""
-    out, todo = set(), list(named)
+def linked(named, p=None):
+    """The flags set through the flags `named` (LINKED and the entry point's of parser `p`, followed through:
+    --size sets --depth, which for ODEViT sets --ode-steps)."""
+    links, out, todo = {**LINKED, **(p.entry.linked if p is not None else {})}, set(), list(named)
     while todo:
-        for k in LINKED.get(todo.pop(), ()):
+        for k in links.get(todo.pop(), ()):
             if k not in out and k not in named:
                 out.add(k)
                 todo.append(k)
@@ -866,11 +807,11 @@ def checkpoint_args(p, args, path, keep, flag):
     kind is named as what it is, not blamed on a flag it would bring. Raises Fail."""
     ck = read_weights(path, flag)  # a bad file is reported before anything else (e.g. the data)
     named = set(getattr(p, "given", ()))
-    check_source(ck, path, flag, args.model if "model" in named else None)
+    check_source(ck, path, flag, p, args)
     if not (isinstance(ck, dict) and isinstance(ck.get("args"), dict)):
         return args  # --finetune from a plain state dict: the command line describes the model
     saved = ck["args"]
-    through = linked(named)  # set through a flag that was given
+    through = linked(named, p)  # set through a flag that was given
     actions = {a.dest: a for a in p._actions}
     for k, v in saved.items():
         if hasattr(args, k) and k not in named and k not in through and keep(k):
@@ -884,12 +825,12 @@ def checkpoint_args(p, args, path, keep, flag):
     return args
 
 
-def check_source(ck, path, flag, model=None):
-    """What a --resume / --finetune / --stage2 / --eval-only source `ck` (read from `path`) is, checked
-    before its flags are used: --resume needs an rvits training checkpoint; --stage2 a Stage-1 LoopVAE
-    one (a Stage-2 checkpoint is continued with --resume, not restarted with a new discriminator); and
-    a `model` given on the command line must be of the checkpoint's kind (a tokenizer, loopvae, or a
-    classifier: the records' `reconstructs`). Raises Fail naming what the checkpoint is."""
+def check_source(ck, path, flag, p, args):
+    """What a --resume / --finetune / --eval-only source `ck` (read from `path`; or another start of the
+    entry point of parser `p`) is, checked before its flags are used in the run of flags `args`: --resume
+    needs an rvits training checkpoint; the entry point's own check (Entry.check) passes; and the
+    checkpoint's model is one the entry point trains (a LoopVAE checkpoint given to train.py names
+    train_loopvae.py). Raises Fail naming what the checkpoint is."""
     saved = ck["args"] if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
     kind = saved.get("model") if saved else None
     cut = [f"--{k.replace('_', '-')}" for k in CUT_FLAGS if saved and saved.get(k)]
@@ -899,17 +840,10 @@ def check_source(ck, path, flag, model=None):
     said = f"a --model {kind} checkpoint" if kind else "not an rvits checkpoint (no flags of the run that saved it)"
     if flag == "--resume" and saved is None:
         raise Fail(f"--resume {path}: not an rvits training checkpoint (no flags of the run that saved it)")
-    if flag == "--stage2":  # (a LoopVAE checkpoint with another --model given: resolve_stage2 says so)
-        if kind != "loopvae":
-            raise Fail(f"--stage2 {path}: {said}, not a LoopVAE one; Stage 2 continues the ckpt.pt of a train.py "
-                       "--model loopvae run")
-        if ck.get("adversary") is not None:
-            raise Fail(f"--stage2 {path}: a Stage-2 checkpoint (its run had --stage2 {saved.get('stage2')}); continue "
-                       f"it with --resume {path}, or start Stage 2 again from its Stage-1 checkpoint")
-    elif model and kind and MODELS[model].reconstructs != (kind in MODELS and MODELS[kind].reconstructs):
-        what = "a LoopVAE (tokenizer) one" if MODELS[model].reconstructs else f"a classifier one (--model {model})"
-        raise Fail(f"{flag} {path}: {said}, not {what}; give a checkpoint of a --model {model} run, or leave out "
-                   f"--model (the checkpoint's is used)")
+    if p.entry.check is not None:
+        p.entry.check(ck, path, flag, args, said)
+    if kind and kind not in trained(p) and script_of(kind):
+        raise Fail(f"{flag} {path}: {said}, not {p.entry.kind}; {script_of(kind)} trains and evaluates it")
 
 
 def effective(k, v, run):
@@ -924,11 +858,12 @@ def effective(k, v, run):
     return MODELS[run["model"]].defaults(run).get(k) if run.get("model") in MODELS else None
 
 
-def command_line(flags):
-    """`flags` ({dest: value}, a preset's) as a train.py command line that parses back to the same values: a
-    switch by its name (--gap; --bce / --no-bce), a value left at None or a plain switch left off omitted (their
-    defaults), a whole number of an integer flag without ".0", a list comma-joined, a value quoted where needed."""
-    actions = {a.dest: a for a in get_parser()._actions}
+def command_line(flags, p=None):
+    """`flags` ({dest: value}, a preset's) as a command line of train.py (or of parser `p`'s entry point) that
+    parses back to the same values: a switch by its name (--gap; --bce / --no-bce), a value left at None or a
+    plain switch left off omitted (their defaults), a whole number of an integer flag without ".0", a list
+    comma-joined, a value quoted where needed."""
+    actions = {a.dest: a for a in (p or get_parser())._actions}
     words = []
     for k, v in flags.items():
         name, action = "--" + k.replace("_", "-"), actions.get(k)
@@ -947,29 +882,45 @@ def command_line(flags):
     return shlex.join(words)
 
 
-def list_presets(text=""):
+def trained(p):
+    """The --model names the entry point of parser `p` trains (its --model's choices: train.py's, every
+    record of training/registry.py, one registered later too); their presets are its (presets_of), another's
+    are named with their script (registry.script_of)."""
+    return next(a.choices for a in p._actions if a.dest == "model")
+
+
+def presets_of(p):
+    """The presets of the entry point of parser `p` (those of a model it trains): {name: (what, flags)}."""
+    return {name: v for name, v in PRESETS.items() if v[1].get("model") in trained(p)}
+
+
+def list_presets(text, p):
     """--list-presets [TEXT]: a table, one row per preset: its name, model (built on the meta device:
     shapes only, no memory, no init), parameters, the time a run takes (presets.TIMES, which says where
     each figure comes from) and what it reproduces, cut to fit a line; TEXT keeps the presets whose name,
     model or description contain it ("cpu" / "gpu": those with a time on that hardware). A preset's
     exact name prints all of it: what it reproduces, the paper's number (presets.PAPER), times, flags.
-    Returns False (nothing printed) when TEXT matches no preset."""
-    if text in PRESETS:
+    Only the presets of the entry point of parser `p` (presets_of); another's exact name is one line
+    naming its script (p.error). Returns False (nothing printed) when TEXT matches no preset."""
+    mine = presets_of(p)
+    if text in PRESETS and text not in mine:
+        p.error(f"--list-presets {text}: a preset of --model {PRESETS[text][1].get('model')}, which {p.prog} does not "
+                f"train: python {script_of(PRESETS[text][1].get('model'))} --list-presets {text}")
+    if text in mine:
         what, flags = PRESETS[text]
         cpu, gpu = TIMES[text]
         print(f"{text}: {what}\npaper: {PAPER[text]}\ntime: CPU-2 {cpu}; one H200 {gpu}\nflags: "
-              + command_line(flags))
+              + command_line(flags, p))
         return True
     t, rows = text.lower(), []
-    for name, (what, flags) in PRESETS.items():
+    for name, (what, flags) in mine.items():
         cpu, gpu = TIMES[name]
         keep = {"cpu": cpu != "?", "gpu": gpu != "?"}.get(t, t in f"{name} {flags['model']} {what}".lower())
         if not keep:
             continue
-        args = resolved(["--preset", name])
+        args = resolved(["--preset", name], entry=p.entry)
         with torch.device("meta"):
-            model = build_model(argparse.Namespace(**{**vars(args), "init": "default", "perceptual": "none"}),
-                                default_img_size(args), 1000 if args.data == "imagenet" else 100)
+            model = p.entry.build(args, default_img_size(args), 1000 if args.data == "imagenet" else 100)
         rows.append((name, args.model, f"{model.num_params() / 1e6:.3g} M", cpu, gpu, what))
     if not rows:
         return False
@@ -990,11 +941,69 @@ def default_img_size(args):
     return args.img_size or (224 if args.data == "imagenet" else 32)
 
 
-def resolved(argv, img_size=None):
-    """The flags of the command line `argv` (a list; --preset applied) resolved as train.py resolves
-    them, at `img_size` (default: default_img_size), reading no data and no checkpoint: the recipe of
-    a tool that builds train.py's model of a command line (registry.build_model(args, img_size,
-    classes)). A bad flag: one line, exit status 2, as train.py."""
-    p = get_parser()
+def resolved(argv, img_size=None, entry=None):
+    """The flags of the command line `argv` (a list; --preset applied) resolved as train.py (or the entry
+    point `entry`) resolves them, at `img_size` (default: default_img_size), reading no data and no
+    checkpoint: the recipe of a tool that builds train.py's model of a command line
+    (registry.build_model(args, img_size, classes)). A bad flag: one line, exit status 2, as train.py."""
+    p = get_parser(entry)
     args = parse_args(p, argv)
-    return resolve(args, p, img_size or default_img_size(args))
+    return p.entry.resolve(args, p, img_size or default_img_size(args))
+
+
+# ----------------------------------------------------------------------------- entry points
+@dataclass(frozen=True)
+class Entry:
+    """What an entry point brings to the flag machinery above, which keeps it on its parser (p.entry):
+    train.py's (TRAIN), or another script's (train_loopvae.py's, in loopvae_train/flags.py: training/ never
+    imports it).
+
+    prog, description: its script's name and its docstring's first line;
+    groups: p -> None, adds its model flags (train.py: add_model_flags); distillation: whether it has the
+        distillation group;
+    resolve: (args, p, img_size) -> args: its flags' defaults and checks (p.error, one line);
+    build: (args, img_size, num_classes) -> its model, for --list-presets (built on the meta device);
+    arch: () -> the flags (dests) that shape its model: a start takes them from its checkpoint unless given,
+        --resume refuses a change;
+    starts: {flag (dest): the flags it takes from its checkpoint unless given, beside `arch`}: the flags
+        naming the checkpoint a new run starts from, in the order they are looked up (--finetune);
+    checkpoints: every flag naming a checkpoint or run folder beside --resume (the starts, --teacher);
+    linked: its own LINKED; eval_flags: its own EVAL_RUN_FLAGS; model_flags: () -> {flag: the models
+        that read it} (registry.model_flags);
+    kind: what its checkpoints are, in words ("a classifier one"), when another's is refused;
+    check: (ck, path, flag, args, said) -> None: its own check of a checkpoint source (Fail), or None;
+    foreign: () -> {dest: value}: keys a --config file may hold at these values though they are not its
+        flags (left out: read_config)."""
+    prog: str
+    description: str
+    groups: Callable
+    resolve: Callable
+    build: Callable
+    arch: Callable
+    starts: dict
+    checkpoints: tuple
+    kind: str
+    distillation: bool = False
+    linked: dict = field(default_factory=dict)
+    eval_flags: frozenset = frozenset()
+    model_flags: Callable = dict
+    check: Optional[Callable] = None
+    foreign: Callable = dict
+
+
+# The flags train.py had before LoopVAE's moved to train_loopvae.py (issue 78), at their defaults: the args.json of
+# an older run of train.py holds them (a classifier never read them); a --config file leaves them out there.
+MOVED_FLAGS = {"loops": [1, 2, 4], "share": "global", "operator": "cnn", "num_groups": 32, "latent_dim": 16,
+               "kl_weight": 1e-6, "perceptual": "none", "perceptual_weight": 1.0, "lpips_weights": None, "rfid": False,
+               "stage2": None, "disc": "conv", "disc_weights": None, "gan_weight": 0.5, "gan_start": 5000,
+               "r1_gamma": 10.0, "r1_every": 16, "disc_lr": None, "diffaug": ["color", "translation", "cutout"]}
+
+
+def build_listed(args, img_size, num_classes):
+    """train.py's model of a preset for --list-presets (its attention init left at the default: shapes only)."""
+    return build_model(argparse.Namespace(**{**vars(args), "init": "default"}), img_size, num_classes)
+
+
+TRAIN = Entry("train.py", DESCRIPTION, add_model_flags, resolve, build_listed, arch_flags,
+              starts={"finetune": set()}, checkpoints=("finetune", "teacher"), kind="a classifier one",
+              distillation=True, model_flags=model_flags, foreign=lambda: MOVED_FLAGS)

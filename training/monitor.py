@@ -91,10 +91,13 @@ class Monitor:
     step record in log.jsonl every N optimizer steps (step_record): its values come in the same read of
     the device as the checks', made at those steps too, so the steps between two records and checks
     queue on the device without a host sync, as before; the epoch records (log_epoch) and, with
-    --tensorboard, both as TensorBoard scalars (rank 0 writes them)."""
+    --tensorboard, both as TensorBoard scalars (rank 0 writes them). `line`: the line of an epoch's record
+    (epoch_line; another entry point's own: train_loopvae.py's); `cpu_preset`: the CPU-sized preset the
+    estimate names (estimate_line; None: the model's record's)."""
 
-    def __init__(self, args, run, save, scheduler):
+    def __init__(self, args, run, save, scheduler, line=None, cpu_preset=None):
         self.args, self.run, self.save, self.scheduler = args, run, save, scheduler
+        self.line, self.cpu_preset = line or epoch_line, cpu_preset
         self.device, self.ddp, self.world, self.master, self.stop = run.device, run.ddp, run.world, run.master, run.stop
         self.ckpt_path, self.log_path, self.val_images = run.ckpt_path, run.log_path, run.val_images
         self.total_steps, self.steps_per_epoch, step = run.total_steps, run.steps_per_epoch, run.start_step
@@ -183,7 +186,7 @@ class Monitor:
         if self.master and pace_point(self.pace, step, now, self.origin):
             self.pace.append((step, now))
             if len(self.pace) == 2 and step < self.total_steps:  # (nothing to estimate at the last step)
-                self.note(estimate_line(args, self.device, self.pace, self.total_steps))
+                self.note(estimate_line(args, self.device, self.pace, self.total_steps, self.cpu_preset))
         if nonfinite >= args.max_nonfinite:
             self.bar.close()
             kept = (f"the last good checkpoint is {self.ckpt_path}" if os.path.exists(self.ckpt_path)
@@ -229,7 +232,7 @@ class Monitor:
             return
         write(self.log_path, json.dumps(rec) + "\n", self.stop.kept(), append=True)
         print(json.dumps(rec))
-        print(epoch_line(rec["epoch"], rec, rec["step"], self.total_steps), flush=True)
+        print(self.line(rec["epoch"], rec, rec["step"], self.total_steps), flush=True)
         self.scalars("epoch", rec)
         if self.writer is not None and rec["step"] >= self.total_steps:
             self.writer.close()
@@ -296,7 +299,8 @@ class Monitor:
         self.bar.close()
         if self.master and self.left and step < self.total_steps and len(self.pace) == 2:
             per_step = (time.perf_counter() - self.t_epoch) / self.left
-            line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1)
+            line = estimate_line(self.args, self.device, [(0, 0.0), (1, per_step)], self.total_steps - step + 1,
+                                 self.cpu_preset)
             self.note(line.replace("estimated time:", "estimated time, at the last epoch's pace:", 1))
         self.note(f"epoch {self.epoch_no}: evaluating on {self.val_images} validation images")
 
@@ -333,18 +337,18 @@ def duration(seconds):
     return f"{d} d {h} h" if d else f"{h} h {rest // 60} min" if h else f"{rest // 60} min {rest % 60} s"
 
 
-def estimate_line(args, device, pace, total_steps):
+def estimate_line(args, device, pace, total_steps, cpu_preset=None):
     """One line: the time the rest of the run should take at the pace measured between the two
     (step, seconds) points of `pace`, evaluation not included; on a CPU, when that is more than
-    3 hours, the model's CPU-sized preset (its record's cpu_preset, training/registry.py; a model
-    without one gets no hint)."""
+    3 hours, the model's CPU-sized preset (`cpu_preset`, else its record's cpu_preset,
+    training/registry.py; a model without one gets no hint)."""
     from training.registry import MODELS  # (registry.py imports this module)
     (s0, t0), (s1, t1) = pace
     per_step = (t1 - t0) / (s1 - s0)
     left = per_step * (total_steps - s1)
     line = (f"estimated time: {duration(left)} for the {total_steps - s1} steps left ({per_step:.3g} s per step; "
             "evaluations not included)")
-    cpu = MODELS[args.model].cpu_preset  # None: a model without a CPU-sized preset, which gets no hint
+    cpu = cpu_preset or getattr(MODELS.get(args.model), "cpu_preset", None)  # None: no hint
     if cpu and device.type == "cpu" and left > 3 * 3600 and not (args.preset or "").startswith("c100-mini-"):
         said = "" if TIMES[cpu][0].startswith("est.") else " as measured"  # (LoopVAE's: estimated)
         line += (f"; a GPU-sized run on a CPU: --preset {cpu} is this model's CPU-sized protocol "
@@ -353,12 +357,12 @@ def estimate_line(args, device, pace, total_steps):
 
 
 # ----------------------------------------------------------------------------- the run's lines
-def announce(args, run, model, compiled, distilling):
+def announce(args, run, model, compiled, distilling, also="", notes=()):
     """The run's first lines (rank 0): the preset, the model's size and FLOPs, the processes, precision,
-    compilation (`compiled`, its words) and schedule, where a resumed run continues, a Stage-2 run too short
-    for its adversarial term, the run folder; writes OUT/args.json (not for --eval-only, which leaves the
-    training run's files alone; `run.stop` says what is kept if that write fails). `run`: the run's Run
-    (training/run.py); `distilling`: whether a teacher trains it."""
+    compilation (`compiled`, its words) and schedule (and `also`, an entry point's words for that line),
+    where a resumed run continues, the entry point's `notes` (lines), the run folder; writes OUT/args.json
+    (not for --eval-only, which leaves the training run's files alone; `run.stop` says what is kept if that
+    write fails). `run`: the run's Run (training/run.py); `distilling`: whether a teacher trains it."""
     world, device, stop, step = run.world, run.device, run.stop, run.start_step
     total_steps, steps_per_epoch, warmup = run.total_steps, run.steps_per_epoch, run.warmup
     start_epoch, start_batch = run.start_epoch, run.start_batch
@@ -368,9 +372,7 @@ def announce(args, run, model, compiled, distilling):
     print(f"{args.model}: {model.num_params() / 1e6:.3f} M params, {flops / 1e9:.3f} GFLOPs/img, "
           f"depth {args.depth}, {world} process(es) on {device.type}, amp {args.amp}{compiled}"
           + ("" if args.eval_only else f", {total_steps} steps ({steps_per_epoch}/epoch), warmup {warmup}")
-          + (f", distilling from {args.teacher} ({args.distill})" if distilling else "")
-          + (f", Stage 2 from {args.stage2} (--disc {args.disc}, adversarial term from step {args.gan_start})"
-             if args.stage2 and not args.eval_only else ""))
+          + (f", distilling from {args.teacher} ({args.distill})" if distilling else "") + also)
     if not args.eval_only and args.epochs <= WARMUP_EPOCHS and args.warmup_epochs == short_warmup(args.epochs):
         print(f"note: warmup {args.warmup_epochs:g} epochs ({warmup} of {total_steps} steps), 5 % of the run: the "
               f"default --warmup-epochs {WARMUP_EPOCHS:g} is not below --epochs {args.epochs}, and would make the whole "
@@ -381,24 +383,17 @@ def announce(args, run, model, compiled, distilling):
     if args.resume and not args.eval_only:
         print(f"resumed from {args.resume} at step {step} (epoch {start_epoch}, step {start_batch} of it)"
               + ("; nothing left to train" if step >= total_steps or start_epoch >= args.epochs else ""))
-    if args.stage2 and not args.eval_only and total_steps <= args.gan_start:
-        print(f"note: this Stage-2 run ends at step {total_steps}, not after --gan-start {args.gan_start}: it trains "
-              "the discriminator alone and the generator on the Stage-1 loss (no adversarial term); lower "
-              "--gan-start or train longer")
+    for line in notes:
+        print(line)
     print(f"run folder: {args.out_dir}")
     if not args.eval_only:  # --eval-only leaves the training run's files alone
         write(os.path.join(args.out_dir, "args.json"), json.dumps(vars(args), indent=1), stop.kept())
 
 
-def epoch_line(epoch, rec, step, total_steps):
-    """The line printed after an epoch's evaluation (`rec`: its log.jsonl record): top-1/top-5 of a
-    classifier, PSNR/SSIM/L1 of a tokenizer."""
-    if "val_psnr" in rec:
-        said = f"PSNR {rec['val_psnr']:.2f} dB, SSIM {rec['val_ssim']:.4f}, L1 {rec['val_l1']:.4f}" + (
-            f", LPIPS {rec['val_lpips']:.4f}" if "val_lpips" in rec else "") + (
-            f", rFID {rec['val_rfid']:.3f}" if "val_rfid" in rec else "")
-    else:
-        said = f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
+def epoch_line(epoch, rec, step, total_steps, said=None):
+    """The line printed after an epoch's evaluation (`rec`: its log.jsonl record): top-1/top-5 (`said`:
+    another entry point's words for its metrics, e.g. train_loopvae.py's PSNR), and its non-finite steps."""
+    said = said or f"top-1 {rec['val_acc1']:.2f} %, top-5 {rec['val_acc5']:.2f} %"
     line = f"epoch {epoch}: validation {said} (step {step} of {total_steps})"
     if rec.get("train_loss", 0) is None:
         line += f"; no finite training step: all {rec['nonfinite_steps']} of this epoch were skipped as non-finite"
@@ -409,7 +404,7 @@ def epoch_line(epoch, rec, step, total_steps):
 
 def model_log(model, ddp=False):
     """Model-specific values for log.jsonl: the last step's auxiliary terms (`model.aux`, e.g. the
-    per-stage losses, Stage 2's adaptive weight and R1), under DDP their mean over the processes (each
+    per-stage losses), under DDP their mean over the processes (each
     computed them from its own share of the batch), and whatever `model.log_extras()` returns (e.g.
     reViT's gate table)."""
     aux = getattr(model, "aux", {})

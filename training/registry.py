@@ -3,32 +3,30 @@
 MODELS maps a --model name to its Model record: the builder `build(args, common) -> nn.Module` (`args`
 the resolved flags, training/flags.py, which it reads and never changes; `common` the keyword arguments
 every model file takes: img_size, patch_size, num_classes, embed_dim, depth, num_heads, mlp_ratio,
-class_token, layer_scale, drop_path_rate, and init / init_base / loss / dynamic_img_size only when asked
+class_token, layer_scale, drop_path_rate, and init (inits.py) / init_base / loss / dynamic_img_size only when asked
 for), and what the rest of rvits derives from it: the flags only it reads (flags.resolve refuses them for
-another model), the ones of those that shape its weights (--finetune and --stage2 take them from a
-checkpoint, --resume refuses a change: arch_flags), the trained depth in --eval-depths' unit
-(trained_depth), its CPU-sized preset (the estimate's hint on a CPU), whether it is a tokenizer, and
-how its images are normalized. A new model is a model file and one record, registered once
+another model), the ones of those that shape its weights (--finetune takes them from a checkpoint,
+--resume refuses a change: arch_flags), the trained depth in --eval-depths' unit (trained_depth), its
+CPU-sized preset (the estimate's hint on a CPU), and how its images are normalized. A model that another
+entry point trains (LoopVAE, a tokenizer: train_loopvae.py) is not here; ELSEWHERE names its script.
+A new model is a model file and one record, registered once
 (docs/models.md "Add your own model"); tests/test_registry.py runs every registered model through the
 interface below, so a new model passes the same test.
 
 The interface (a model file implements it; nothing is inherited):
-    forward(x, targets=None, depth=None) -> (out, loss)
+    forward(x, targets, depth=None) -> (out, loss); forward(x, depth=None) -> logits (a classifier, as timm)
         x (B, 3, H, W) normalized images; targets (B,) class indices or (B, classes) probabilities
-        (MixUp/CutMix, label smoothing); loss a 0-d tensor, None without targets. A classifier's
-        `out` is logits (B, classes) and `depth` (None: as trained) the steps to run at evaluation;
-        a tokenizer (one with `metrics`) returns its reconstruction (B, 3, H, W) and takes no depth.
+        (MixUp/CutMix, label smoothing); loss a 0-d tensor. `out` is logits (B, classes), alone without
+        targets, and `depth` (None: as trained) the steps to run at evaluation.
     aux: dict of 0-d tensors set by the last forward with targets (e.g. per-stage losses), logged
         in log.jsonl after each epoch (monitor.model_log).
     num_params() -> int (a shared block counts once); flops_per_image() -> float (analytic forward).
-    head (classifiers): the final nn.Linear, whose weight's rows count the classes of a checkpoint.
+    head: the final nn.Linear, whose weight's rows count the classes of a checkpoint.
   Optional, each used where present:
     log_extras() -> dict of floats for log.jsonl (reViT: its gate table);
     compile_regions() -> self: compile each distinct block (else torch.compile of the whole module);
     trains_as_one_graph() -> bool: may the training forward compile whole (kernels.choose_scope);
     set_grad_checkpointing(enable) -> self (--grad-checkpoint; refused by name where absent);
-    metrics(x) and reconstruct(x) -> (x_hat, mean, logvar): a tokenizer, evaluated by its
-        reconstruction metrics (training/evaluation.py) instead of top-1;
     nfe (block evaluations per image at the last depth run), solver, extend (ODEViT), img_size:
         read into the depth report.
 """
@@ -36,7 +34,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from training.exits import Fail
-from training.perceptual import lpips_loss
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class Model:
         changes them: a flag's value is decided in flags.resolve) and of `common` (build_model);
         ValueError for sizes it refuses (build_model turns it into Fail, one line).
     flags: the flags (argparse dests) only this model reads; flags.resolve refuses them for another.
-    arch: of `flags`, those that shape the model: --finetune and --stage2 take them from a checkpoint
+    arch: of `flags`, those that shape the model: --finetune takes them from a checkpoint
         unless given, --resume refuses a change (arch_flags adds SHARED_ARCH_FLAGS).
     defaults: run (a dict of resolved flags) -> {flag: value}: what a flag of `flags` left out (None)
         stands for, so that a command spelling the value out equals one that leaves it out (the builder
@@ -56,8 +53,6 @@ class Model:
     size: --size when none is given (flags.resolve).
     cpu_preset: its CPU-sized preset (presets.py), named when a run's estimate on a CPU passes 3 hours
         (monitor.estimate_line); None: no hint.
-    reconstructs: a tokenizer (metrics, reconstruct): evaluated by its reconstruction, no class head;
-        image folders resize and crop its images instead of zooming in (data.build_datasets).
     normalization: (mean, std) of its images when not the dataset's (data.build_datasets); None: the
         dataset's."""
     build: Callable
@@ -67,7 +62,6 @@ class Model:
     depth_flag: str = "depth"
     size: str = "ti"
     cpu_preset: Optional[str] = None
-    reconstructs: bool = False
     normalization: Optional[tuple] = None
 
 
@@ -102,24 +96,9 @@ def build_odevit(args, common):
                          stages=args.stages, **common)
 
 
-def build_loopvae(args, common):
-    import loopvae
-    # A tokenizer: of `common` only the image size applies (resolve refuses the classifier flags);
-    # --num-blocks is K, and args.depth = K sum(--loops), the block applications per branch (resolve).
-    model = loopvae.LoopVAE(img_size=common["img_size"], embed_dim=args.embed_dim, num_blocks=args.num_blocks,
-                            loops=args.loops, latent_dim=args.latent_dim, share=args.share, operator=args.operator,
-                            num_groups=args.num_groups,
-                            mlp_ratio=args.mlp_ratio, num_heads=args.num_heads, lambda_kl=args.kl_weight,
-                            lambda_p=args.perceptual_weight)
-    if args.perceptual == "lpips" and not args.eval_only:  # a loss term: an evaluation needs none
-        model.set_perceptual(lpips_loss(args.lpips_weights))
-    return model
-
-
 # The registry: --model name -> its record. A new model adds one (in this table, or MODELS["name"] = Model(...)).
 REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "router_lr_scale", "lambda_bal", "lambda_z", "lambda_div")
 ODEVIT = ("solver", "ode_steps", "horizon", "field", "extend")
-LOOPVAE = ("num_blocks", "loops", "share", "operator", "num_groups", "latent_dim")  # its architecture (K, ...)
 MODELS = {
     "vit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",), cpu_preset="c100-mini-vit",
                  defaults=lambda run: {"num_blocks": run["depth"]}),  # untied: a block per step
@@ -131,10 +110,10 @@ MODELS = {
                    cpu_preset="c100-mini-srvit-r2"),
     "odevit": Model(build_odevit, flags=("stages", *ODEVIT), arch=ODEVIT, cpu_preset="c100-mini-odevit-euler",
                     defaults=lambda run: {"ode_steps": run["depth"], "horizon": run["depth"]}),  # T = the steps
-    "loopvae": Model(build_loopvae, flags=(*LOOPVAE, "kl_weight", "perceptual", "perceptual_weight", "lpips_weights",
-                                           "rfid"), arch=LOOPVAE, size="s", cpu_preset="c100-mini-loopvae-global",
-                     reconstructs=True, normalization=((0.5,) * 3, (0.5,) * 3)),  # [0, 1] -> [-1, 1] (App. A.4)
 }
+# Models that another entry point trains, each with its own script, which training/ never imports: train.py
+# names the script where a run of theirs (a preset, a checkpoint, a --config file) is given to it.
+ELSEWHERE = {"loopvae": "train_loopvae.py"}
 # The flags that shape every model (beside each record's `arch`).
 SHARED_ARCH_FLAGS = ("model", "size", "embed_dim", "depth", "num_heads", "mlp_ratio", "patch_size", "gap",
                      "layer_scale")
@@ -142,7 +121,7 @@ SHARED_ARCH_FLAGS = ("model", "size", "embed_dim", "depth", "num_heads", "mlp_ra
 
 def arch_flags():
     """The flags (dests) that shape a model, a set: SHARED_ARCH_FLAGS and every record's `arch`.
-    --finetune and --stage2 take them from a checkpoint unless given; --resume refuses a change."""
+    --finetune takes them from a checkpoint unless given; --resume refuses a change."""
     return set(SHARED_ARCH_FLAGS).union(*(m.arch for m in MODELS.values()))
 
 
@@ -154,6 +133,12 @@ def model_flags():
         for k in m.flags:
             out[k] = out.get(k, ()) + (name,)
     return out
+
+
+def script_of(model):
+    """The script that trains --model `model`: train.py for a model of MODELS, ELSEWHERE's for another's;
+    None for a name rvits does not know."""
+    return "train.py" if model in MODELS else ELSEWHERE.get(model)
 
 
 def trained_depth(run):
@@ -172,7 +157,8 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
                   mlp_ratio=args.mlp_ratio, class_token=not args.gap, layer_scale=args.layer_scale,
                   drop_path_rate=args.drop_path)
     if args.init != "default":  # only then: a model without init= support fails with its own message
-        common["init"] = args.init
+        import inits  # the attention inits, one file for every model: the hook its constructor runs after its base
+        common["init"] = inits.INITS[args.init]
     if args.init_base != "timm":  # likewise
         common["init_base"] = args.init_base
     if args.bce:  # likewise: loss="bce" only when asked for
@@ -187,7 +173,21 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
     if empty:  # (flags.too_small names the flags first; this is what any other conversion to 0 would build)
         raise Fail(f"--model {args.model}: {len(empty)} layer(s) of size 0, e.g. {empty[0]}: a flag's value became a "
                    "width of 0 (--mlp-ratio x --embed-dim, ...); give larger sizes")
+    if hasattr(model, "pretrained_cfg"):  # a classifier: timm's data config is its run's, not ImageNet's
+        model.pretrained_cfg = model.default_cfg = data_config(args, img_size, num_classes, dynamic_img_size)
     return model
+
+
+def data_config(args, img_size, num_classes, dynamic_img_size=False):
+    """timm's pretrained_cfg of a run of resolved flags `args` (a Namespace): its input size (3, img_size,
+    img_size), classes, and the mean and std its images were normalized with (its model record's, else its
+    dataset's: data.normalization), what timm.data.resolve_data_config reads; bicubic, crop_pct
+    --eval-crop-ratio (image folders' evaluation crop)."""
+    import data
+    mean, std = MODELS[args.model].normalization or data.normalization(args.data)
+    return dict(input_size=(3, img_size, img_size), num_classes=num_classes, mean=tuple(mean), std=tuple(std),
+                interpolation="bicubic", crop_pct=getattr(args, "eval_crop_ratio", None) or 0.875,
+                fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj", classifier="head", dataset=args.data)
 
 
 def empty_layers(model):
@@ -205,13 +205,14 @@ def is_rvits_checkpoint(ck):
 def classifier_checkpoint(ck, path, flag):
     """Whether `ck` (read_weights' result, from `path`) is an rvits classifier's checkpoint (is_rvits_checkpoint),
     for `flag`, which needs a classifier's or ViT's weights; False for any other file (timm_vit then reads it).
-    Raises Fail for an rvits checkpoint of a tokenizer (its record `reconstructs`), naming it as such."""
+    Raises Fail for an rvits checkpoint of a model another entry point trains (ELSEWHERE: LoopVAE, a
+    tokenizer), naming it as such."""
     if is_rvits_checkpoint(ck):
         return True
     kind = ck["args"].get("model") if isinstance(ck, dict) and isinstance(ck.get("args"), dict) else None
-    if kind in MODELS and MODELS[kind].reconstructs:
+    if kind in ELSEWHERE:
         raise Fail(f"{flag} {path}: a --model {kind} checkpoint, a tokenizer (it reconstructs images: no class head, "
-                   "no patch tokens); give a classifier's checkpoint or timm ViT weights")
+                   f"no patch tokens; {ELSEWHERE[kind]} trains it); give a classifier's checkpoint or timm ViT weights")
     return False
 
 
@@ -231,4 +232,6 @@ def model_from_checkpoint(ck, path, flag, p, img_size):
     except RuntimeError as e:
         raise Fail(f"{flag} {path}: its weights do not fit the model its flags describe "
                    f"({str(e).strip().splitlines()[-1].strip()})")
+    if isinstance(ck.get("pretrained_cfg"), dict):  # timm's data config as the run saved it (Saver)
+        model.pretrained_cfg = model.default_cfg = {**ck["pretrained_cfg"], "fixed_input_size": own == img_size}
     return model.eval()
