@@ -38,6 +38,7 @@ import os
 import pickle
 import shutil
 import signal
+import threading
 import sys
 import unicodedata
 import warnings
@@ -352,10 +353,11 @@ def read_labels(path, class_to_idx):
     class text ('golden retriever', as Stanford Dogs writes it), else its first word (ImageNet's
     LOC_val_solution.csv '<class> <box> ...', Tiny-ImageNet's boxes); names match in Unicode NFC.
     Blank lines, `#` comments and a header whose class is no class are skipped. Returns {file name
-    (NFC): class index}; a name without its extension also matches. Raises DataError naming the
-    line that could not be read or whose class is not in train/."""
+    (NFC): class index} (a LabelsFile; its `of` finds a name without its extension too). Raises DataError
+    naming the line that could not be read or whose class is not in train/, and naming both lines where one
+    image is given two classes."""
     names = {_nfc(c): i for c, i in class_to_idx.items()}
-    out, lines = {}, label_lines(path)
+    out, lines = LabelsFile(path), label_lines(path)
     for n, (line, fields) in enumerate(zip(lines, label_rows(lines)), 1):
         text = _nfc(fields[1]) if len(fields) > 1 else ""
         label = names.get(text, names.get((text.split() or [""])[0]))
@@ -364,8 +366,35 @@ def read_labels(path, class_to_idx):
         if label is None:
             raise DataError(f"{path} line {n}: {line.strip()[:80]!r}: expected '<file name> <class>' with the "
                             f"class a train/ folder name ({len(class_to_idx)} classes, e.g. {next(iter(class_to_idx))})")
-        out[_nfc(fields[0])] = label
+        name = _nfc(fields[0])
+        if name in out and out[name] != label:  # (two label exports concatenated: which one is right?)
+            raise DataError(f"{path}: {out.where(name)} and line {n} {line.strip()[:80]!r} give {name} two classes; "
+                            "keep one line per image")
+        if name not in out:
+            out[name], out.lines[name] = label, (n, line.strip()[:80])
     return out
+
+
+class LabelsFile(dict):
+    """read_labels' result: {file name: class index}, and where each name's line is (`lines`: name -> (line
+    number, text)), so that a conflict can name both lines."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path, self.lines = path, {}
+
+    def where(self, name):
+        n, text = self.lines[name]
+        return f"line {n} {text!r}"
+
+    def of(self, file):
+        """The class of the image `file`: its line, else the line of its name without the extension; DataError
+        when both lines exist and give different classes."""
+        full, stem = _nfc(file), os.path.splitext(_nfc(file))[0]
+        if full in self and stem in self and full != stem and self[full] != self[stem]:
+            raise DataError(f"{self.path}: {self.where(stem)} and {self.where(full)} give {file} two classes; keep "
+                            "one line per image")
+        return self.get(full, self.get(stem))
 
 
 def image_folder(root, val_labels=None, classes=None, train=True):
@@ -400,7 +429,7 @@ def image_folder(root, val_labels=None, classes=None, train=True):
         labels = read_labels(val_labels or annotations, class_to_idx)
         flat = val_dir if val_labels else os.path.join(val_dir, "images")
         files = _images(flat) if os.path.isdir(flat) else []
-        label = {f: labels.get(_nfc(f), labels.get(os.path.splitext(_nfc(f))[0])) for f in files}
+        label = {f: labels.of(f) for f in files}
         unlabeled = [f for f in files if label[f] is None]
         if not files or unlabeled:
             raise DataError(f"{flat}: " + (f"{unlabeled[0]} has no line in {val_labels or annotations}"
@@ -822,6 +851,31 @@ def end_workers(timeout=10.0):
         p.kill()
     for p in children:
         p.join(timeout)
+
+
+def worker_died(error):
+    """The line for an exception of a loader whose worker process died (killed by the OOM killer, kill -9, a
+    crash in a decoder: torch's "DataLoader worker (pid X) exited unexpectedly / is killed by signal", or the
+    ConnectionResetError / EOFError of a batch handed over as it died), or None for any other."""
+    text = str(error)
+    if isinstance(error, RuntimeError) and "DataLoader worker" in text and (
+            "exited unexpectedly" in text or "killed by signal" in text):
+        return f"a data loader worker process died ({text.strip().splitlines()[0][:160]}): the OOM killer (lower " \
+               "--workers or --batch-size, or free memory), or a signal"
+    if isinstance(error, (ConnectionResetError, EOFError)):
+        return f"a data loader worker process died while handing over a batch ({type(error).__name__}); lower " \
+               "--workers or --batch-size, or free memory"
+    return None
+
+
+def loader_checks_at_next_batch():
+    """torch's SIGCHLD handler, set with a loader's first workers, raises the error of a worker that died of a
+    signal wherever the training process then is (in the forward, in an optimizer step half done); with the
+    default action the loader finds the dead worker itself at the next batch (within its 5 s status check) and
+    raises there, between steps, where the run can save the steps it finished (training.monitor)."""
+    if signal.getsignal(signal.SIGCHLD) not in (signal.SIG_DFL, None) and \
+            threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def out_of_shared_memory(error):

@@ -35,6 +35,16 @@ class FixedDepth(nn.Module):
 
 
 def _refuse_dispatch(model):
+    """ValueError, with the reason, for a model that export does not cover: anything but the classifiers of
+    bvit.py, revit.py (revit_moe.py), srvit.py and odevit.py (LoopVAE, a tokenizer, returns reconstructions and
+    its loss terms, not logits), and revit_moe's token-dispatch routings."""
+    import bvit
+    import odevit
+    import revit
+    import srvit
+    if not isinstance(model, (bvit.BViT, revit.ReViT, srvit.SRViT, odevit.ODEViT)):
+        raise ValueError(f"{type(model).__name__} cannot be exported: export.py exports the classifiers' logits "
+                         "(bvit, vit, revit, srvit, odevit); a tokenizer such as LoopVAE has no logits to export")
     if getattr(model, "routing", None) in DISPATCH:
         raise ValueError(f"routing={model.routing!r} cannot be exported: its token dispatch splits the tokens by "
                          "the number each expert gets, which is data (a graph needs it symbolic)")
@@ -50,7 +60,7 @@ def export_fixed(model, depth=None, batch=2):
     """torch.export.export of `model`'s logits at a fixed `depth` (default: as trained; SR-ViT: recursions,
     ODEViT: solver steps), the batch dimension dynamic (any B >= 1 at run time; the example has `batch`
     >= 2 images, so that torch does not specialize it). Returns the ExportedProgram: program.module()(x)
-    -> logits (B, classes). Sets model.eval(). ValueError for revit_moe's token-dispatch routings."""
+    -> logits (B, classes). Sets model.eval(). ValueError for a model it does not cover (_refuse_dispatch: LoopVAE; revit_moe's token dispatch)."""
     _refuse_dispatch(model)
     model.eval()
     batch_dim = torch.export.Dim("batch", min=1)
@@ -71,6 +81,9 @@ class Loop(nn.Module):
         self.start, self.body, self.end = loop_parts(model)
 
     def forward(self, x, n):
+        # eager's check of the depth (bvit.check_depth: "depth must be >= 1"), kept in the graph: a RuntimeError
+        # at run time, where without it n <= 0 would run no step and return the logits of the stem
+        torch._assert_async(n >= 1, "depth must be >= 1 (the loop count n of the exported program)")
         state = self.start(x, n)
         i = torch.zeros((), dtype=torch.int64, device=x.device)
         out = torch.while_loop(lambda i, *s: i < n, lambda i, *s: (i + 1, *self.body(i, n, *s)), (i, *state))
@@ -158,8 +171,10 @@ def srvit_parts(model):
 def export_loop(model, batch=2):
     """torch.export.export of `model`'s logits with the loop count a runtime input: program.module()(x, n),
     x (B, C, H, W) with B dynamic, n a 0-d int64 tensor >= 1 (the depth: SR-ViT's recursions, ODEViT's
-    solver steps), -> logits (B, classes), as model(x, depth=n) (loop_parts). Sets model.eval().
+    solver steps), -> logits (B, classes), as model(x, depth=n) (loop_parts); n < 1 raises RuntimeError
+    "depth must be >= 1" at run time, where eager raises ValueError. Sets model.eval().
     ValueError, with the reason, where the loop count cannot be a runtime input (module docstring)."""
+    _refuse_dispatch(model)
     model.eval()
     loop = Loop(model)
     x, n = example_images(model, batch), torch.tensor(getattr(model, "recursions", model.depth))

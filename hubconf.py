@@ -55,6 +55,10 @@ def _entry(family, size, patch):
 
     def build(weights=None, **kwargs):
         model = getattr(mod, f"{family}_{size}")(**{"img_size": 224, "patch_size": patch, **kwargs})
+        empty = [n for n, p in model.named_parameters() if p.numel() == 0]  # (training/registry.py empty_layers)
+        if empty:  # a ratio that became a width of 0 (mlp_ratio=0.001): a model that computes nothing there
+            raise ValueError(f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): {len(empty)} layer(s) of "
+                             f"size 0, e.g. {empty[0]}: every width (int(embed_dim x mlp_ratio), ...) must be >= 1")
         if weights is not None:
             from training.weights import finetune_weights
             print(finetune_weights(_weights_file(weights), model, flag=f"{name}: weights"))

@@ -137,7 +137,7 @@ def train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scal
         train_loader.sampler.set_start(first * (args.batch_size // world))
         sums, progress = EpochSums(progress, device), {}
         left = min(steps_per_epoch - first, total_steps - step)
-        batches = monitor.epoch(epoch, first, left, train_loader)
+        batches = monitor.epoch(epoch, first, left, train_loader, sums)
         for i in range(left):
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)
@@ -406,7 +406,7 @@ def cli(argv=None, entry=None, prog="train.py"):
         say(f"{prog}: stopped at once by a second Ctrl-C{f' {e}' if str(e) else ''}; {stop.kept()}")
         return INTERRUPTED
     except Exception as e:
-        shm = data.out_of_shared_memory(e)
+        shm = data.out_of_shared_memory(e) or data.worker_died(e)  # (an evaluation's loader; training's: monitor)
         if shm:
             say(f"{prog}: error: {shm}; {stop.kept()}")
             return 2
@@ -421,6 +421,7 @@ def cli(argv=None, entry=None, prog="train.py"):
             signal.signal(sig, handler)
         kernels.release_compile_workers()  # a compiled run exits now, not never (kernels.py)
         leave_process_group(finished=False)  # (the normal ending left it in main; gloo's otherwise, see exits.py)
+        checkpoints.release_unused()  # a default run folder claimed and never written to
     return 0
 
 

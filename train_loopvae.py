@@ -126,7 +126,7 @@ def train(args, monitor, model, raw_model, adversary, optimizer, scheduler, scal
         train_loader.sampler.set_start(first * (args.batch_size // world))
         sums, progress = EpochSums(progress, device), {}
         left = min(steps_per_epoch - first, total_steps - step)
-        batches = monitor.epoch(epoch, first, left, train_loader)
+        batches = monitor.epoch(epoch, first, left, train_loader, sums)
         for i in range(left):
             step_loss, seen = 0.0, 0  # seen: micro-batches with a usable image
             for j in range(args.grad_accum):  # micro-batches of one optimizer step (gradients add up)

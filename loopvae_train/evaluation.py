@@ -4,13 +4,12 @@ with training/evaluation.py's pieces, the line of an epoch (epoch_line) and the 
 (reconstruction_report).
 """
 import json
-import os
 
 import torch
 import torch.distributed as dist
 
 import loopvae
-from training.evaluation import eval_batches, summed_over_ranks
+from training.evaluation import eval_batches, results_files, summed_over_ranks
 from training.exits import Preempted, write
 from training.monitor import epoch_line as classifier_line
 
@@ -70,9 +69,10 @@ def reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid=None
     print(f"{args.resume} (step {step}, {weights} weights): validation PSNR {r['val_psnr']:.2f} dB (unclipped "
           f"{r['val_psnr_raw']:.2f}), SSIM {r['val_ssim']:.4f}, L1 {r['val_l1']:.4f}, KL {r['val_kl']:.4g}, "
           f"out-of-range pixels {100 * r['val_out_of_range']:.2f} %" + (f", rFID {r['val_rfid']:.3f}" if rfid else ""))
-    res = {"checkpoint": args.resume, "model": args.model, "step": step, "weights": weights,
+    res = {"checkpoint": args.resume, "eval_only": True, "model": args.model, "step": step, "weights": weights,
            "val_subset": args.val_subset, "img_size": args.img_size or raw_model.img_size, **r}
-    write(os.path.join(args.out_dir, "reconstruction_eval.json"), json.dumps(res, indent=1), stop.kept())
+    path, = results_files(args, master, "reconstruction_eval.json")  # (never replaces a record it did not make)
+    write(path, json.dumps(res, indent=1), stop.kept())
 
 
 def epoch_line(epoch, rec, step, total_steps):

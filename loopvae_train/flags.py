@@ -11,7 +11,7 @@ from loopvae_train.perceptual import VGG16_FILE, lpips_loss
 from training import flags
 from training.exits import Fail
 from training.flags import SIZES, count, given, int_list, non_negative, positive
-from training.registry import SHARED_ARCH_FLAGS
+from training.registry import SHARED_ARCH_FLAGS, empty_layers
 
 DESCRIPTION = "Train LoopVAE, a looped image tokenizer: Stage 1 (reconstruction) and Stage 2 (adversarial)."
 NORMALIZATION = ((0.5,) * 3, (0.5,) * 3)  # its images' mean and std: [0, 1] -> [-1, 1] (App. A.4)
@@ -28,6 +28,9 @@ def diffaug_policy(s):
     if not set(v) <= set(loopvae.DIFFAUG):
         raise argparse.ArgumentTypeError(f"expected none or comma-separated of {', '.join(loopvae.DIFFAUG)}, got {s!r}")
     return v
+
+
+diffaug_policy.comma_separated = True  # (a --config file may give it as a JSON list: flags.config_value)
 
 
 def get_parser():
@@ -108,6 +111,9 @@ def resolve(args, p, img_size):
     args.num_heads = args.num_heads or heads
     resolve_stage2(args, p)
     resolve_loopvae(args, p, img_size)
+    wrong = flags.too_small(args)  # (the widths after rounding: --mlp-ratio x --embed-dim >= 1)
+    if wrong:
+        p.error(wrong)
     flags.resolve_run(args, p)
     return args
 
@@ -176,6 +182,10 @@ def build_model(args, img_size):
                                 num_heads=args.num_heads, lambda_kl=args.kl_weight, lambda_p=args.perceptual_weight)
     except ValueError as e:
         raise Fail(str(e))
+    empty = empty_layers(model)
+    if empty:  # (flags.too_small names the flags first; this is what any other conversion to 0 would build)
+        raise Fail(f"--model loopvae: {len(empty)} layer(s) of size 0, e.g. {empty[0]}: a flag's value became a "
+                   "width of 0 (--mlp-ratio x --embed-dim, ...); give larger sizes")
     if args.perceptual == "lpips" and not args.eval_only:  # a loss term: an evaluation needs none
         model.set_perceptual(lpips_loss(args.lpips_weights))
     return model

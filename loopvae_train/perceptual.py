@@ -35,6 +35,9 @@ def lpips_loss(weights_file=None):
                        f"{e.name.split('.')[0]} (or train with --perceptual none)")
         raise Fail("--perceptual lpips needs the lpips package, an optional extra not in requirements.txt: "
                    "pip install lpips (or train with --perceptual none)")
+    except Exception as e:  # noqa: BLE001 (a package too old or broken: an import can raise anything)
+        raise Fail(f"--perceptual lpips: the lpips package cannot be imported ({type(e).__name__}: "
+                   f"{(str(e).strip().splitlines() or [''])[0][:160]}): pip install -U lpips (or train with --perceptual none)")
     import hashlib
     import torchvision
     cache = os.path.join(torch.hub.get_dir(), "checkpoints")
@@ -95,4 +98,7 @@ def rfid_metric(device):
     except OSError as e:  # no network (urllib's URLError), a full disk, ...
         raise Fail(f"--rfid: the FID Inception weights are not cached and could not be downloaded "
                    f"({getattr(e, 'reason', None) or e}); {how}")
+    except Exception as e:  # noqa: BLE001 (a package too old or broken: an import can raise anything)
+        raise Fail(f"--rfid: torchmetrics' FrechetInceptionDistance cannot be used ({type(e).__name__}: "
+                   f"{(str(e).strip().splitlines() or [''])[0][:160]}); {how}")
     return fid.to(device)

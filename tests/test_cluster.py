@@ -172,7 +172,8 @@ def test_eval_ema_uses_the_ema_weights_and_says_so(tmp_path, capsys):
     assert res["val_acc1"] == epoch["ema_val_acc1"] and res["weights"] == "ema"
     assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "2",  # not inherited
                       "--out-dir", str(ev), "--workers", "0"]) == 0
-    assert json.load(open(ev / "depth_eval.json"))["results"][0]["weights"] == "model"
+    assert json.load(open(ev / "depth_eval-2.json"))["results"][0]["weights"] == "model"  # (the first's kept)
+    assert json.load(open(ev / "depth_eval.json"))["results"][0]["weights"] == "ema"
     capsys.readouterr()
     assert train.cli(SYNTH + ["--eval-ema", "--out-dir", str(tmp_path / "x")]) == 2
     assert "--ema" in capsys.readouterr().err

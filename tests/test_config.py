@@ -1,5 +1,6 @@
 """--config FILE: a run's args.json, --print-config's output or a user's JSON file of flags, under the command
 line; --print-config's output loads back to the same run; a bad file is one line naming it, exit 2."""
+import argparse
 import json
 
 import pytest
@@ -97,3 +98,110 @@ def test_a_missing_config_file_and_another_models_flag(tmp_path, capsys):
     assert train.cli(["--config", str(path), "--print-config"]) == 0
     assert "depth_dropout 0.3: not read by --model bvit" in capsys.readouterr().err
 
+
+# ----------------------------------------------------------------------------- issue 76: every flag, every value
+SWITCHES = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
+NOT_FROM_FILES = set(flags.CONFIG_ACTIONS + flags.CONFIG_PLACE) | {"help"}
+
+
+def outcome(argv, capsys, entry=None):
+    """What train.py (or the entry point `entry`) makes of `argv` (flags resolved as it resolves them): the
+    flags, or the one error line."""
+    try:
+        got = vars(flags.resolved(argv, entry=entry))
+    except SystemExit as e:
+        err = capsys.readouterr().err
+        prog = entry.prog if entry else "train.py"
+        assert e.code == 2 and err.count("\n") == 1 and err.startswith(f"{prog}: error: "), err
+        return "refused"
+    capsys.readouterr()
+    return {k: v for k, v in got.items() if k != "config"}
+
+
+@pytest.mark.parametrize("entry", [None, lvflags.ENTRY], ids=["train.py", "train_loopvae.py"])
+def test_every_flag_in_a_config_file_gets_the_checks_of_the_command_line(tmp_path, capsys, entry):
+    """Every flag through a config file with null, a wrong JSON type and the values at the boundaries of the
+    flags' checks (0, -1, 0.5, 1, 31, 'nope'): the file's value is refused exactly where the same value on the
+    command line is (its type, its choices and resolve's later checks), and accepted as the same run where not.
+    null is "the flag left out", which only a flag whose default is None can be; a number to a switch, true
+    to a value flag, a list to a one-value flag and an object are refused."""
+    p, path = flags.get_parser(entry), tmp_path / "c.json"
+    readers = p.entry.model_flags()
+
+    def from_file(k, v):
+        path.write_text(json.dumps({k: v}))
+        return outcome(base + ["--config", str(path)], capsys, entry)
+
+    checked = 0
+    for a in p._actions:
+        k = a.dest
+        if k in NOT_FROM_FILES:
+            continue
+        # a flag of some models, on one of them (a file's flag of another model is a note: an args.json holds all)
+        base = ["--data", "synthetic"] + (["--model", readers[k][0]] if k in readers else [])
+        plain = outcome(base, capsys, entry)
+        assert from_file(k, None) == (plain if p.get_default(k) is None else "refused"), k
+        lists = getattr(a.type, "comma_separated", False)  # (int_list, diffaug_policy: a JSON list is their text)
+        wrong = [1, "true", {}] if isinstance(a, SWITCHES) else [True, {}] + ([[1]] if a.nargs is None and not lists
+                                                                              else [])
+        for v in wrong:
+            assert from_file(k, v) == "refused", (k, v)
+        if isinstance(a, SWITCHES):
+            for v in (True, False):
+                cli = [a.option_strings[0] if v else "--no-" + a.option_strings[0][2:]] if v or isinstance(
+                    a, argparse.BooleanOptionalAction) else []
+                if v == p.get_default(k):  # (a file's default is not "given", an args.json holds every flag: a
+                    cli = []  # flag refused when given, as train_loopvae.py's --no-bce, is the default run there)
+                assert from_file(k, v) == outcome(base + cli, capsys, entry), (k, v)
+            continue
+        for v in (0, -1, 0.5, 1, 31, "nope", [1, 2]):
+            text = ",".join(map(str, v)) if isinstance(v, list) else str(v)
+            if isinstance(v, list) and not lists:
+                continue
+            if flags.parsed_default(a, p.get_default(k)) == v:  # (a file's default is not "given": args.json)
+                continue
+            assert from_file(k, v) == outcome(base + [a.option_strings[0], text], capsys, entry), (k, v)
+            checked += 1
+    assert checked > (300 if entry is None else 250), checked
+
+
+def test_a_config_file_on_a_base_file(tmp_path, capsys):
+    """{"config": "base.json", ...}: the base's flags under the file's (one level); a chain, a cycle, a file on
+    itself and a missing base are one line naming the files."""
+    (tmp_path / "base.json").write_text(json.dumps({"embed_dim": 32, "num_heads": 2, "depth": 2, "lr": 0.5}))
+    (tmp_path / "c.json").write_text(json.dumps({"config": "base.json", "lr": 0.01}))
+    got = printed(capsys, ["--config", str(tmp_path / "c.json")])
+    assert (got["embed_dim"], got["num_heads"], got["depth"], got["lr"]) == (32, 2, 2, 0.01)
+    for name, text, says in [("chain.json", {"config": "c.json"}, "names another, base.json: a base is read one level"),
+                             ("self.json", {"config": "self.json"}, "is this file itself"),
+                             ("gone.json", {"config": "none.json"}, "its base"),
+                             ("odd.json", {"config": 3}, "config: 3 is not a file name")]:
+        (tmp_path / name).write_text(json.dumps(text))
+        assert train.cli(["--config", str(tmp_path / name), "--print-config"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and f"--config {tmp_path / name}" in err, err
+    # a run's record (args.json, --print-config's output) names the file its flags came from: not read again
+    record = printed(capsys, ["--config", str(tmp_path / "c.json")])
+    (tmp_path / "base.json").unlink()
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    assert printed(capsys, ["--config", str(tmp_path / "record.json")])["lr"] == 0.01
+
+
+def test_a_preset_that_a_config_file_overrides_says_so_and_the_record_names_what_ran(tmp_path, capsys):
+    """--preset A --config B: B's flags win; one line names those of A it replaces; when B replaces all of A
+    (B is another preset's --print-config), the record names B's preset, the one that ran."""
+    other = printed(capsys, ["--preset", "c100-mini-bvit"])
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "b.json"), "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    got = json.loads(out)
+    assert got["preset"] == "c100-mini-bvit" and got["model"] == "bvit" and got == {**other, "config": got["config"]}
+    assert err.count("\n") == 1 and "--preset c100-mini-vit has no effect" in err and "model" in err, err
+    (tmp_path / "lr.json").write_text(json.dumps({"lr": 0.01}))
+    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "lr.json"), "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["preset"] == "c100-mini-vit" and err == (
+        f"note: --preset c100-mini-vit: --config {tmp_path / 'lr.json'} sets lr, which win over the preset's\n")
+    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "lr.json"), "--lr", "0.002",
+                      "--print-config"]) == 0
+    assert capsys.readouterr().err == ""  # (the command line wins: the file's lr replaces nothing of the preset's)

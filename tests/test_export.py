@@ -65,3 +65,28 @@ def test_what_cannot_export_says_why():
         for fn in (export.export_fixed, export.export_loop):
             with pytest.raises(ValueError, match=f"routing='{routing}' cannot be exported: its token dispatch"):
                 fn(m)
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_the_exported_loop_keeps_eagers_check_of_the_depth(name):
+    """Issue 76: every depth eager refuses, the program refuses (n = 0, -3: eager's "depth must be >= 1", a
+    RuntimeError of the graph's assert), and every depth eager runs, it runs as eager (n = 1, 2)."""
+    m = model(name)
+    program = export.export_loop(m).module()
+    x = export.example_images(m, 3)
+    for depth in (0, -3):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            m(x, depth=depth)
+        with pytest.raises(RuntimeError, match="depth must be >= 1"):
+            program(x, torch.tensor(depth))
+    for depth in (1, 2):
+        assert torch.allclose(program(x, torch.tensor(depth)), m(x, depth=depth), atol=1e-5, rtol=0), depth
+
+
+def test_a_model_export_does_not_cover_is_refused_with_its_reason():
+    import loopvae
+    for m in (loopvae.LoopVAE(img_size=16, embed_dim=32, num_groups=8, loops=(1,), num_blocks=1), torch.nn.Linear(2, 2)):
+        for fn in (export.export_fixed, export.export_loop):
+            with pytest.raises(ValueError, match=f"{type(m).__name__} cannot be exported: export.py exports the "
+                                                 "classifiers' logits"):
+                fn(m)

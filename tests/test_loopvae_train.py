@@ -130,6 +130,12 @@ def test_eval_only_prints_the_metrics_the_run_logged_for_its_checkpoint(trained,
                      rf"{last['val_psnr_raw']:.2f}\), SSIM {last['val_ssim']:.4f}, L1 {last['val_l1']:.4f}, "
                      r"KL [0-9.e-]+, out-of-range pixels [0-9.]+ %", printed), printed
     assert not {"log.jsonl", "ckpt.pt", "args.json"} & set(os.listdir(tmp_path / "ev"))  # the run's files stay its own
+    # issue 76: a second --eval-only into the folder never replaces the first's record (names of its own)
+    first = (tmp_path / "ev" / "reconstruction_eval.json").read_bytes()
+    assert train_loopvae.cli(["--eval-only", "--resume", str(full / "ckpt.pt"), "--out-dir", str(tmp_path / "ev")]) == 0
+    assert "its results go to reconstruction_eval-2.json" in capsys.readouterr().out
+    assert (tmp_path / "ev" / "reconstruction_eval.json").read_bytes() == first
+    assert json.loads((tmp_path / "ev" / "reconstruction_eval-2.json").read_text())["val_psnr"] == res["val_psnr"]
 
 
 @pytest.mark.parametrize("flags,says", [

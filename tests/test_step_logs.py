@@ -12,7 +12,7 @@ import torch
 from conftest import HostReads
 
 import train
-from training import figures, monitor, optim
+from training import figures, flags, monitor, optim
 from training.exits import Stop
 from training.run import Run
 
@@ -99,7 +99,7 @@ def test_tensorboard_gets_the_numbers_of_log_jsonl(tmp_path, monkeypatch):
         def close(self):
             seen.append("closed")
     monkeypatch.setattr(monitor, "tensorboard_writer", lambda out: Writer(os.path.join(out, "tensorboard")))
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())  # (the package is "installed")
+    monkeypatch.setattr(flags, "unusable", lambda *a: None)  # (the package is "installed")
     out = tmp_path / "run"
     assert train.cli(SYNTH + ["--log-every", "3", "--tensorboard", "--out-dir", str(out)]) == 0
     want = [(f"{'epoch' if 'epoch' in r else 'train'}/{k}", v, r["step"]) for r in records(out)
@@ -107,13 +107,13 @@ def test_tensorboard_gets_the_numbers_of_log_jsonl(tmp_path, monkeypatch):
     assert seen == want + ["closed"] and ("train/grad_norm", records(out)[0]["grad_norm"], 3) in seen
     # --eval-only takes --tensorboard (and --log-every) from its command line, not from the checkpoint: on a
     # machine without the package the run's checkpoint is still evaluated
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    monkeypatch.setattr(flags, "unusable", lambda *a: "is not installed")
     assert train.cli(["--eval-only", "--resume", str(out / "ckpt.pt"), "--eval-depths", "1",
                       "--out-dir", str(tmp_path / "eval")]) == 0
 
 
 def test_tensorboard_without_its_package_is_one_line_before_the_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # (not installed; test_classes: every way)
     assert train.cli(SYNTH + ["--tensorboard", "--out-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--tensorboard needs the tensorboard package" in err and "pip install" in err

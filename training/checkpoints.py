@@ -9,6 +9,7 @@ position embedding adapted) is training/weights.py's.
 Everything is read with torch.load(weights_only=True) (weights.read_weights): tensors and plain values,
 never code.
 """
+import errno
 import json
 import os
 import random
@@ -53,14 +54,29 @@ def save_atomic(obj, path):
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            try:
+                torch.save(obj, f)
+            except RuntimeError as e:  # the zip writer's ('unexpected pos'), around the file's own OSError
+                raise written_error(e) from e
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.remove(tmp)
+        except OSError:  # (not there; or a disk that refuses even that: the error above is the one to say)
+            pass
         raise
+
+
+def written_error(e):
+    """The OSError behind torch.save's RuntimeError `e` (its zip writer, inline_container.cc, raises
+    'unexpected pos' when a write of the file object failed: EFBIG under `ulimit -f` or a 4 GB FAT32 limit,
+    EDQUOT, EIO), else an OSError(EIO) of its first line: every failure of a checkpoint write is an OSError."""
+    inner = e.__context__
+    while inner is not None and not isinstance(inner, OSError):
+        inner = inner.__context__
+    return inner if inner is not None else OSError(errno.EIO, (str(e).strip().splitlines() or ["?"])[0][:200])
 
 
 def load_checkpoint(path, args):
@@ -245,8 +261,9 @@ class Saver:
                              "args": vars(self.args), "classes": self.classes, "record": record,
                              "pretrained_cfg": getattr(self.objects.get("model"), "pretrained_cfg", None)}, self.path)
             except OSError as e:
-                raise Fail(f"writing the checkpoint at step {step} failed ({e.strerror or e}); its partial file "
-                           f"{self.path}.tmp was removed; free space in {self.args.out_dir}; {self.stop.kept()}")
+                raise Fail(f"writing the checkpoint {self.path} at step {step} failed ({e.strerror or e}); its "
+                           f"partial file {self.path}.tmp was removed; free space in {self.args.out_dir}, or lift the "
+                           f"file-size limit (ulimit -f, a quota, FAT32's 4 GB); {self.stop.kept()}")
             tqdm.write(f"saved checkpoint at step {step}")  # below a progress bar, on a line of its own
             sys.stdout.flush()
         self.stop.checkpoint, self.stop.step = self.path, step
@@ -576,11 +593,37 @@ def start_weights(args, model, flag="--finetune"):
     return finetune_weights(getattr(args, flag[2:].replace("-", "_")), model, flag)
 
 
-def new_run_dir(model, kind=None):
-    """runs/MODEL[-KIND]-YYYYmmdd-HHMMSS, the default --out-dir: a new folder per run (as timm's
-    output/train/<time>-<model>), with -2, -3, ... when that second already has one."""
-    base = os.path.join("runs", "-".join([model, *([kind] if kind else []), time.strftime("%Y%m%d-%H%M%S")]))
+def new_run_dir(model, kind=None, root="runs"):
+    """ROOT/MODEL[-KIND]-YYYYmmdd-HHMMSS, the default --out-dir: a new folder per run (as timm's
+    output/train/<time>-<model>), with -2, -3, ... when that second already has one. Choosing the name and
+    claiming it are one step, an exclusive os.mkdir (it fails where the folder exists), so that runs started
+    at the same moment (a job array, a shell loop with &) each get a folder of their own. The folder is
+    recorded in CLAIMED; release_unused removes it if the run ends before writing into it. Raises Fail when
+    ROOT cannot be written."""
+    base = os.path.join(root, "-".join([model, *([kind] if kind else []), time.strftime("%Y%m%d-%H%M%S")]))
     path, n = base, 2
-    while os.path.exists(path):
-        path, n = f"{base}-{n}", n + 1
+    try:
+        os.makedirs(root, exist_ok=True)
+        while True:
+            try:
+                os.mkdir(path)
+                break
+            except FileExistsError:
+                path, n = f"{base}-{n}", n + 1
+    except OSError as e:
+        raise Fail(f"the run folder {path} (the default --out-dir) cannot be created ({e.strerror}); give --out-dir")
+    CLAIMED.append(path)
     return path
+
+
+CLAIMED = []  # the run folders new_run_dir made in this process
+
+
+def release_unused():
+    """Remove the folders new_run_dir claimed that are still empty (a run refused, or stopped, before it wrote
+    a file there): a run that ended before it began leaves no folder behind."""
+    while CLAIMED:
+        try:
+            os.rmdir(CLAIMED.pop())
+        except OSError:  # (not empty: the run's files; or gone)
+            pass

@@ -105,6 +105,7 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
     device, amp_ctx, master, stop = run.device, run.amp_ctx, run.master, run.stop
     log_path, images = run.log_path, run.val_images
     depths, rows = list(dict.fromkeys(args.eval_depths or [])), []
+    json_path, png = (None, None) if args.eval_only else results_files(args, master, "depth_eval.json", "depth_eval.png")
     weights, eval_model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)
     if args.eval_only and not depths:  # 0.5, 1, 2, 4, 8 x the trained depth, in the model's own unit
         depths = sorted({max(1, round(f * trained_depth(args))) for f in (0.5, 1, 2, 4, 8)})
@@ -130,14 +131,15 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
         except RuntimeError as e:  # (torch.OutOfMemoryError on a GPU; the CPU allocator's is a RuntimeError)
             if not isinstance(e, torch.OutOfMemoryError) and "can't allocate memory" not in str(e):
                 raise
-            kept = f"; depths {', '.join(str(r['depth']) for r in rows)} are in depth_eval.json" if rows else ""
+            kept = f"; depths {', '.join(str(r['depth']) for r in rows)} are in {os.path.basename(json_path)}" \
+                if rows else ""
             raise Fail(f"--eval-depths {depth}: out of memory ({str(e).strip().splitlines()[0][:160]}){kept}; "
                        "give smaller depths, or a smaller --eval-batch-size")
         if r is None:
             done = "" if args.eval_only else f", after training to step {step}"
             line = stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths done{done})")
             if args.eval_only and rows:  # the depths done are in depth_eval.json (written after each)
-                line = line.replace("nothing was written", "depth_eval.json holds depth(s) "
+                line = line.replace("nothing was written", f"{os.path.basename(json_path)} holds depth(s) "
                                     + ", ".join(str(r["depth"]) for r in rows))
             raise Preempted(line)
         rec = {"depth": depth, "val_acc1": r["val_acc1"], "val_acc5": r["val_acc5"], "weights": weights}
@@ -148,9 +150,11 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
             write(log_path, json.dumps(rec) + "\n", stop.kept(), append=True)
             print(json.dumps(rec))
         if master:  # each depth kept before the next starts
-            write_depth_eval(args, raw_model, rows, step, stop.kept())
+            if json_path is None:  # (--eval-only: names of its own, claimed at its first write)
+                json_path, png = results_files(args, master, "depth_eval.json", "depth_eval.png")
+            write_depth_eval(args, raw_model, rows, step, stop.kept(), json_path)
     if master and rows:
-        depth_report(args, raw_model, rows, stop.kept())
+        depth_report(args, raw_model, rows, stop.kept(), png)
 
 
 def epoch_evaluation(log_path, step, prefix=""):
@@ -169,18 +173,64 @@ def epoch_evaluation(log_path, step, prefix=""):
     return {k: last[prefix + k] for k in keys}
 
 
-def write_depth_eval(args, model, rows, step, kept):
-    """Write OUT/depth_eval.json: the run's depth evaluation so far (rows: [{depth, nfe, val_acc1, val_acc5,
-    val_loss}]). A write that fails raises Fail saying what the run keeps (`kept`, e.g. Stop.kept())."""
+def results_files(args, master, *names):
+    """The paths in OUT that a run's results `names` go to (rank 0, `master`; other ranks write none): a training
+    run's own (OUT/depth_eval.json, ...: its folder; one there that names another checkpoint, an --eval-only's
+    that wrote into the folder before this run, is left as it is), and for --eval-only, which may write into
+    another run's folder, names no file there has: the names themselves, else with -2, -3, ... before the extension
+    (depth_eval-2.json with depth_eval-2.png), the first claimed now by an exclusive create (its write replaces
+    the empty file; call this when that write follows), so that it never replaces a record it did not make (the
+    training run's depth evaluation, an earlier --eval-only's). A folder that cannot be written raises Fail."""
+    paths = [os.path.join(args.out_dir, name) for name in names]
+    if not master or not args.eval_only and made_here(paths[0], os.path.join(args.out_dir, "ckpt.pt")):
+        return paths
+    n = 1
+    while True:
+        try:
+            if not any(os.path.lexists(p) for p in paths[1:]):
+                os.close(os.open(paths[0], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                if n > 1:
+                    print(f"note: {args.out_dir} holds {names[0]} of another run or evaluation, which this one leaves "
+                          f"as it is: its results go to {', '.join(map(os.path.basename, paths))}", flush=True)
+                return paths
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise cannot_write(paths[0], e, "nothing was written")
+        n += 1
+        paths = [os.path.join(args.out_dir, f"{os.path.splitext(name)[0]}-{n}{os.path.splitext(name)[1]}")
+                 for name in names]
+
+
+def made_here(path, ckpt):
+    """Whether the results file at `path` is absent or a training run's of the checkpoint `ckpt` (its
+    "checkpoint" in the same folder; an --eval-only's record says "eval_only": true)."""
+    try:
+        with open(path) as f:
+            res = json.load(f)
+        said = res.get("checkpoint")
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+    return not res.get("eval_only") and isinstance(said, str) and os.path.realpath(
+        os.path.dirname(os.path.abspath(said))) == os.path.realpath(os.path.dirname(os.path.abspath(ckpt)))
+
+
+def write_depth_eval(args, model, rows, step, kept, path=None):
+    """Write OUT/depth_eval.json (or `path`: results_files'): the run's depth evaluation so far (rows: [{depth,
+    nfe, val_acc1, val_acc5, val_loss}]). A write that fails raises Fail saying what the run keeps (`kept`,
+    e.g. Stop.kept())."""
     res = {"checkpoint": args.resume if args.eval_only else os.path.join(args.out_dir, "ckpt.pt"),
            "model": args.model, "trained_depth": trained_depth(args), "step": step,
            "solver": getattr(model, "solver", None), "extend": getattr(model, "extend", None),
            "val_subset": args.val_subset, "img_size": args.img_size or getattr(model, "img_size", None),
-           "weights": rows[0].get("weights") if rows else None, "results": rows}
-    write(os.path.join(args.out_dir, "depth_eval.json"), json.dumps(res, indent=1), kept)
+           "weights": rows[0].get("weights") if rows else None, "results": rows,
+           **({"eval_only": True} if args.eval_only else {})}
+    write(path or os.path.join(args.out_dir, "depth_eval.json"), json.dumps(res, indent=1), kept)
 
 
-def depth_report(args, model, rows, kept):
+def depth_report(args, model, rows, kept, png=None):
     """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json), and draw
     OUT/depth_eval.png with matplotlib (an optional extra; without it one line says the figure was not
     drawn: figures.pyplot). A write that fails raises
@@ -188,7 +238,7 @@ def depth_report(args, model, rows, kept):
     print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
     for r in rows:
         print(f"{r['depth']:>6} {r['nfe']:>5} {r['val_acc1']:>7.2f} {r['val_acc5']:>7.2f} {r['val_loss']:>7.3f}")
-    png = os.path.join(args.out_dir, "depth_eval.png")
+    png = png or os.path.join(args.out_dir, "depth_eval.png")
     plt = pyplot(png)
     if plt is None:
         return

@@ -15,9 +15,11 @@ def pyplot(*paths):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
+    except Exception as e:  # noqa: BLE001 (not installed; or too old, broken: an import can raise anything)
         names = ", ".join(map(str, paths)) or "the figure"
-        print(f"note: matplotlib is not installed: {names} not drawn (the numbers are in the JSON files); "
+        why = "is not installed" if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "matplotlib" else (
+            f"cannot be used ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:120]})")
+        print(f"note: matplotlib {why}: {names} not drawn (the numbers are in the JSON files); "
               "pip install matplotlib draws it", file=sys.stderr, flush=True)
         return None
     return plt

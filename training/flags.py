@@ -9,7 +9,7 @@ error is one line, `train.py: error: ...`, exit status 2.
 """
 import argparse
 import difflib
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -138,6 +138,9 @@ def int_list(s):
     return v
 
 
+int_list.comma_separated = True  # (a flag whose text is a list: a --config file may give it as a JSON list)
+
+
 def get_parser(entry=None):
     """The parser of train.py, or of another entry point `entry` (an Entry: train_loopvae.py's), which it
     keeps (p.entry) for parse_args, configure and resolve: the reproduction flags, the entry's model flags,
@@ -158,7 +161,8 @@ def get_parser(entry=None):
     a("--config", metavar="FILE", help="take the flags from a JSON file: a run's args.json, --print-config's output "
       "or a file of your own ({\"model\": \"revit\", \"lr\": 0.002, ...}, keys as in args.json); flags on the command "
       "line win, and so does what they set (--size: the width, heads and depth); it wins over --preset (its own "
-      "\"preset\" applies first). Its out_dir and resume are not taken: where its run was written (read_config)")
+      "\"preset\" applies first). Its out_dir and resume are not taken: where its run was written; a \"config\" key "
+      "names a base file, whose flags apply under the file's (one level; read_config)")
     a("--seed", type=seed, default=0, help="initial weights, data order and augmentation: an integer from "
       f"{1 - SEED_LIMIT} to {SEED_LIMIT - 1}")
     entry.groups(p)
@@ -358,7 +362,8 @@ def add_run_flags(p):
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
-      "writes only depth_eval.json (+ PNG) in --out-dir")
+      "writes only depth_eval.json (+ PNG) in --out-dir (depth_eval-2.json ... where the folder holds one: it never "
+      "replaces a record it did not make)")
     a("--eval-ema", action="store_true", help="--eval-depths and --eval-only use the EMA weights "
       "(a run trained with --ema)")
     a = p.add_argument_group('logging', 'training/monitor.py; a run\'s curves: python scripts/curves.py OUT').add_argument
@@ -395,6 +400,9 @@ def resolve(args, p, img_size):
     wrong = check_eval_depths(args)  # (before training, not after hours of it)
     if wrong:
         p.error(wrong)
+    wrong = too_small(args)
+    if wrong:
+        p.error(wrong)
     resolve_run(args, p)
     for flag, models in model_flags().items():  # (a flag only some models read: their records' `flags`)
         if args.model not in models and given(p, [flag]):
@@ -419,6 +427,28 @@ def resolve(args, p, img_size):
         p.error(f"{lone[0]} weighs a distillation term, and there is no --teacher CKPT: add one or leave it out")
     args.distill = args.distill or ("feature" if args.teacher else None)
     return args
+
+
+def widths(args):
+    """Every size of the model of resolved flags `args` that a flag becomes through a conversion, as the model
+    files compute it: {what, in words: its value}. The MLP's hidden width int(D x --mlp-ratio) (bvit.py,
+    revit.py, srvit.py, odevit.py, loopvae.py), and revit_moe.py's expert width, that width // 2 (deepseek) or
+    // 4 (remoe); the sizes a flag gives as they are (--embed-dim, --depth ...) are checked by their types."""
+    hidden = int(args.embed_dim * args.mlp_ratio)
+    out = {f"--mlp-ratio {args.mlp_ratio:g} x --embed-dim {args.embed_dim}: an MLP of hidden width": hidden}
+    if args.model == "revit" and args.routing in ("deepseek", "remoe"):
+        out[f"--routing {args.routing}: its experts' hidden width {hidden} // {2 if args.routing == 'deepseek' else 4} ="
+            ] = hidden // (2 if args.routing == "deepseek" else 4)
+    return out
+
+
+def too_small(args):
+    """The first size of `widths(args)` below 1 as one line (a layer of width 0 builds and trains: nothing
+    would say that the blocks' MLPs are gone), else None."""
+    for what, v in widths(args).items():
+        if v < 1:
+            return f"{what} {v} (after rounding down): every width must be >= 1; give a larger --mlp-ratio or --embed-dim"
+    return None
 
 
 def resolve_run(args, p):
@@ -513,7 +543,32 @@ def parse_args(p, argv=None):
               f"{args.model} (flags of other models)", file=sys.stderr)
     p.given = p.typed | set(PRESETS[preset][1] if preset else ()) | {
         k for k, v in config.items() if v != below[k] and k not in linked(p.typed, p) and k not in other}
+    if "preset" in p.typed and config:
+        args.preset = preset_under_config(p, args, config)
     return args
+
+
+def preset_under_config(p, args, config):
+    """--preset A --config B: the file's flags win over A's, the command line's over both. One line says which
+    of A's flags the file replaces (and that the file's own "preset" was not applied); when none of A's is left
+    in the run, A had no effect and the record names the preset the file's flags came from (its "preset", or
+    None). Returns the preset the run records."""
+    actions = {a.dest: a for a in p._actions}
+    ours = {k: parsed_default(actions[k], v) for k, v in PRESETS[args.preset][1].items()}
+    replaced = sorted(k for k, v in ours.items() if k in config and config[k] != v and k not in p.typed)
+    theirs = config.get("preset")
+    kept = [k for k, v in ours.items() if k not in p.typed and getattr(args, k) == v and k not in config]
+    said = f"--preset {args.preset}: " + (f"--config {args.config} sets {', '.join(replaced)}, which win over the preset's"
+                                         if replaced else "")
+    if theirs not in (None, args.preset):
+        said += ("; " if replaced else "") + f"the file's own preset {theirs} is not applied (--preset wins over it)"
+    if not kept and replaced:  # every flag of A is replaced (or given): the run is the file's
+        print(f"note: --preset {args.preset} has no effect: --config {args.config} sets every flag it sets (and "
+              f"{', '.join(replaced)} otherwise); the run is the file's, and records preset {theirs}", file=sys.stderr)
+        return theirs
+    if replaced or theirs not in (None, args.preset):
+        print(f"note: {said}", file=sys.stderr)
+    return args.preset
 
 
 # Keys of a --config file that are a command's actions, not a run's flags (--print-config's output holds
@@ -526,7 +581,10 @@ CONFIG_PLACE = ("out_dir", "resume")
 def read_config(p, path):
     """--config FILE: the flags of the JSON object in `path` (a run's args.json, --print-config's output,
     or a user's file; a key is a flag's dest, embed_dim, or its name, --embed-dim), each value checked by
-    its flag's own type and choices, as {dest: value}. Left out: CONFIG_ACTIONS, and CONFIG_PLACE (a note
+    its flag's own type and choices, as {dest: value}. A key "config" names a base file (relative to this file's
+    folder) whose flags apply under the file's own, one level deep (a base that names another is refused; in a
+    run's record, an args.json or --print-config's output, the key says which file gave its flags, all of which
+    the record holds: not read). Left out: CONFIG_ACTIONS, and CONFIG_PLACE (a note
     on stderr names those the file set: a new run goes to its own --out-dir, never into another run's).
     p.error (one line, exit 2) for a file that cannot be read, is not a JSON object, has keys that are
     not flags (all named) or a value its flag refuses, and for a flag rvits cut (CUT_FLAGS) that the file
@@ -534,16 +592,20 @@ def read_config(p, path):
     "model") names that entry point's script. Another entry point's flags, which an older args.json holds
     (Entry.foreign: a LoopVAE run's held every flag of train.py), are left out, with a note where one is
     not at its default."""
-    fix = f"give a JSON object of {p.prog}'s flags (a run's args.json, or --print-config's output)"
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except OSError as e:
-        p.error(f"--config {path}: {e.strerror}; {fix}")
-    except ValueError as e:  # (json.JSONDecodeError; a file that is not UTF-8 too)
-        p.error(f"--config {path}: not JSON ({getattr(e, 'msg', e)}, line {getattr(e, 'lineno', '?')}); {fix}")
-    if not isinstance(raw, dict):
-        p.error(f"--config {path}: a JSON {type(raw).__name__}, not an object of flags; {fix}")
+    raw = config_file(p, path)
+    base = raw.get("config") if "print_config" not in raw else None  # (a run's record: where its flags came from)
+    if base is not None:  # a file on another: the base's flags, under the file's own (one level)
+        if not isinstance(base, str):
+            p.error(f"--config {path}: config: {json.dumps(base)} is not a file name; give the base file's path "
+                    "(relative to this file's folder), or remove the key")
+        base = os.path.join(os.path.dirname(path), base)
+        if os.path.exists(base) and os.path.samefile(base, path):
+            p.error(f"--config {path}: config: {base} is this file itself; remove the key")
+        lower = config_file(p, base, f"--config {path}: its base ")
+        if lower.get("config") is not None and "print_config" not in lower:
+            p.error(f"--config {path}: its base {base} names another, {lower['config']}: a base is read one level "
+                    f"deep (no chains, no cycles); copy {lower['config']}'s flags into {base}, or into {path}")
+        raw = {**{k: v for k, v in lower.items() if k != "config"}, **{k: v for k, v in raw.items() if k != "config"}}
     actions = {a.dest: a for a in p._actions if a.dest != "help"}
     config = {k.lstrip("-").replace("-", "_"): v for k, v in raw.items()}
     trains = config.get("model")
@@ -574,6 +636,21 @@ def read_config(p, path):
             if k not in CONFIG_ACTIONS + CONFIG_PLACE + CUT_FLAGS}
 
 
+def config_file(p, path, said="--config "):
+    """The JSON object of flags in the file `path` (read_config's), else p.error (one line starting `said`)."""
+    fix = f"give a JSON object of {p.prog}'s flags (a run's args.json, or --print-config's output)"
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except OSError as e:
+        p.error(f"{said}{path}: {e.strerror}; {fix}")
+    except ValueError as e:  # (json.JSONDecodeError; a file that is not UTF-8 too)
+        p.error(f"{said}{path}: not JSON ({getattr(e, 'msg', e)}, line {getattr(e, 'lineno', '?')}); {fix}")
+    if not isinstance(raw, dict):
+        p.error(f"{said}{path}: a JSON {type(raw).__name__}, not an object of flags; {fix}")
+    return raw
+
+
 def parsed_default(action, default):
     """A flag's default as parse_args leaves it: a text default goes through the flag's type (argparse does)."""
     return action.type(default) if isinstance(default, str) and action.type else default
@@ -583,8 +660,13 @@ def config_value(p, action, v, where):
     """The value `v` of a --config file for the flag of `action`, parsed as its command-line text would be
     (its type and choices; a list is the comma-separated text): p.error (one line, `where`) if refused."""
     on_off = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
-    if v is None:
-        return None
+    if v is None:  # null: the flag left out, which only a flag whose default is "not given" (None) can be
+        if p.get_default(action.dest) is None:
+            return None
+        p.error(f"{where}: null is not a value of {action.option_strings[0]} (its default is "
+                f"{json.dumps(p.get_default(action.dest))}); give a value, or remove the key")
+    if isinstance(v, list) and not getattr(action.type, "comma_separated", False):  # (int_list, diffaug_policy)
+        p.error(f"{where}: {json.dumps(v)} is not a value of {action.option_strings[0]} (one value, not a list)")
     if isinstance(action, on_off) != isinstance(v, bool) or isinstance(v, dict):
         p.error(f"{where}: {json.dumps(v)} is not a value of {action.option_strings[0]}"
                 + (" (true or false)" if isinstance(action, on_off) else ""))
@@ -652,14 +734,32 @@ def configure(p, argv):
             args = checkpoint_args(p, args, source[1], lambda k: k in carried, source[0])
         if args.resume and not args.out_dir:  # a run continues in its own folder
             args.out_dir = os.path.dirname(args.resume) or "."
-    if args.tensorboard and importlib.util.find_spec("tensorboard") is None:  # (an optional extra)
-        p.error("--tensorboard needs the tensorboard package, which is not installed: pip install tensorboard, or "
-                "leave out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
+    if args.tensorboard:  # (an optional extra: what the run will use, imported before anything is written)
+        why = unusable("tensorboard", "torch.utils.tensorboard", "SummaryWriter")
+        if why:
+            p.error(f"--tensorboard needs the tensorboard package, which {why}: pip install -U tensorboard, or leave "
+                    "out --tensorboard (log.jsonl holds the same numbers: python scripts/curves.py OUT draws them)")
     if args.print_config:  # what this command would train; reads no data, builds no model
         args.img_size = default_img_size(args)
         print(json.dumps(vars(p.entry.resolve(args, p, args.img_size)), indent=1))
         return None
     return args
+
+
+def unusable(package, module, name):
+    """Why the optional extra `package`, through `module`.`name`, cannot be used, in words ("is not installed", "cannot be imported
+    (ImportError: TensorBoard logging requires TensorBoard version 1.15 or above)"), else None: imported as the
+    run will use it, so that a package too old, broken or half-installed is found before the run starts (an
+    import can raise anything: AttributeError, RuntimeError, a version check's ImportError)."""
+    try:
+        getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == package:
+            return "is not installed"
+        return f"cannot be imported (it needs {e.name}, which is not installed)"
+    except Exception as e:  # noqa: BLE001 (any failure of a third-party import: one line, not a traceback)
+        return f"cannot be imported ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})"
+    return None
 
 
 # ----------------------------------------------------------------------------- a checkpoint's flags

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+import data
 from presets import PAPER, PRESETS, TIMES
 from training.exits import Fail, Preempted, Stop, stopping, write
 from training.flags import WARMUP_EPOCHS, short_warmup
@@ -112,10 +113,13 @@ class Monitor:
         self.writer = tensorboard_writer(os.path.dirname(self.log_path)) if getattr(args, "tensorboard", False) \
             and self.master else None
 
-    def epoch(self, epoch, first, left, loader):
-        """Start an epoch of `left` steps (`first` done before a resume): its bar; returns its batches,
-        timing the waits for them."""
+    def epoch(self, epoch, first, left, loader, sums=None):
+        """Start an epoch of `left` steps (`first` done before a resume; `sums`: its EpochSums): its bar; returns
+        its batches, timing the waits for them. A loader whose worker process died (data.worker_died: the OOM
+        killer, kill -9) or ran out of shared memory ends the run as any failure does: the steps finished are
+        saved, then one line and the command that continues (fail)."""
         self.epoch_no, self.first, self.left, self.t_epoch = epoch, first, left, time.perf_counter()
+        self.sums = sums
         self.done = first
         self.next_line = max(1, left // 10)  # without a terminal: the step of the next progress line
         within = f"within {self.check_every} optimizer steps" if self.ddp and self.check_every > 1 else \
@@ -125,7 +129,9 @@ class Monitor:
         self.bar = tqdm(total=left, desc=f"epoch {epoch}", disable=not self.master or not self.tty,
                         dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         # (no tqdm remaining time: the bar shows the run's estimate, the same as the lines; self.left_line)
-        return self._timed(iter(loader))
+        batches = iter(loader)
+        data.loader_checks_at_next_batch()  # (a dead worker is raised at the next batch, not mid-step)
+        return self._timed(batches)
 
     def _timed(self, batches):
         while True:
@@ -134,6 +140,11 @@ class Monitor:
                 batch = next(batches)
             except StopIteration:
                 return
+            except Exception as e:  # a loader's worker died: the steps finished are kept
+                why = data.worker_died(e) or data.out_of_shared_memory(e)
+                if why is None or self.sums is None:
+                    raise
+                self.fail(why, self.sums)
             self.waited += time.perf_counter() - t
             yield batch
 

@@ -167,6 +167,10 @@ def build_model(args, img_size, num_classes, dynamic_img_size=False):
         model = MODELS[args.model].build(args, common)
     except ValueError as e:
         raise Fail(str(e))
+    empty = empty_layers(model)
+    if empty:  # (flags.too_small names the flags first; this is what any other conversion to 0 would build)
+        raise Fail(f"--model {args.model}: {len(empty)} layer(s) of size 0, e.g. {empty[0]}: a flag's value became a "
+                   "width of 0 (--mlp-ratio x --embed-dim, ...); give larger sizes")
     if hasattr(model, "pretrained_cfg"):  # a classifier: timm's data config is its run's, not ImageNet's
         model.pretrained_cfg = model.default_cfg = data_config(args, img_size, num_classes, dynamic_img_size)
     return model
@@ -182,6 +186,12 @@ def data_config(args, img_size, num_classes, dynamic_img_size=False):
     return dict(input_size=(3, img_size, img_size), num_classes=num_classes, mean=tuple(mean), std=tuple(std),
                 interpolation="bicubic", crop_pct=getattr(args, "eval_crop_ratio", None) or 0.875,
                 fixed_input_size=not dynamic_img_size, first_conv="patch_embed.proj", classifier="head", dataset=args.data)
+
+
+def empty_layers(model):
+    """The names of `model`'s parameters with no element (a width, a count or a size that a ratio made 0: such a
+    layer builds, trains and computes nothing)."""
+    return [n for n, p in model.named_parameters() if p.numel() == 0]
 
 
 def is_rvits_checkpoint(ck):
