@@ -223,7 +223,8 @@ def model_from_checkpoint(ck, path, flag, p, img_size):
         raise Fail(f"{flag} {path}: not an rvits checkpoint (model weights and the flags of its run)")
     saved = p.parse_args([])
     vars(saved).update(ck["args"])
-    own = saved.img_size or (224 if saved.data == "imagenet" else 32)
+    import data
+    own = saved.img_size or (224 if saved.data in data.FOLDERS else 32)
     img_size = img_size or own
     model = build_model(saved, own, ck["model"]["head.weight"].shape[0], dynamic_img_size=own != img_size)
     try:
