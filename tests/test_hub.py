@@ -156,3 +156,24 @@ def test_from_run_loads_what_train_py_wrote(tmp_path):
     assert type(model) is revit.ReViT and model.experts == 2 and model.embed_dim == 32
     assert all(torch.equal(v, ck["model"][k]) for k, v in model.state_dict().items())
     assert model.pretrained_cfg == {**ck["pretrained_cfg"], "fixed_input_size": True}
+
+
+@pytest.mark.parametrize("dataset, size", [("folder", 224), ("imagenet", 224), ("cifar100", 32)])
+def test_a_run_without_img_size_is_rebuilt_at_its_datas_default_size(tmp_path, dataset, size):
+    """A run that left --img-size out trained at its data's default (224 for every image folder, --data folder as
+    --data imagenet; 32 for CIFAR): from_run (registry.model_from_checkpoint) rebuilds it there, not at another."""
+    import json
+    import hubconf
+    from training.flags import resolved
+    from training.registry import build_model
+    args = resolved(["--data", dataset, "--embed-dim", "32", "--num-heads", "2", "--depth", "1", "--patch-size", "16"])
+    with torch.device("meta"):
+        src = build_model(args, size, 10)
+    args.img_size = None  # (as args.json holds it when the flag was left out)
+    os.makedirs(tmp_path / "run")
+    torch.save({"model": {k: torch.zeros(v.shape) for k, v in src.state_dict().items()}, "args": vars(args)},
+               tmp_path / "run" / "ckpt.pt")
+    (tmp_path / "run" / "args.json").write_text(json.dumps(vars(args)))
+    model = hubconf.from_run(str(tmp_path / "run"))
+    assert model.img_size == size and model.pretrained_cfg["input_size"] == (3, size, size)
+    assert model.pretrained_cfg["fixed_input_size"]  # (at its own size: no interpolation)
