@@ -3,7 +3,8 @@
 - `cifar100`: the standard `cifar-100-python` pickles (train, test, meta), read directly, so a
   copy whose bytes differ from the official archive (e.g. ../shared/data) works. `--download`
   fetches the official archive through torchvision.
-- `imagenet`: an image folder `train/<class>/*` with `val/<class>/*` (any subset of the classes),
+- `folder` (or `imagenet`, ImageNet's name for it): any image folder `train/<class>/*` with `val/<class>/*`
+  (any subset of the classes),
   a flat `val/` + a labels file, or Tiny-ImageNet's `val/images/` + `val_annotations.txt`
   (`image_folder`); undecodable files are skipped (`ImageFiles`, `drop_undecodable`).
 - `synthetic`: deterministic random images, for smoke tests and benchmarks only.
@@ -56,7 +57,8 @@ from tqdm import tqdm
 
 CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-DATASETS = ("cifar100", "imagenet", "synthetic")
+DATASETS = ("cifar100", "folder", "imagenet", "synthetic")
+FOLDERS = ("folder", "imagenet")  # image folders (image_folder): `imagenet` names ImageNet's layout, the same reader
 
 
 class DataError(Exception):
@@ -164,7 +166,7 @@ def three_augment(img_size, dataset, color_jitter=0.3):
     random crop with 4 px reflect padding, flip, then one of grayscale / solarization / Gaussian
     blur chosen uniformly, then color jitter: brightness, contrast and saturation each by a factor
     in [1 - c, 1 + c], no hue (DeiT III's --color-jitter c, default 0.3; 0 = none)."""
-    ops = [v2.Resize(img_size, antialias=True)] if dataset == "imagenet" else []
+    ops = [v2.Resize(img_size, antialias=True)] if dataset in FOLDERS else []
     return ops + [
         v2.RandomCrop(img_size, padding=4, padding_mode="reflect"), v2.RandomHorizontalFlip(),
         v2.RandomChoice([v2.Grayscale(num_output_channels=3), v2.RandomSolarize(128, p=1.0),
@@ -201,13 +203,13 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
     ops, erase = [v2.ToImage()], []
     if dataset == "cifar100" and img_size != 32:  # upsampled, as when fine-tuning at 224 px (DeiT)
         ops.append(v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True))
-    if dataset == "imagenet" and reconstruct:
+    if dataset in FOLDERS and reconstruct:
         ops += [v2.Resize(img_size, interpolation=v2.InterpolationMode.BICUBIC, antialias=True),
                 v2.RandomCrop(img_size) if train and augment else v2.CenterCrop(img_size)]
     elif train and augment:
         if three_aug:
             ops += three_augment(img_size, dataset, color_jitter)
-        elif dataset == "imagenet":
+        elif dataset in FOLDERS:
             ops += [v2.RandomResizedCrop(img_size, antialias=True), v2.RandomHorizontalFlip()]
         else:
             ops += [v2.RandomCrop(img_size, padding=crop_padding(img_size)), v2.RandomHorizontalFlip()]
@@ -215,7 +217,7 @@ def build_transform(train, img_size, mean, std, dataset, randaug=0, augment=True
             ops.append(v2.RandAugment(num_ops=2, magnitude=randaug))
         if reprob:  # after the normalization, as DeiT's (timm's) random erasing
             erase = [v2.RandomErasing(p=reprob, value="random")]
-    elif dataset == "imagenet":
+    elif dataset in FOLDERS:
         ops += [v2.Resize(int(img_size / crop_ratio), antialias=True), v2.CenterCrop(img_size)]
     return v2.Compose(ops + [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)] + erase)
 
@@ -445,6 +447,33 @@ def image_folder(root, val_labels=None, classes=None, train=True):
     return classes, samples, val
 
 
+def small_images(files, img_size, patch_size=None, n=16):
+    """One line when the images of `files` (an ImageFiles) are much smaller than `img_size` (px): the median
+    width and height of n evenly spaced files (their headers only, PIL) both at most img_size / 2, so every image
+    is upsampled to about (img_size / side)^2 times its pixels (side: the larger median side), as many times the
+    patches and the compute at one patch size (attention's own cost grows faster); it names the flag to set, --img-size side rounded up to a
+    multiple of the patch (`patch_size`, else train.py's default at that size: 4 up to 64 px, 16 above). None
+    otherwise, or when no file's size can be read (an undecodable file is ImageFiles' to skip)."""
+    sizes = []
+    for i in range(0, len(files.samples), max(1, len(files.samples) // n))[:n]:
+        try:
+            with Image.open(files.samples[i][0]) as im:
+                sizes.append(im.size)
+        except (OSError, ValueError):
+            continue
+    if not sizes:
+        return None
+    w, h = (sorted(s[k] for s in sizes)[len(sizes) // 2] for k in (0, 1))
+    if 2 * max(w, h) > img_size:
+        return None
+    side = max(w, h)
+    patch = patch_size or (4 if side <= 64 else 16)
+    factor = f"{(img_size / side) ** 2:.0f}x"
+    return (f"note: the training images are about {w}x{h} px (median of {len(sizes)} files); --img-size {img_size} "
+            f"upsamples each to {factor} its pixels ({factor} the patches, the compute, at one --patch-size); "
+            f"--img-size {-(-side // patch) * patch} trains at their size")
+
+
 class ImageFiles(Dataset):
     """Image files decoded by PIL as RGB (grayscale, CMYK and RGBA included) + a v2 transform.
     samples: [(path, class index)]. An undecodable file (truncated, not an image) yields a zero
@@ -619,7 +648,8 @@ class DeviceDecodeLoader:
 def normalization(name):
     """The (mean, std) per channel that dataset `name` is normalized with unless a model asks for its own
     (build_datasets' mean_std): CIFAR-100's statistics, ImageNet's (for image folders), or 0.5."""
-    return {"cifar100": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD)}.get(name, ((0.5,) * 3,) * 2)
+    return (CIFAR_MEAN, CIFAR_STD) if name == "cifar100" else (IMAGENET_MEAN, IMAGENET_STD) if name in FOLDERS else \
+        ((0.5,) * 3,) * 2
 
 
 def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0, augment=True,
@@ -628,8 +658,8 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
                    crop_ratio=0.875, reprob=0.0):
     """Returns (train_set, val_set, num_classes, img_size) for `name` in DATASETS.
 
-    img_size defaults to 32 (cifar100, synthetic) or 224 (imagenet); CIFAR at another size is resized.
-    imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder; `classes`,
+    img_size defaults to 32 (cifar100, synthetic) or 224 (FOLDERS); CIFAR at another size is resized.
+    folder, imagenet: an image folder (see `image_folder`; `val_labels` labels a flat val/ folder; `classes`,
     a checkpoint's class names, stand in for train/'s). train=False: no training set is read
     (train_set None), for --eval-only. mean_std: the (mean, std) per channel images are normalized
     with, the model's choice (LoopVAE: ((0.5,) * 3, (0.5,) * 3), i.e. [0, 1] -> [-1, 1]); None: the
@@ -649,7 +679,7 @@ def build_datasets(name, data_dir=None, img_size=None, download=False, randaug=0
         train_set = TensorImages(*load_cifar100(root, True, download), t_train, (mean, std)) if train else None
         val = TensorImages(*load_cifar100(root, False, download), t_val, (mean, std))
         return train_set, val, 100, img_size
-    if name == "imagenet":
+    if name in FOLDERS:
         img_size = img_size or 224
         mean, std = mean_std or normalization(name)
         t_train = build_transform(True, img_size, mean, std, name, randaug, augment, three_aug, reconstruct,
@@ -953,7 +983,7 @@ def build_loaders(args, train_set, val_set, batch_size, rank, world_size, device
         train = None
     elif batched_loader(args, device):
         train = DeviceCIFARLoader(train_set, batch_size, True, rank, world_size, args.seed, device, reps)
-    elif args.data == "imagenet" and device.type == "cuda" and not args.cpu_loader:
+    elif args.data in FOLDERS and device.type == "cuda" and not args.cpu_loader:
         train = DeviceDecodeLoader(train_set, batch_size, rank, world_size, args.seed, args.workers, device, reps)
     else:
         train = build_loader(train_set, batch_size, True, rank, world_size, args.seed, args.workers, reps)

@@ -3,6 +3,7 @@ sizes, presets.py), and reViT-B/14 (the second regime's student):
 
     model = torch.hub.load("/path/to/rvits", "revit_s16", source="local", experts=4)   # a clone, untrained
     model = torch.hub.load("/path/to/rvits", "bvit_s16", source="local", weights="runs/bvit/ckpt.pt")
+    model = torch.hub.load("/path/to/rvits", "from_run", source="local", run="runs/bvit")  # a trained run, eval mode
     torch.hub.list("OWNER/rvits")                          # the entry names, from a GitHub repository
 
 {vit, bvit, revit, srvit, odevit}_{ti, s, b, l}16 and revit_b14 build the model untrained (nothing is
@@ -13,7 +14,12 @@ code) and loaded by its finetune_weights, as --finetune loads it: the head re-in
 number of classes, the position embedding resized to another image size; anything else that does not
 fit is one line (training.exits.Fail) naming the first tensor. Keyword arguments go to the model class
 (experts=, recursions=, solver=, num_classes=, img_size=, block_fn=, ...). The model is returned in
-train mode, as built: call .eval() for inference.
+train mode, as built: call .eval() for inference. rvits has released no weight file: pretrained=True is
+refused in one line (ValueError), on every entry and in timm_models.py.
+
+from_run(run) builds a run's model from the run folder alone: its architecture from its args.json (else
+the checkpoint's own flags), its weights from its ckpt.pt (read_weights, weights_only), its pretrained_cfg
+(timm's data config: the run's input size, mean and std) as the checkpoint saved it, in eval mode.
 """
 import os
 import urllib.parse
@@ -48,12 +54,42 @@ def _weights_file(weights, cache=None):
     return path
 
 
+def _no_release(name):
+    """The one line that refuses pretrained=True on entry `name` (hubconf's and timm_models.py's)."""
+    return ValueError(f"{name}: pretrained=True, but rvits has released no weight file; give a run folder to "
+                      f"from_run (torch.hub.load(rvits, 'from_run', run=DIR)) or a checkpoint path (weights=PATH)")
+
+
+def from_run(run, img_size=None, pretrained=False):
+    """The trained model of the rvits run folder `run` (train.py's --out-dir; or its ckpt.pt), in eval mode:
+    built from the flags of its args.json (the checkpoint's own when the folder has none), with the weights of
+    its ckpt.pt (training/weights.py's read_weights: torch.load with weights_only=True) and its pretrained_cfg
+    (timm's data config) as the checkpoint saved it. `img_size`: another input size than the run's (its
+    position embedding interpolated on the fly, dynamic_img_size). Raises training.exits.Fail (one line) for a
+    folder without ckpt.pt, a file that is no classifier's checkpoint, or weights that do not fit the flags."""
+    import json
+    from training.flags import get_parser
+    from training.registry import classifier_checkpoint, model_from_checkpoint
+    from training.weights import checkpoint_file, read_weights
+    if pretrained:
+        raise _no_release("from_run")
+    path = checkpoint_file(run, "from_run: run")
+    ck = read_weights(path, "from_run: run")
+    flags = os.path.join(os.path.dirname(path), "args.json")
+    if os.path.isfile(flags) and classifier_checkpoint(ck, path, "from_run: run"):
+        with open(flags, encoding="utf-8") as f:
+            ck = {**ck, "args": json.load(f)}  # (plain JSON: the run's resolved flags, monitor.py writes them)
+    return model_from_checkpoint(ck, path, "from_run: run", get_parser(), img_size)
+
+
 def _entry(family, size, patch):
     """The entry point {family}_{size}{patch}: (weights=None, **kwargs) -> the model (module docstring)."""
     mod, what = FAMILIES[family]
     name = f"{family}_{size}{patch}"
 
-    def build(weights=None, **kwargs):
+    def build(weights=None, pretrained=False, **kwargs):
+        if pretrained:
+            raise _no_release(name)
         model = getattr(mod, f"{family}_{size}")(**{"img_size": 224, "patch_size": patch, **kwargs})
         empty = [n for n, p in model.named_parameters() if p.numel() == 0]  # (training/registry.py empty_layers)
         if empty:  # a ratio that became a width of 0 (mlp_ratio=0.001): a model that computes nothing there

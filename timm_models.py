@@ -9,12 +9,13 @@
 
 Names: {vit, bvit, revit, revit_moe, srvit, odevit}_{ti, s, b, l}16 and revit_b14 (hubconf.py's entries and
 revit_moe's sizes), 224 px, 1000 classes unless given; keyword arguments go to the model class. There is no
-released rvits weight file: pretrained=True is refused in one line (load a run with hubconf.from_run).
+released rvits weight file: pretrained=True is refused in one line (hubconf's: load a run with hubconf.from_run).
 """
 import timm
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 import bvit
+import hubconf
 import odevit
 import revit
 import revit_moe
@@ -49,8 +50,7 @@ def _entry(name):
 
     def create(pretrained=False, **kwargs):
         if pretrained:
-            raise RuntimeError(f"{name}: rvits has released no weights (pretrained=True); build it untrained "
-                               "(pretrained=False) or load a run folder: torch.hub.load(rvits, 'from_run', run=DIR)")
+            raise hubconf._no_release(name)
         out_indices = kwargs.pop("out_indices", 3)  # timm's ViT default for features_only: the last 3 steps
         model = build_model_with_cfg(build, name, False, feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
                                      **{"img_size": 224, "patch_size": patch, **kwargs})

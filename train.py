@@ -103,7 +103,7 @@ def main(argv=None, stop=None):
     step = run.start_step
     if not args.eval_only:
         monitor = Monitor(args, run, save, scheduler)
-        usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
+        usable = data.UsableImages(train_set, args.max_bad_images) if args.data in data.FOLDERS else None
         step = train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scaler, ema,
                      data.MixAndSmooth(args, num_classes), (train_loader, val_loader, usable))
 
@@ -189,7 +189,7 @@ def train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scal
             save(*position, step)
             raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {run.ckpt_path} (--resume it)")
         rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
-        if args.data == "imagenet":
+        if args.data in data.FOLDERS:
             rec["skipped_images"] = sums.total_skipped(ddp)
         save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
         monitor.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard
@@ -281,10 +281,14 @@ def load_data(args, p, **images):
             color_jitter=args.color_jitter, crop_ratio=args.eval_crop_ratio, reprob=args.reprob, **images)
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
+    if train_set is not None and args.data in data.FOLDERS:  # images far smaller than --img-size: one line (rank 0)
+        small = data.small_images(train_set, img_size, args.patch_size)  # (the patch size as given: None by default)
+        if small and os.environ.get("RANK", "0") == "0":
+            print(small)
     args = p.entry.resolve(args, p, img_size)
     if args.val_subset:  # CIFAR: the first N images; image folders: N evenly spaced (the set is ordered by class)
         n = min(args.val_subset, len(val_set))
-        keep = range(n) if args.data != "imagenet" else [i * len(val_set) // n for i in range(n)]
+        keep = range(n) if args.data not in data.FOLDERS else [i * len(val_set) // n for i in range(n)]
         val_set = torch.utils.data.Subset(val_set, keep)
     return args, train_set, val_set, num_classes, img_size
 

@@ -94,7 +94,7 @@ def main(argv=None, stop=None):
     step = run.start_step
     if not args.eval_only:
         monitor = Monitor(args, run, save, scheduler, evaluation.epoch_line, lvflags.CPU_PRESET)
-        usable = data.UsableImages(train_set, args.max_bad_images) if args.data == "imagenet" else None
+        usable = data.UsableImages(train_set, args.max_bad_images) if args.data in data.FOLDERS else None
         step = train(args, monitor, model, raw_model, adversary, optimizer, scheduler, scaler, ema,
                      (train_loader, val_loader, usable), rfid)
     else:
@@ -174,7 +174,7 @@ def train(args, monitor, model, raw_model, adversary, optimizer, scheduler, scal
             save(*position, step)
             raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {run.ckpt_path} (--resume it)")
         rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
-        if args.data == "imagenet":
+        if args.data in data.FOLDERS:
             rec["skipped_images"] = sums.total_skipped(ddp)
         save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
         monitor.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard

@@ -50,7 +50,7 @@ def get_parser():
     p.add_argument("--weights", required=True, metavar="FILE", help="an rvits checkpoint (or run folder) or a "
                    "ViT state dict in timm's layout (DINOv2's)")
     p.add_argument("--task", choices=["linear", "seg", "depth"], help="the probe (default: the preset's, else linear)")
-    p.add_argument("--data", choices=["cifar100", "imagenet", "ade20k", "nyu"], help="the probe's data (default: "
+    p.add_argument("--data", choices=["cifar100", "folder", "imagenet", "ade20k", "nyu"], help="the probe's data (default: "
                    "cifar100; with seg or depth the mosaic analogue)")
     p.add_argument("--data-dir", help="dataset root (default: $RVITS_DATA, else ../shared/data)")
     p.add_argument("--out-dir", required=True, help="where probe_<task>.json is written")
@@ -76,7 +76,7 @@ def backbone(path, img_size, device, depth=None):
     ck = read_weights(path, "--weights")
     if registry.classifier_checkpoint(ck, path, "--weights"):
         run = ck["args"]
-        own = run.get("img_size") or (224 if run.get("data") == "imagenet" else 32)
+        own = run.get("img_size") or (224 if run.get("data") in data.FOLDERS else 32)
         patch = run.get("patch_size")
         if img_size and patch and img_size % patch:
             below = img_size // patch * patch
@@ -98,8 +98,8 @@ def datasets(args, size, mean_std):
     """(train set, test set, number of classes or None) of the probe's task and data."""
     root = args.data_dir or data.default_root()
     if args.task == "linear":
-        if args.data not in ("cifar100", "imagenet"):
-            raise Fail(f"--task linear --data {args.data}: a classifier's data; use --data cifar100 or imagenet")
+        if args.data not in ("cifar100", *data.FOLDERS):
+            raise Fail(f"--task linear --data {args.data}: a classifier's data; use --data cifar100 or folder")
         train, test, classes, _ = data.build_datasets(args.data, root, size, augment=False, mean_std=mean_std)
         return train, test, classes
     if args.data == "cifar100":  # the mosaic analogue of a dense task

@@ -404,3 +404,62 @@ def test_eval_only_needs_the_class_names_only(tmp_path, capsys):
                       str(tmp_path / "ev")]) == 0, capsys.readouterr().err
     res = json.load(open(tmp_path / "ev" / "depth_eval.json"))["results"]
     assert [r["depth"] for r in res] == [2]
+
+
+# ----------------------------------------------------------------------------- any image folder (issue 79, item 7)
+def small_pngs(root, side=32, h=None, n=4):
+    """train/ and val/ of two classes, n distinct side x h PNGs each (default square); returns root."""
+    rng = np.random.RandomState(0)
+    for split in ("train", "val"):
+        for c in ("cat", "dog"):
+            os.makedirs(root / split / c)
+            for i in range(n):
+                Image.fromarray(rng.randint(0, 256, (h or side, side, 3)).astype(np.uint8)).save(root / split / c / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("w, h, img_size, patch, says", [
+    (32, 32, 224, None, "about 32x32 px (median of 8 files); --img-size 224 upsamples each to 49x its pixels "
+                        "(49x the patches, the compute, at one --patch-size); --img-size 32 trains at their size"),
+    (32, 32, 64, None, "to 4x its pixels"), (28, 28, 224, 16, "--img-size 32 trains"), (40, 16, 224, None, "31x"),
+    (32, 32, 63, None, None), (32, 32, 48, None, None), (40, 16, 64, None, None)])
+def test_images_much_smaller_than_img_size_are_said_with_the_factor_and_the_flag(tmp_path, w, h, img_size, patch, says):
+    """Both median sides at most half of --img-size: one line with their size, (img_size / side)^2 and the --img-size
+    that trains at their size (a multiple of the patch); otherwise nothing."""
+    train_set, *_ = data.build_datasets("folder", str(small_pngs(tmp_path, w, h)), img_size)
+    line = data.small_images(train_set, img_size, patch)
+    assert (line is None) if says is None else (says in line and line.startswith("note: ") and "\n" not in line)
+
+
+def test_folder_and_imagenet_are_one_reader_with_one_pipeline(tmp_path):
+    """--data folder is --data imagenet under its general name: the same samples, classes, normalization, default
+    size and augmentation draws (the same tensors under one seed), the same resolved defaults."""
+    from training.flags import default_img_size, effective
+    root = str(small_pngs(tmp_path))
+    a, b = data.build_datasets("folder", root), data.build_datasets("imagenet", root)
+    assert a[2:] == b[2:] == (2, 224) and a[0].samples == b[0].samples and a[1].classes == b[1].classes
+    for k in (0, 1):
+        torch.manual_seed(5)
+        x = a[k][3][0]
+        torch.manual_seed(5)
+        assert torch.equal(x, b[k][3][0])
+    assert data.normalization("folder") == data.normalization("imagenet") == (data.IMAGENET_MEAN, data.IMAGENET_STD)
+    args = parse_args(get_parser(), ["--data", "folder"])
+    assert default_img_size(args) == effective("img_size", None, {"data": "folder"}) == 224
+
+
+@pytest.mark.slow
+def test_a_folder_of_32px_images_is_said_before_training_at_224px(tmp_path, capsys):
+    """Issue 79, item 7: `--data folder` on 32-px images without --img-size says so in one line before the first
+    step; at --img-size 32 nothing is said; both count skipped images as an image folder does."""
+    root = str(small_pngs(tmp_path / "d"))
+    job = TINY + ["--data", "folder", "--data-dir", root, "--batch-size", "4", "--max-steps", "1", "--epochs", "1"]
+    assert train.cli(job + ["--out-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    said = [ln for ln in out.splitlines() if "32x32 px" in ln]
+    assert said == [said[0]] and "49x" in said[0] and "--img-size 32 trains" in said[0]
+    assert out.index(said[0]) < out.index("params,")  # before the model's line, the first of the run
+    assert train.cli(job + ["--img-size", "32", "--out-dir", str(tmp_path / "b")]) == 0
+    assert "px (median" not in capsys.readouterr().out
+    for run in "ab":
+        assert json.loads((tmp_path / run / "log.jsonl").read_text().splitlines()[0])["skipped_images"] == 0

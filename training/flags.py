@@ -246,10 +246,11 @@ def add_model_flags(p):
 def add_data_flags(p):
     """The data, optimization and augmentation flags of every entry point's run."""
     a = p.add_argument_group('data').add_argument
-    a("--data", default="cifar100", choices=data.DATASETS, help="dataset (imagenet: any image folder)")
+    a("--data", default="cifar100", choices=data.DATASETS, help="dataset: folder = any image folder (train/<class>/, "
+      "val/; docs/data.md), imagenet = the same reader, ImageNet's name for it")
     a("--data-dir", help="dataset root (default: $RVITS_DATA, else ./data)")
     a("--download", action="store_true", help="download CIFAR-100 through torchvision")
-    a("--img-size", type=positive(int), help="(default: 32 for cifar100 and synthetic, 224 for imagenet)")
+    a("--img-size", type=positive(int), help="(default: 32 for cifar100 and synthetic, 224 for image folders)")
     a("--workers", type=count, help="data loader processes per rank (default: 2 on CPU; on CUDA the "
       "machine's cores / processes per node, at most 16)")
     a("--cpu-loader", action="store_true", help="CIFAR: use the DataLoader with per-image "
@@ -465,8 +466,8 @@ def resolve_run(args, p):
     if given(p, ["color_jitter"]) and not args.three_augment:
         p.error("--color-jitter is 3-Augment's color jitter, and this run has no --three-augment (it would change "
                 "nothing): add --three-augment or leave it out")
-    if given(p, ["eval_crop_ratio"]) and args.data != "imagenet":
-        p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data imagenet); --data "
+    if given(p, ["eval_crop_ratio"]) and args.data not in data.FOLDERS:
+        p.error(f"--eval-crop-ratio crops the evaluation images of image folders (--data folder, imagenet); --data "
                 f"{args.data} is evaluated whole (it would change nothing): leave it out")
 
 
@@ -819,7 +820,7 @@ def checkpoint_args(p, args, path, keep, flag):
             if a is not None and (a.type or a.choices) and v is not None:  # checked as its command-line text is
                 config_value(p, a, v, f"{flag} {path}: its saved {a.option_strings[0]}")  # (a changed file: exit 2)
             setattr(args, k, v)
-    args.model_img_size = saved.get("img_size") or (224 if saved.get("data") == "imagenet" else 32)
+    args.model_img_size = saved.get("img_size") or (224 if saved.get("data") in data.FOLDERS else 32)
     if getattr(args, "eval_only", False):  # it reads no training set: an image folder's class names
         args.model_classes = ck.get("classes")
     return args
@@ -854,7 +855,7 @@ def effective(k, v, run):
     if v is not None:
         return v
     if k == "img_size":
-        return 224 if run.get("data") == "imagenet" else 32
+        return 224 if run.get("data") in data.FOLDERS else 32
     return MODELS[run["model"]].defaults(run).get(k) if run.get("model") in MODELS else None
 
 
@@ -920,7 +921,7 @@ def list_presets(text, p):
             continue
         args = resolved(["--preset", name], entry=p.entry)
         with torch.device("meta"):
-            model = p.entry.build(args, default_img_size(args), 1000 if args.data == "imagenet" else 100)
+            model = p.entry.build(args, default_img_size(args), 1000 if args.data in data.FOLDERS else 100)
         rows.append((name, args.model, f"{model.num_params() / 1e6:.3g} M", cpu, gpu, what))
     if not rows:
         return False
@@ -936,8 +937,8 @@ def list_presets(text, p):
 
 
 def default_img_size(args):
-    """--img-size, else the data's: 224 for image folders (imagenet), 32 for CIFAR-100 and synthetic."""
-    return args.img_size or (224 if args.data == "imagenet" else 32)
+    """--img-size, else the data's: 224 for image folders (data.FOLDERS), 32 for CIFAR-100 and synthetic."""
+    return args.img_size or (224 if args.data in data.FOLDERS else 32)
 
 
 def resolved(argv, img_size=None, entry=None):

@@ -218,12 +218,14 @@ def model_from_checkpoint(ck, path, flag, p, img_size):
     """The model of the rvits checkpoint `ck` (read_weights' result, from `path`: named in messages, never
     read here), rebuilt from its saved flags (`p`: train.py's parser, for their defaults), with its weights,
     in eval mode; at another image size than it was trained at, built with dynamic_img_size=True (its
-    position embedding interpolated on the fly). Raises Fail naming `flag` for a bad file."""
+    position embedding interpolated on the fly; img_size None: its own). Raises Fail naming `flag` for a bad file."""
     if not is_rvits_checkpoint(ck):
         raise Fail(f"{flag} {path}: not an rvits checkpoint (model weights and the flags of its run)")
     saved = p.parse_args([])
     vars(saved).update(ck["args"])
-    own = saved.img_size or (224 if saved.data == "imagenet" else 32)
+    import data
+    own = saved.img_size or (224 if saved.data in data.FOLDERS else 32)
+    img_size = img_size or own
     model = build_model(saved, own, ck["model"]["head.weight"].shape[0], dynamic_img_size=own != img_size)
     try:
         model.load_state_dict(ck["model"])

@@ -119,7 +119,7 @@ def test_probe_py_runs_each_probe_on_a_checkpoint_and_refuses_bad_input(tmp_path
     assert saved["mlp"]["rmse"] == out["mlp"]["rmse"] and saved["backbone"] == "--model bvit"
     assert "depth RMSE linear" in capsys.readouterr().out
     for flags, says in ((["--task", "seg", "--data", "imagenet"], "use --data ade20k"),
-                        (["--task", "linear", "--data", "nyu"], "use --data cifar100 or imagenet"),
+                        (["--task", "linear", "--data", "nyu"], "use --data cifar100 or folder"),
                         (["--task", "depth", "--data", "nyu"], "no image and target pairs"),
                         (["--weights", str(tmp_path / "none.pt")], "no such file")):
         assert probe.cli(base + flags) == 2
