@@ -190,18 +190,18 @@ def test_a_config_file_on_a_base_file(tmp_path, capsys):
 def test_a_preset_that_a_config_file_overrides_says_so_and_the_record_names_what_ran(tmp_path, capsys):
     """--preset A --config B: B's flags win; one line names those of A it replaces; when B replaces all of A
     (B is another preset's --print-config), the record names B's preset, the one that ran."""
-    other = printed(capsys, ["--preset", "c100-mini-bvit"])
+    other = printed(capsys, ["--preset", "c100-bvit-ti"])
     (tmp_path / "b.json").write_text(json.dumps(other))
-    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "b.json"), "--print-config"]) == 0
+    assert train.cli(["--preset", "c100-vit-ti", "--config", str(tmp_path / "b.json"), "--print-config"]) == 0
     out, err = capsys.readouterr()
     got = json.loads(out)
-    assert got["preset"] == "c100-mini-bvit" and got["model"] == "bvit" and got == {**other, "config": got["config"]}
-    assert err.count("\n") == 1 and "--preset c100-mini-vit has no effect" in err and "model" in err, err
+    assert got["preset"] == "c100-bvit-ti" and got["model"] == "bvit" and got == {**other, "config": got["config"]}
+    assert err.count("\n") == 1 and "--preset c100-vit-ti has no effect" in err and "model" in err, err
     (tmp_path / "lr.json").write_text(json.dumps({"lr": 0.01}))
-    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "lr.json"), "--print-config"]) == 0
+    assert train.cli(["--preset", "c100-vit-ti", "--config", str(tmp_path / "lr.json"), "--print-config"]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out)["preset"] == "c100-mini-vit" and err == (
-        f"note: --preset c100-mini-vit: --config {tmp_path / 'lr.json'} sets lr, which win over the preset's\n")
-    assert train.cli(["--preset", "c100-mini-vit", "--config", str(tmp_path / "lr.json"), "--lr", "0.002",
+    assert json.loads(out)["preset"] == "c100-vit-ti" and err == (
+        f"note: --preset c100-vit-ti: --config {tmp_path / 'lr.json'} sets lr, which win over the preset's\n")
+    assert train.cli(["--preset", "c100-vit-ti", "--config", str(tmp_path / "lr.json"), "--lr", "0.002",
                       "--print-config"]) == 0
     assert capsys.readouterr().err == ""  # (the command line wins: the file's lr replaces nothing of the preset's)

@@ -65,9 +65,9 @@ def test_list_presets_is_a_table_a_person_can_scan_and_filter(capsys):
     assert cpu[0] == "cpu-first-bvit" and all(presets.TIMES[n][0] != "?" for n in cpu) and "in1k-vit-b16" not in cpu
     assert train_loopvae.cli(["--list-presets", "loopvae"]) == 0  # LoopVAE's: its own script's
     listed = [ln.split()[0] for ln in table(capsys.readouterr().out)]
-    assert listed == [n for n in presets.PRESETS if "loopvae" in n] and len(listed) >= 9
-    assert train.cli(["--list-presets", "c100-mini-loopvae-gan"]) == 2  # train.py names the script
-    assert "python train_loopvae.py --list-presets c100-mini-loopvae-gan" in capsys.readouterr().err
+    assert listed == [n for n in presets.PRESETS if "loopvae" in n] and len(listed) >= 2  # (its CPU arms: the lab's)
+    assert train.cli(["--list-presets", "in256-loopvae-cnn-gan"]) == 2  # train.py names the script
+    assert "python train_loopvae.py --list-presets in256-loopvae-cnn-gan" in capsys.readouterr().err
     assert train.cli(["--list-presets", "in1k-revit-b16-e4"]) == 0  # one preset in full
     full = capsys.readouterr().out
     assert "paper: ImageNet-1k top-1 83.0 (reViT Table 5, Table 1)" in full and "--experts 4" in full and "--opt adamw" in full
