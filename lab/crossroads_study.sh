@@ -33,9 +33,9 @@ run() {  # run NAME ARGS...: one train.py call, skipped once its depth_eval.json
 # 1. 12 block evaluations each: bViT 12 steps, ODE Euler 12, Heun 6, RK4 3, all over T = 12.
 #    (Euler with h = 1 is bViT bit for bit, so bvit12 and euler12 must agree: a sanity check.)
 run bvit12    --model bvit --depth 12 --eval-depths "$DEPTHS"
-run euler12   --model odevit --solver euler --ode-steps 12 --horizon 12 --eval-depths "$DEPTHS"
-run heun6     --model odevit --solver heun  --ode-steps 6  --horizon 12 --eval-depths 6
-run rk4_3     --model odevit --solver rk4   --ode-steps 3  --horizon 12 --eval-depths 3
+run euler12   --model odevit --solver euler --depth 12 --horizon 12 --eval-depths "$DEPTHS"
+run heun6     --model odevit --solver heun  --depth 6  --horizon 12 --eval-depths 6
+run rk4_3     --model odevit --solver rk4   --depth 3  --horizon 12 --eval-depths 3
 # 2. Deep supervision: bViT 12 steps with 3 stages (read-outs after steps 4, 8, 12).
 run bvit12_s3 --model bvit --depth 12 --stages 3 --eval-depths "$DEPTHS"
 # 3. Beyond the horizon, the ODE view: the Euler model with h = 12/L (same T) instead of same h.

@@ -46,6 +46,26 @@ def test_a_runs_args_json_trains_the_same_run_again_in_a_new_folder(tmp_path, ca
     assert {k for k in a if a[k] != b[k]} == {"out_dir", "config"}
 
 
+def test_an_older_args_json_with_ode_steps_folds_it_into_depth(tmp_path, capsys):
+    """--ode-steps, ODEViT's second name for --depth, left train.py (issue 78): an older run's args.json holds
+    ode_steps null or at its depth; both load as the same run, a lone ode_steps gives the depth, and an
+    ode_steps that disagrees with depth is refused in one line naming both."""
+    base = printed(capsys, SYNTH + ["--model", "odevit", "--solver", "heun"])
+    assert "ode_steps" not in base and base["depth"] == 2
+    path = tmp_path / "args.json"
+    for extra in ({"ode_steps": None}, {"ode_steps": 2}, {"ode_steps": 2, "depth": None}, {"--ode-steps": 2}):
+        path.write_text(json.dumps({**base, **extra}))
+        again = printed(capsys, ["--config", str(path)])
+        assert again.pop("config") == str(path) and again == {k: v for k, v in base.items() if k != "config"}, extra
+    path.write_text(json.dumps({**base, "ode_steps": 3}))
+    assert train.cli(["--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ode_steps 3 and depth 2" in err[0] and "--ode-steps is --depth now" in err[0], err
+    lv = printed(capsys, ["--preset", next(n for n in PRESETS if PRESETS[n][1]["model"] == "loopvae")], train_loopvae.cli)
+    path.write_text(json.dumps({**lv, "ode_steps": None}))  # (an older LoopVAE run's args.json held every train.py flag)
+    assert printed(capsys, ["--config", str(path)], train_loopvae.cli)["depth"] == lv["depth"]
+
+
 def test_the_command_line_wins_and_so_does_what_it_sets(tmp_path, capsys):
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({"preset": "c100-bvit-ti", "--embed-dim": 64, "num_heads": 2, "depth": 4,

@@ -168,7 +168,7 @@ def test_eval_only_resume_writes_depth_table(tmp_path, capsys):
     out = tmp_path / "run"
     common = ["--data", "synthetic", "--workers", "0", "--val-subset", "64", "--eval-batch-size", "64",
               "--device", "cpu", "--out-dir", str(out)]
-    assert train.cli(common + ["--model", "odevit", "--solver", "heun", "--ode-steps", "2", "--horizon", "1",
+    assert train.cli(common + ["--model", "odevit", "--solver", "heun", "--depth", "2", "--horizon", "1",
                                "--embed-dim", "32", "--num-heads", "2", "--batch-size", "16",
                                "--max-steps", "2"]) == 0
     with open(out / "log.jsonl") as f:

@@ -106,7 +106,7 @@ def test_each_model_is_one_record_and_each_flag_of_a_model_is_in_its_record():
         assert set(m.flags) <= dests and set(m.arch) <= set(m.flags) | set(registry.SHARED_ARCH_FLAGS), name
         assert m.depth_flag in dests and set(m.defaults(vars(flags.resolved(["--model", name])))) <= set(m.flags)
         assert m.cpu_preset is None or presets.PRESETS[m.cpu_preset][1]["model"] == name, name
-    assert registry.arch_flags() >= set(registry.SHARED_ARCH_FLAGS) | {"recursions", "ode_steps"}
+    assert registry.arch_flags() >= set(registry.SHARED_ARCH_FLAGS) | {"recursions", "solver"}
     assert read["num_blocks"] == ("vit", "bvit") and read["recursions"] == ("srvit",)
 
 

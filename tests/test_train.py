@@ -172,7 +172,6 @@ def bad_cases(tmp_path, cifar):
         "depth dropout 1": (d + ["--model", "revit", "--depth-dropout", "1"], "--depth-dropout"),
         "negative depth dropout": (d + ["--model", "revit", "--depth-dropout", "-0.1"], "--depth-dropout"),
         "zero recursions": (d + ["--model", "srvit", "--recursions", "0"], "--recursions"),
-        "zero ode steps": (d + ["--model", "odevit", "--ode-steps", "0"], "--ode-steps"),
         "zero lr": (d + ["--lr", "0"], "--lr"),
         "negative lr": (d + ["--lr", "-1e-3"], "--lr"),
         "zero batch": (d + ["--batch-size", "0"], "--batch-size"),

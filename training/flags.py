@@ -181,7 +181,8 @@ def add_model_flags(p):
     a("--size", choices=list(SIZES), help="named width: ti D=192 h=3, s 384/6, b 768/12, l 1024/16 "
       "(depth 12, 24 for l); explicit flags override it (default: ti)")
     a("--embed-dim", type=positive(int), help="token width D (default: by --size)")
-    a("--depth", type=positive(int), help="block applications (steps) (default: by --size: 12, 24 for l)")
+    a("--depth", type=positive(int), help="block applications (steps); for odevit solver steps, not block "
+      "evaluations (default: by --size: 12, 24 for l)")
     a("--num-heads", type=positive(int), help="attention heads (default: by --size)")
     a("--mlp-ratio", type=positive(float), default=4.0, help="MLP hidden width / D")
     a("--patch-size", type=positive(int), help="(default: 4 for images up to 64 px, else 16)")
@@ -232,8 +233,6 @@ def add_model_flags(p):
     a = p.add_argument_group('model: ODEViT', 'odevit.py').add_argument
     a("--solver", default="euler", choices=["euler", "midpoint", "heun", "rk4"], help="odevit: "
       "fixed-step solver; block evaluations (NFE) per step 1, 2, 2, 4")
-    a("--ode-steps", type=positive(int), help="odevit: solver steps (default: --depth); for odevit "
-      "a depth (--depth, --eval-depths) counts solver steps, not block evaluations")
     a("--horizon", type=positive(float), help="odevit: integration horizon T (default: the number "
       "of steps, so h = T/steps = 1, which with euler is the bViT recurrence)")
     a("--field", default="subtracted", choices=["subtracted", "blackbox"], help="odevit: "
@@ -396,8 +395,6 @@ def resolve(args, p, img_size):
         p.error(f"--num-blocks {args.num_blocks} exceeds --depth {args.depth}")
     if args.depth % args.stages:
         p.error(f"--stages {args.stages} must divide --depth {args.depth}")
-    if args.model == "odevit":  # a depth counts solver steps: --ode-steps, else --depth; args.depth follows,
-        args.depth = args.ode_steps or args.depth  # so that the log, args.json and the checkpoint state it
     wrong = check_eval_depths(args)  # (before training, not after hours of it)
     if wrong:
         p.error(wrong)
@@ -609,6 +606,15 @@ def read_config(p, path):
         raw = {**{k: v for k, v in lower.items() if k != "config"}, **{k: v for k, v in raw.items() if k != "config"}}
     actions = {a.dest: a for a in p._actions if a.dest != "help"}
     config = {k.lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    for old, now in FOLDED_FLAGS.items():  # (a flag folded into another: its value moves there, or must agree)
+        if old in config and old not in actions:
+            v = config.pop(old)
+            if v is not None and config.get(now) is None:
+                config[now] = v
+            elif v is not None and config[now] != v:
+                p.error(f"--config {path}: {old} {json.dumps(v)} and {now} {json.dumps(config[now])}: "
+                        f"--{old.replace('_', '-')} is --{now.replace('_', '-')} now; keep one value under \"{now}\" "
+                        f"and remove \"{old}\"")
     trains = config.get("model")
     if isinstance(trains, str) and trains not in trained(p) and script_of(trains):
         p.error(f"--config {path}: the flags of a --model {trains} run, which {p.prog} does not train: python "
@@ -774,19 +780,21 @@ EVAL_RUN_FLAGS = {"eval_only", "resume", "eval_depths", "out_dir", "device", "am
 RESUME_FLAGS = {"data_dir"}
 # Flags that rvits once had and cut (issue 51): a checkpoint trained with one of them set is refused (check_source).
 CUT_FLAGS = ("stage_weights", "detach_stages", "step_embed")
+# Flags folded into another (issue 78): {old dest: the flag that now says it}. ODEViT's --ode-steps was --depth under
+# a second name (resolve set --depth to it), so an older args.json holds both at one value, or ode_steps null.
+FOLDED_FLAGS = {"ode_steps": "depth"}
 # (The flags --finetune takes from an rvits checkpoint unless given, what shapes the weights: registry.arch_flags.)
 
 
 # Flags that set the same quantity: giving the key keeps these from coming from a checkpoint, so the
 # given flag is applied instead of being overridden (--size sets the width, heads and depth unless
-# they are given; for odevit --ode-steps is the number of steps, --depth its default); an entry point
-# adds its own (Entry.linked).
-LINKED = {"size": ("embed_dim", "num_heads", "depth"), "depth": ("ode_steps",), "ode_steps": ("depth",)}
+# they are given); an entry point adds its own (Entry.linked).
+LINKED = {"size": ("embed_dim", "num_heads", "depth")}
 
 
 def linked(named, p=None):
     """The flags set through the flags `named` (LINKED and the entry point's of parser `p`, followed through:
-    --size sets --depth, which for ODEViT sets --ode-steps)."""
+    --size sets --depth)."""
     links, out, todo = {**LINKED, **(p.entry.linked if p is not None else {})}, set(), list(named)
     while todo:
         for k in links.get(todo.pop(), ()):

@@ -91,14 +91,14 @@ def build_srvit(args, common):
 def build_odevit(args, common):
     import odevit
     # For odevit a depth counts solver steps (block evaluations = steps x 1, 2, 2, 4 for euler, midpoint,
-    # heun, rk4): args.depth is --ode-steps, else --depth (flags.resolve)
+    # heun, rk4): --depth
     return odevit.ODEViT(solver=args.solver, horizon=args.horizon, field=args.field, extend=args.extend,
                          stages=args.stages, **common)
 
 
 # The registry: --model name -> its record. A new model adds one (in this table, or MODELS["name"] = Model(...)).
 REVIT = ("experts", "depth_dropout", "routing", "lora_rank", "router_lr_scale", "lambda_bal", "lambda_z", "lambda_div")
-ODEVIT = ("solver", "ode_steps", "horizon", "field", "extend")
+ODEVIT = ("solver", "horizon", "field", "extend")
 MODELS = {
     "vit": Model(build_bvit, flags=("num_blocks", "stages"), arch=("num_blocks",),
                  defaults=lambda run: {"num_blocks": run["depth"]}),  # untied: a block per step
@@ -107,7 +107,7 @@ MODELS = {
     "revit": Model(build_revit, flags=REVIT, arch=("experts", "routing", "lora_rank")),
     "srvit": Model(build_srvit, flags=("recursions",), arch=("recursions",), depth_flag="recursions"),
     "odevit": Model(build_odevit, flags=("stages", *ODEVIT), arch=ODEVIT,
-                    defaults=lambda run: {"ode_steps": run["depth"], "horizon": run["depth"]}),  # T = the steps
+                    defaults=lambda run: {"horizon": run["depth"]}),  # T = the steps
 }
 # Models that another entry point trains, each with its own script, which training/ never imports: train.py
 # names the script where a run of theirs (a preset, a checkpoint, a --config file) is given to it.
