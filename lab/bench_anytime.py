@@ -40,12 +40,12 @@ def check(p, args):
     if not os.path.isfile(os.path.join(args.anytime, "ckpt.pt")):
         p.error(f"{args.anytime}: no ckpt.pt there (a run folder kept without its checkpoint, as in lab/results/, "
                 "cannot be timed); give the folder of a run that holds one")
-    from training.registry import MODELS
+    from training.registry import ELSEWHERE
     try:  # its --model, from the args.json train.py writes beside ckpt.pt
         kind = json.load(open(os.path.join(args.anytime, "args.json"))).get("model")
     except (OSError, ValueError, AttributeError):
         kind = None
-    if kind in MODELS and MODELS[kind].reconstructs:  # (analyze.py --anytime, which the line below names, refuses it)
+    if kind in ELSEWHERE:  # (analyze.py --anytime, which the line below names, refuses it)
         p.error(f"{args.anytime}: a --model {kind} run, a tokenizer; early exit reads a classifier's "
                 "predictions: give the folder of a classifier's run")
     if not os.path.isfile(os.path.join(args.anytime, "anytime.json")):

@@ -39,11 +39,16 @@ def build(name, **over):
 def test_every_arms_file_resolves_to_its_own_flags_and_its_run_names_the_arm(capsys):
     """Each arm through --config resolves to exactly its flags (what --preset NAME gave before issue 78), and
     --print-config (what args.json records) names the arm's file, not a preset."""
-    dests = set(vars(get_parser().parse_args([])))
+    import train_loopvae
+    from loopvae_train import flags as lvflags
+    from arms import entry
+    parsers = {"train.py": (get_parser(), train.cli), "train_loopvae.py": (lvflags.get_parser(), train_loopvae.cli)}
     for name, (what, flags) in ARMS.items():
+        parser, cli = parsers[entry(name)]  # (LoopVAE's arms: train_loopvae.py's flags)
+        dests = set(vars(parser.parse_args([])))
         assert set(flags) <= dests, (name, set(flags) - dests)  # a typo would be refused, not ignored
         assert what and TIMES[name] and name.startswith(("c100-mini-", "c100-gpu-"))
-        cfg = config(capsys, *as_config(name))
+        cfg = config(capsys, *as_config(name), cli=cli)
         assert cfg["preset"] is None and os.path.basename(cfg["config"]) == f"{name}.json", name
         # resolve() may fill what a flag left out (a None eval_depths stays None; --size's width): never change one given
         assert {k: cfg[k] for k in flags if flags[k] is not None} == {k: v for k, v in flags.items() if v is not None}, name

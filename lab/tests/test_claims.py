@@ -238,11 +238,14 @@ def test_readmes_headlines_are_what_the_kept_runs_give(tmp_path, capsys):
     block a rebuild would not write survives)."""
     import shutil
     import headlines
-    readme = tmp_path / "README.md"
+    readme, results = tmp_path / "README.md", tmp_path / "results.md"
     shutil.copy(os.path.join(ROOT, "README.md"), readme)
-    headlines.main(["--readme", str(readme)])
+    shutil.copy(os.path.join(ROOT, "lab", "docs", "results.md"), results)
+    headlines.main(["--readme", str(readme), "--results", str(results)])
     assert readme.read_text() == open(os.path.join(ROOT, "README.md")).read()
-    assert "not engaged at this scale" in capsys.readouterr().out  # the supervised reViT rows
+    assert results.read_text() == open(os.path.join(ROOT, "lab", "docs", "results.md")).read()  # replication, timeline
+    out = capsys.readouterr().out
+    assert "E=4 vs MoEUT disagree" in out and "experts idle" in out  # the rule's verdict, the gate beside it
 
 
 def test_headlines_tally_names_every_verdict_that_is_not_the_commonest():

@@ -89,7 +89,8 @@ def test_the_fig2_table_is_what_the_kept_runs_give(tmp_path):
 def test_every_table_of_the_results_page_has_a_test_that_rebuilds_it():
     names = {line.split()[1] for line in open(RESULTS, encoding="utf-8") if line.startswith("<!-- ") and "/" not in line}
     assert names == {"gpu-table", "gpu-verdicts", "mini-table", "mini-verdicts", "anytime", "teacher-claims",
-                     "fig2-claims", "untested-claims", "loopvae-claims"}
+                     "fig2-claims", "untested-claims", "loopvae-claims",
+                     "replication", "timeline"}  # (the last two: lab/tests/test_claims.py, lab/headlines.py --results)
 
 
 def test_every_kept_runs_args_json_loads(tmp_path):
@@ -97,10 +98,13 @@ def test_every_kept_runs_args_json_loads(tmp_path):
     --config files: the file of any kept run starts it again. They recorded their study arm as "preset"
     (c100-mini-..., a preset until issue 78: now an arm of lab/arms.py); arms.kept_config drops that name."""
     import arms
+    from loopvae_train import flags as lvflags
     from training import flags
     lines = [ln for s in os.listdir(os.path.join(ROOT, "lab", "results"))
              for ln in kept.read(os.path.join(ROOT, "lab", "results", s)) if "args.json" in ln["files"]]
     assert len(lines) > 100
     for i, ln in enumerate(lines):
-        (tmp_path / f"{i}.json").write_text(json.dumps(arms.kept_config(json.loads(ln["files"]["args.json"]))))
-        flags.resolved(["--config", str(tmp_path / f"{i}.json")])
+        args = arms.kept_config(json.loads(ln["files"]["args.json"]))
+        (tmp_path / f"{i}.json").write_text(json.dumps(args))  # (LoopVAE's runs: train_loopvae.py's flags)
+        flags.resolved(["--config", str(tmp_path / f"{i}.json")],
+                       entry=lvflags.ENTRY if args.get("model") == "loopvae" else None)

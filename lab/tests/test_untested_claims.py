@@ -231,7 +231,7 @@ def test_partner_runs_in_another_folder_are_read_with_the_study(tmp_path, capsys
     summarize_untested.main([str(tmp_path / "untested"), "--no-measure"])
     assert width_row().endswith("| not run |")
     summarize_untested.main([str(tmp_path / "untested"), str(tmp_path / "seed2"), "--no-measure"])
-    assert width_row().endswith("| agree |")  # vit - bvit read from seed2, bvit's CKA included
+    assert width_row().endswith("| agree (signature holds) |")  # vit - bvit read from seed2, bvit's CKA included
     assert not (tmp_path / "seed2" / "summary.md").exists()
     capsys.readouterr()
 
