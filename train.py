@@ -282,7 +282,7 @@ def load_data(args, p, **images):
     except (data.DataError, ValueError) as e:
         raise Fail(str(e))
     if train_set is not None and args.data in data.FOLDERS:  # images far smaller than --img-size: one line (rank 0)
-        small = data.small_images(train_set, img_size, args.patch_size)  # (the patch size as given: None by default)
+        small = data.small_images(train_set, img_size, getattr(args, "patch_size", None))  # (as given; LoopVAE: none)
         if small and os.environ.get("RANK", "0") == "0":
             print(small)
     args = p.entry.resolve(args, p, img_size)
