@@ -6,7 +6,11 @@ grid and p-value) and its realized risk and mean steps on the evaluation half.
 
     python lab/anytime_study.py RUN [RUN ...] --out-dir lab/results/anytime-policy [--splits 50] [--bench]
 
-RUN: a run folder holding ckpt.pt (train.py's --out-dir). Writes OUT/anytime_study.json and (matplotlib)
+RUN: a run folder holding ckpt.pt (train.py's --out-dir), named ARM/seed<k> as lab/reproduce_mini.sh names them.
+Per run, OUT/ARM/seed<k>/ holds its part of the study (anytime_study.json), where the study ran (done.json:
+commit, commit date, CPU model, threads; what lab/claims.py dates the claims' judging runs by) and the training
+run's own record (train_done.json, train_args.json, train_log.jsonl: which checkpoint, made where), so that
+`python lab/keep_results.py OUT lab/results/anytime-policy` keeps each run as a line. Writes OUT/anytime_study.json and (matplotlib)
 OUT/anytime_study.png: realized risk against eps with the band up to the (1 - delta) quantile of the splits
 (which the guarantee puts under the line risk = eps, up to the evaluation half's own sampling error), and
 the mean fraction of the budget's block applications against eps. Per (run, rule, eps): the fraction of
@@ -27,7 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Subset  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the lab's own modules
 import anytime  # noqa: E402
+import provenance  # noqa: E402  (where a result was measured)
 import bench  # noqa: E402
 from training import flags  # noqa: E402
 from training.exits import Fail  # noqa: E402
@@ -152,6 +158,28 @@ def study_run(path, args):
     return res
 
 
+def keep_run(run, res, out_dir, stamp):
+    """Write run `run`'s part of the study `res` to OUT/ARM/seed<k>/ (module docstring): anytime_study.json, the
+    study's done.json (`stamp`: where it ran) and the training run's done.json, args.json and log.jsonl as
+    train_*. Returns the folder."""
+    import shutil
+    with open(os.path.join(run, "args.json")) as f:
+        seed = json.load(f)["seed"]
+    path = os.path.abspath(run)
+    arm = os.path.basename(os.path.dirname(path) if os.path.basename(path).startswith("seed") else path)
+    dest = os.path.join(out_dir, arm, f"seed{seed}")
+    os.makedirs(dest, exist_ok=True)
+    for name in ("done.json", "args.json", "log.jsonl"):
+        if os.path.isfile(os.path.join(run, name)):
+            shutil.copyfile(os.path.join(run, name), os.path.join(dest, "train_" + name))
+    with open(os.path.join(dest, "anytime_study.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(dest, "done.json"), "w") as f:
+        json.dump({**stamp, "study": "lab/anytime_study.py", "checkpoint": run,
+                   "checkpoint_sha256": res["checkpoint_sha256"], "seconds": res["seconds"]}, f)
+    return dest
+
+
 def figure(res, path, eps_list, delta):
     plt = pyplot(path)
     if plt is None:
@@ -207,9 +235,19 @@ def main(argv=None):
     t0 = time.time()
     res = {"config": {k: getattr(args, k) for k in ("splits", "eps", "delta", "rules", "loss", "p_value", "num_images")},
            "runs": {}}
+    for run in args.runs:
+        if not os.path.isfile(os.path.join(run, "args.json")):
+            p.error(f"{run}: no args.json there; give train.py's run folders")
+    commit = provenance.commit()
+    stamp = {"commit": commit, "commit_date": provenance.commit_date(commit), "cpu": provenance.cpu_model(),
+             "threads": torch.get_num_threads(), "device": args.device}
+    res["config"].update(stamp)
     try:
         for run in args.runs:
+            t = time.time()
             res["runs"][run] = study_run(run, args)
+            res["runs"][run]["seconds"] = time.time() - t
+            keep_run(run, res["runs"][run], args.out_dir, stamp)
     except Fail as e:
         p.error(str(e))
     res["config"]["seconds"] = time.time() - t0

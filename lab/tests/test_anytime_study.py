@@ -47,6 +47,7 @@ def test_the_study_runs_on_a_tiny_checkpoint_and_writes_its_json(tmp_path, capsy
     run = tmp_path / "bvit"
     assert train.cli(TINY + ["--data", "cifar100", "--data-dir", cifar, "--max-steps", "1", "--model", "bvit",
                              "--out-dir", str(run)]) == 0
+    (run / "done.json").write_text('{"commit": "abc1234", "cpu": "X"}')  # (reproduce_mini.sh's record of the run)
     out = tmp_path / "study"
     assert anytime_study.main([str(run), "--out-dir", str(out), "--splits", "3", "--eps", "0.05", "0.2",
                                "--bench", "--smoke", "--device", "cpu"]) == 0
@@ -56,6 +57,12 @@ def test_the_study_runs_on_a_tiny_checkpoint_and_writes_its_json(tmp_path, capsy
     assert s["splits"] == 3 and len(s["per_split"]) == 3 and 0 <= s["violation_rate"] <= 1
     assert 1 <= s["mean_steps"] <= 2 and math.isclose(s["fraction_of_blocks"], s["mean_steps"] / 2)
     assert set(res["bench"]["kl"]["batches"]) == {"1", "64", "256"}
+    kept = out / "bvit" / "seed0"  # the run's part, kept as a line by lab/keep_results.py: where the study ran
+    done = json.loads((kept / "done.json").read_text())
+    assert done["commit"] and done["cpu"] and done["checkpoint_sha256"] == res["checkpoint_sha256"]
+    assert json.loads((kept / "anytime_study.json").read_text())["budget"] == 2
+    assert (kept / "train_log.jsonl").read_text() == (run / "log.jsonl").read_text()
+    assert (kept / "train_args.json").is_file() and json.loads((kept / "train_done.json").read_text())["cpu"] == "X"
     with pytest.raises(SystemExit) as e:
         anytime_study.main([str(tmp_path), "--out-dir", str(out)])
     assert e.value.code == 2 and "no ckpt.pt there" in capsys.readouterr().err
