@@ -90,7 +90,14 @@ def test_every_table_of_the_results_page_has_a_test_that_rebuilds_it():
     names = {line.split()[1] for line in open(RESULTS, encoding="utf-8") if line.startswith("<!-- ") and "/" not in line}
     assert names == {"gpu-table", "gpu-verdicts", "mini-table", "mini-verdicts", "anytime", "teacher-claims",
                      "fig2-claims", "untested-claims", "loopvae-claims",
-                     "replication", "timeline"}  # (the last two: lab/tests/test_claims.py, lab/headlines.py --results)
+                     "replication", "timeline",  # (these two: lab/tests/test_claims.py, lab/headlines.py --results)
+                     "anytime-policy"}
+
+
+def test_the_exit_policy_table_is_what_the_kept_runs_give():
+    import summarize_anytime_policy
+    runs = summarize_anytime_policy.load_runs(os.path.join(ROOT, "lab", "results", "anytime-policy"))
+    assert marked(open(RESULTS, encoding="utf-8").read(), "anytime-policy") == summarize_anytime_policy.blocks(runs).strip()
 
 
 def test_every_kept_runs_args_json_loads(tmp_path):
