@@ -377,6 +377,19 @@ class Policy:
                 f"{1 - self.delta:.3g}, budget {self.budget} steps)")
 
 
+class Exiting(torch.nn.Module):
+    """`model` under `policy`, as one module (what hubconf.from_run(run, policy=...) returns): forward(x)
+    (B, C, H, W) -> (logits (B, classes), steps (B,) long, 1..budget), policy(model, x) exactly; the policy
+    checks the model's weights on the first call (PolicyError for another model's)."""
+
+    def __init__(self, model, policy):
+        super().__init__()
+        self.model, self.policy = model, policy
+
+    def forward(self, x):
+        return self.policy(self.model, x)
+
+
 def losses_of(tr, reference, rule, grid):
     """(n, T) float losses of each image at each threshold of `grid`: 1[its exit prediction != reference],
     tr a trace (pred (n, L) and the rule's statistic), reference (n,) long. And (T,) mean steps (1..L)."""

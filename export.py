@@ -10,7 +10,13 @@
   phase map picks a module per step: a module cannot be selected by a tensor), ODEViT with extend="refine"
   (its step size T / n is a Python float of the solver), and the token-dispatch routings (as above).
 
-Both are for inference: the model in eval mode (no drop path, no depth dropout), float32 or the
+- export_policy: an anytime exit policy (anytime.py) in the graph, `program(x)` -> (logits, steps) as
+  policy(model, x) gives them: the steps as torch.while_loop up to the policy's budget, the rule read after
+  each step, an image's logits and step count kept when it exits, the loop ending once every image has.
+  A graph's batch cannot shrink, so an image that has left is still computed until the last one leaves:
+  the same numbers as the eager exit path, not its saving per image (that is the eager path's, anytime.run).
+
+All are for inference: the model in eval mode (no drop path, no depth dropout), float32 or the
 model's dtype. docs/models.md ("From Python") lists what each model exports; tests/test_export.py checks
 the programs against eager at depths 6, 12 and 24.
 """
@@ -181,3 +187,55 @@ def export_loop(model, batch=2):
     with torch.no_grad():
         return torch.export.export(loop, (x, n), dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1)},
                                                                  "n": None})
+
+
+class ExitLoop(nn.Module):
+    """(logits (B, classes), steps (B,) long) = program(x) under an exit policy (export_policy)."""
+
+    def __init__(self, model, rule, threshold, budget):
+        super().__init__()
+        self.model, self.rule, self.threshold, self.budget = model, rule, threshold, budget
+        self.start, self.body, self.end = loop_parts(model)
+
+    def forward(self, x):
+        import anytime
+        n = torch.full((), self.budget, dtype=torch.int64, device=x.device)
+        state = self.start(x, n)
+        B = x.shape[0]
+        logits = x.new_zeros(B, self.model.num_classes)
+        carry = (torch.zeros((), dtype=torch.int64, device=x.device), torch.ones(B, dtype=torch.bool, device=x.device),
+                 logits, torch.zeros(B, dtype=torch.int64, device=x.device),
+                 torch.zeros(B, self.model.num_classes, device=x.device),  # the previous step's log-probabilities
+                 torch.zeros(B, device=x.device), *state)  # the previous step's RMS change of the tokens
+
+        def step(i, active, out, steps, logp, d_prev, *s):  # (s[0]: the previous step's tokens, the embedding at 0)
+            h_prev, s = s[0], self.body(i, n, *s)
+            logits = self.end(s)
+            st = anytime.stats(logits, s[0], {"h": h_prev, "logp": logp, "d": d_prev})  # (anytime.run's)
+            fire = anytime.fires(self.rule, st, self.threshold)
+            if self.rule in ("kl", "second-order"):  # (no previous step at i = 0: eager's nan never fires)
+                fire = fire & (i >= 1)
+            done = active & (fire | (i == n - 1))
+            return (i + 1, active & ~done, torch.where(done[:, None], logits.to(out.dtype), out),
+                    torch.where(done, i + 1, steps), st["logp"], st["d"], *s)
+
+        out = torch.while_loop(lambda i, active, *_: (i < n) & active.any(), step, carry)
+        return out[2], out[3]
+
+
+def export_policy(model, policy, batch=2):
+    """torch.export.export of `model` under the anytime exit policy `policy` (anytime.Policy): program.module()(x),
+    x (B, C, H, W) with B dynamic, -> (logits (B, classes), steps (B,) long, 1..policy.budget), as policy(model, x)
+    (module docstring: every image is computed until the last one exits). Sets model.eval(). anytime.PolicyError
+    for a model whose weights are not the policy's; ValueError, with the reason, where the loop cannot be a graph
+    (export_loop's cases) or the model has no class head (num_classes=0)."""
+    import anytime
+    policy.check_model(model)
+    if not getattr(model, "num_classes", 0):
+        raise ValueError("num_classes=0: the model has no class head, so no logits for an exit rule to read")
+    model.eval()
+    threshold = anytime.NEVER[policy.rule] if policy.threshold is None else policy.threshold
+    program = ExitLoop(model, policy.rule, threshold, policy.budget)
+    with torch.no_grad():
+        return torch.export.export(program, (example_images(model, batch),),
+                                   dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1)}})

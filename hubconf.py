@@ -4,6 +4,7 @@ sizes, presets.py), and reViT-B/14 (the second regime's student):
     model = torch.hub.load("/path/to/rvits", "revit_s16", source="local", experts=4)   # a clone, untrained
     model = torch.hub.load("/path/to/rvits", "bvit_s16", source="local", weights="runs/bvit/ckpt.pt")
     model = torch.hub.load("/path/to/rvits", "from_run", source="local", run="runs/bvit")  # a trained run, eval mode
+    model = torch.hub.load("/path/to/rvits", "from_run", source="local", run="runs/bvit", policy="policy.json")
     torch.hub.list("OWNER/rvits")                          # the entry names, from a GitHub repository
 
 {vit, bvit, revit, srvit, odevit}_{ti, s, b, l}16 and revit_b14 build the model untrained (nothing is
@@ -60,13 +61,16 @@ def _no_release(name):
                       f"from_run (torch.hub.load(rvits, 'from_run', run=DIR)) or a checkpoint path (weights=PATH)")
 
 
-def from_run(run, img_size=None, pretrained=False):
+def from_run(run, img_size=None, pretrained=False, policy=None):
     """The trained model of the rvits run folder `run` (train.py's --out-dir; or its ckpt.pt), in eval mode:
     built from the flags of its args.json (the checkpoint's own when the folder has none), with the weights of
     its ckpt.pt (training/weights.py's read_weights: torch.load with weights_only=True) and its pretrained_cfg
     (timm's data config) as the checkpoint saved it. `img_size`: another input size than the run's (its
-    position embedding interpolated on the fly, dynamic_img_size). Raises training.exits.Fail (one line) for a
-    folder without ckpt.pt, a file that is no classifier's checkpoint, or weights that do not fit the flags."""
+    position embedding interpolated on the fly, dynamic_img_size). `policy`: an exit policy's JSON file written
+    for this run's checkpoint (`python anytime.py calibrate`): the model under it, anytime.Exiting, whose
+    forward(x) gives (logits (B, classes), steps (B,)) with each image leaving at its own step. Raises
+    training.exits.Fail (one line) for a folder without ckpt.pt, a file that is no classifier's checkpoint, or
+    weights that do not fit the flags; anytime.PolicyError (one line) for a policy of another checkpoint."""
     import json
     from training.flags import get_parser
     from training.registry import classifier_checkpoint, model_from_checkpoint
@@ -79,7 +83,14 @@ def from_run(run, img_size=None, pretrained=False):
     if os.path.isfile(flags) and classifier_checkpoint(ck, path, "from_run: run"):
         with open(flags, encoding="utf-8") as f:
             ck = {**ck, "args": json.load(f)}  # (plain JSON: the run's resolved flags, monitor.py writes them)
-    return model_from_checkpoint(ck, path, "from_run: run", get_parser(), img_size)
+    if policy is not None:
+        import anytime
+        policy = anytime.Policy.load(policy, checkpoint=path)  # (another checkpoint's: refused, one line)
+    model = model_from_checkpoint(ck, path, "from_run: run", get_parser(), img_size)
+    if policy is None:
+        return model
+    policy.check_model(model)
+    return anytime.Exiting(model, policy)
 
 
 def _entry(family, size, patch):

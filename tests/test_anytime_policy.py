@@ -229,6 +229,16 @@ def test_calibrate_then_evaluate_a_checkpoint_and_refuse_another_ones_policy(tmp
     res = json.loads(out.read_text())
     assert res["images"] == 20 and 1 <= res["mean_steps"] <= 2 and "[20:]" in res["evaluation"]
     capsys.readouterr()
+    import hubconf  # torch.hub's from_run takes the policy: the model under it, or one line for another checkpoint
+    exiting = hubconf.from_run(str(tmp_path / "a"), policy=pol)
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        logits, steps = exiting(x)
+    assert isinstance(exiting, anytime.Exiting) and torch.equal(steps, anytime.Policy.load(pol)(exiting.model, x)[1])
+    assert torch.equal(logits, anytime.Policy.load(pol)(exiting.model, x)[0]) and 1 <= steps.min() <= steps.max() <= 2
+    with pytest.raises(anytime.PolicyError, match="calibrate a policy for this checkpoint") as e:
+        hubconf.from_run(str(tmp_path / "b"), policy=pol)
+    assert "\n" not in str(e.value)
     for argv, says in ((["evaluate", "--resume", other, "--policy", pol], "calibrate a policy for this checkpoint"),
                        (["evaluate", "--resume", ck, "--policy", pol, "--budget", "3"], "--budget 3: the policy was "
                         "calibrated for 2 steps"),
@@ -241,3 +251,38 @@ def test_calibrate_then_evaluate_a_checkpoint_and_refuse_another_ones_policy(tmp
         assert anytime.cli(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], (argv, err)
+
+
+@pytest.mark.parametrize("name, rule", [(n, "confidence") for n in ("bvit", "revit", "revit-elastic", "srvit", "odevit")]
+                         + [("bvit", "kl"), ("revit-elastic", "kl"), ("srvit", "update"), ("odevit", "second-order")])
+def test_the_exported_policy_gives_the_eager_exit_paths_logits_and_steps(name, rule):
+    """export.export_policy: the exit rule in the graph (torch.while_loop), each image's logits and step count as
+    policy(model, x) gives them, at a batch size other than the export's."""
+    import export
+    m, budget = models()[name], 6
+    torch.manual_seed(1)
+    x = torch.randn(8, 3, 16, 16)
+    tr = anytime.trace(m, x, budget)
+    v = tr[{"confidence": "conf", "kl": "kl", "update": "update", "second-order": "second"}[rule]]
+    v = v[~v.isnan()].sort().values
+    # a threshold halfway between two values (none on a rounding edge) at which images leave at 3+ different steps
+    threshold = next(t for t in ((v[1:] + v[:-1]) / 2).tolist() if len(set(anytime.exit_steps(tr, rule, t).tolist())) > 2)
+    policy = policy_for(m, rule, threshold, budget)
+    want_logits, want_steps = policy(m, x)
+    program = export.export_policy(m, policy).module()
+    with torch.no_grad():
+        logits, steps = program(x)
+    assert len(set(want_steps.tolist())) > 2 and torch.equal(steps, want_steps), (steps, want_steps)
+    assert torch.allclose(logits, want_logits, rtol=0, atol=1e-5), (logits - want_logits).abs().max()
+
+
+def test_an_exported_policy_without_a_threshold_runs_the_budget_and_another_models_is_refused():
+    import export
+    ms = models()
+    m, x = ms["bvit"], torch.randn(3, 3, 16, 16)
+    program = export.export_policy(m, policy_for(m, "confidence", None, 5)).module()
+    with torch.no_grad():
+        logits, steps = program(x)
+        assert (steps == 5).all() and torch.allclose(logits, m(x, depth=5), rtol=0, atol=1e-5)
+    with pytest.raises(anytime.PolicyError, match="calibrate a policy for this model"):
+        export.export_policy(ms["revit"], policy_for(m, "confidence", 0.5, 5))
