@@ -244,9 +244,10 @@ def lines():
         cores = [(core, sorted({plain(r[3]) for r in rows if r[0].startswith(f"1. sharing, {core} core")}))
                  for core in ("CNN", "Transformer")]
         comp = by["loopvae-sharing-vit-competitive"]
+        said_ = next(plain(r[3]) for r in rows if r[0].startswith("1'. sharing"))  # (its fresh seeds' verdict)
         out.append("**LoopVAE's sharing** (exploratory): " + ", ".join(f"{core} {' / '.join(vs)}" for core, vs in cores if vs)
                    + " (Transformer: signature not measured; its '>' misregistered: the paper says 'competitive', a "
-                   f"'~' claim registered at {comp.registered.split()[-1]} for seeds 3-5, not run) ({LINK['loopvae']}).")
+                   f"'~' claim registered at {comp.registered.split()[-1]} for seeds 3-5, {said_}) ({LINK['loopvae']}).")
     return out
 
 

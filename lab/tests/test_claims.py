@@ -361,3 +361,22 @@ def test_the_replication_is_registered_on_fresh_seeds_no_study_ran_before():
             assert json.loads(ln["files"]["train_done.json"]) == json.loads(trained[ln["arm"], ln["seed"]]), ln["dir"]
     seen = {seed for _, seed, _, _ in claims.kept_runs("replication")}
     assert seen <= fresh, seen - fresh
+
+
+def test_loopvaes_competitive_claim_is_judged_on_its_fresh_seeds_only_both_ways():
+    """Issue 77: the Transformer core's "competitive" (a "~" claim, +-0.3 dB) reads only seeds 3-5; the seeds 0-2 that
+    predate it never enter, whatever they say."""
+    import summarize_loopvae
+
+    def runs(gaps, seeds):
+        return {"vit-global": [{"seed": s, "psnr": 20.0 + g, "cpu": "X"} for s, g in zip(seeds, gaps)],
+                "vit-none": [{"seed": s, "psnr": 20.0, "cpu": "X"} for s in seeds]}
+
+    def said(r):
+        return next(row[3] for row in summarize_loopvae.claims(r, None) if row[0].startswith("1'."))
+    old = runs([-2.0, -2.1, -1.9], (0, 1, 2))  # far apart on seeds before the claim: not its data
+    assert said(old) == "not run"
+    near = runs([0.01, -0.02, 0.03], (3, 4, 5))
+    far = runs([-1.0, -1.1, -0.9], (3, 4, 5))
+    mix = {k: old[k] + near[k] for k in old}
+    assert said(near).startswith("agree") and said(mix).startswith("agree") and said(far).startswith("disagree")
