@@ -433,6 +433,11 @@ def test_every_number_flag_of_every_tool_refuses_nan_inf_and_a_fraction_where_it
     without RandAugment). Every flag of every tool that takes numbers refuses nan, inf and -inf; every
     integer flag refuses 0.5; and the tool says so in one line (training/flags.py's number types and
     Parser)."""
+    check_number_flags(path, monkeypatch, capsys)
+
+
+def check_number_flags(path, monkeypatch, capsys):
+    """The rule of the test above on the tool at `path` (lab/tests/test_lab_house.py applies it to the lab's)."""
     from training.exits import Fail
     parser = tool_parser(path, monkeypatch)
     numbers = list(typed_numbers(parser))

@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from test_house import (ROOT, check_package_docstring, imports, made_in, stale_paths, tool_parser, tools,
-                        typed_numbers, refuses)
+from test_house import ROOT, check_number_flags, check_package_docstring, imports, made_in, stale_paths, tools
 
 LAB_TOOLS = tools("lab")
 PAGES = ["lab/README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "lab", "docs", "*.md")))]
@@ -44,17 +43,4 @@ def test_lab_tools_are_all_found():
 @pytest.mark.parametrize("path", LAB_TOOLS)
 def test_every_number_flag_of_every_lab_tool_refuses_nan_inf_and_a_fraction_where_it_counts(path, monkeypatch, capsys):
     """tests/test_house.py's rule for the lab's tools (issue 62, items 7 and 9)."""
-    from training.exits import Fail
-    parser = tool_parser(path, monkeypatch)
-    numbers = list(typed_numbers(parser))
-    if not numbers:
-        return
-    let_through = [f"{flag} {s}" for flag, kind, _ in numbers for s in ("nan", "inf", "-inf", "1e999") if not refuses(kind, s)]
-    truncated = [f"{flag} 0.5" for flag, kind, whole in numbers if whole == "int" and not refuses(kind, "0.5")]
-    assert not let_through + truncated, f"{path} takes {', '.join(let_through + truncated)}"
-    capsys.readouterr()
-    with pytest.raises((SystemExit, Fail)) as e:
-        parser.error("argument --x: expected a finite number, got 'nan'")
-    said = capsys.readouterr().err if e.type is SystemExit else str(e.value)
-    assert said.strip().count("\n") == 0 and "expected a finite number" in said, f"{path}: {said!r}"
-    assert e.type is Fail or e.value.code == 2
+    check_number_flags(path, monkeypatch, capsys)
