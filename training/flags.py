@@ -488,6 +488,30 @@ def resolve_warmup(args, p):
     args.warmup_epochs = short_warmup(args.epochs)
 
 
+# The epoch-valued flags that the schedule turns into a count of optimizer steps (train.optimizer_and_schedule):
+# dest -> (the Run field holding its steps, what 0 steps of it leave). (--epochs itself: an epoch of 0 steps is
+# refused, train.py's main().)
+IN_STEPS = {"warmup_epochs": ("warmup", "no warmup, its lr at --lr from the first step")}
+
+
+def rounded_to_nothing(p, args, run):
+    """One note per flag of IN_STEPS given > 0 (command line, --config, preset: `given`) that comes to 0 optimizer
+    steps of `run` (a short --max-steps, a small training set): a warmup of 0 steps is none, and nothing else
+    would say so. The run's first lines print them (announce's `notes`)."""
+    if args.eval_only or not run.total_steps:
+        return []
+    notes = []
+    for dest, (steps, left) in IN_STEPS.items():
+        value, flag = getattr(args, dest), f"--{dest.replace('_', '-')}"
+        if value > 0 and not getattr(run, steps) and given(p, [dest]):
+            notes.append(f"note: {flag} {value:g} comes to 0 of this run's {run.total_steps} optimizer steps "
+                         f"({value:g} of --epochs {args.epochs}" + (f", cut to --max-steps {args.max_steps}" if
+                         args.max_steps and args.max_steps < args.epochs * run.steps_per_epoch else "") +
+                         f"): the run has {left}; " + (f"give {flag} {args.epochs / run.total_steps:.3g} or more for "
+                         "one step, or 0" if run.total_steps > 1 else "a run of one step has no room for one: give 0"))
+    return notes
+
+
 def parse_args(p, argv=None):
     """Parse argv; with --preset NAME and --config FILE, parse again with the preset's flags, then the
     file's (read_config), as the defaults, so the flags given on the command line override them (and
