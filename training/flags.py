@@ -358,7 +358,8 @@ def add_run_flags(p):
       "paper's Table 6: 1.0, no cut); CIFAR is evaluated whole")
     a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
-      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
+      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed; "
+      "depth_eval-2.json ... where OUT holds one this run did not make)")
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
