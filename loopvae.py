@@ -378,6 +378,12 @@ class LoopVAE(nn.Module):
             raise ValueError(f"need share in {SHARES} and operator in {OPERATORS}, got {share!r}, {operator!r}")
         if S < 1 or min(loops) < 1 or num_blocks < 1:
             raise ValueError(f"need num_blocks >= 1 and loops of positive pass counts, got {num_blocks}, {loops}")
+        dims = dict(img_size=img_size, in_chans=in_chans, embed_dim=embed_dim, latent_dim=latent_dim,
+                    num_groups=num_groups, kernel_size=kernel_size)
+        dims.update(dict(num_heads=num_heads, window_size=window_size) if operator == "vit" else {})
+        dims["int(embed_dim x mlp_ratio)"] = int(embed_dim * mlp_ratio)  # the blocks' MLP width
+        if min(dims.values()) < 1:  # (first: the checks below divide by these; a width of 0 computes nothing)
+            raise ValueError(", ".join(f"{k}={v}" for k, v in dims.items() if v < 1) + ": every width must be >= 1")
         if img_size % 2 ** S:
             raise ValueError(f"img_size {img_size} is not divisible by 2^{S} (one halving per scale)")
         if embed_dim % num_groups:

@@ -203,6 +203,10 @@ class ReViT(nn.Module):
                  class_token=True, layer_scale=None, drop_path_rate=0.0, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
+        dims = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+                    num_heads=num_heads, **{"int(embed_dim x mlp_ratio)": int(embed_dim * mlp_ratio)})  # (MLP width)
+        if min(dims.values()) < 1:  # (first: the checks below divide by these; a width of 0 computes nothing)
+            raise ValueError(", ".join(f"{k}={v}" for k, v in dims.items() if v < 1) + ": every width must be >= 1")
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
         if embed_dim % num_heads:
@@ -216,7 +220,7 @@ class ReViT(nn.Module):
                              f"(inits.py: inits.structured), got {init_base!r}, {init!r}")
         if loss not in ("ce", "bce"):
             raise ValueError(f"loss={loss!r}; allowed: 'ce', 'bce'")
-        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # (DenseReViT's)
+        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__", "dims")}  # (DenseReViT's)
         self.depth, self.experts, self.num_classes = depth, experts, num_classes
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.embed_dim, self.num_heads, self.mlp_ratio = embed_dim, num_heads, mlp_ratio

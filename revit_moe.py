@@ -193,7 +193,11 @@ class ReViTMoE(revit.ReViT):
         self._last_gates, self._stats = [], None
         D, E, blk = self.embed_dim, self.experts, self.blocks[0]
         H, N = int(D * self.mlp_ratio), (self.img_size // self.patch_size) ** 2  # dense hidden, patch tokens
-        hidden = H // {"deepseek": 2, "remoe": 4}.get(routing, 1)  # B: ehr 2 (DeepSeek-V3), 1 (ReMoE), else 4
+        narrower = {"deepseek": 2, "remoe": 4}.get(routing, 1)  # B: ehr 2 (DeepSeek-V3), 1 (ReMoE), else 4
+        hidden = H // narrower
+        if hidden < 1:  # (H >= 1: revit.ReViT checked it)
+            raise ValueError(f"routing={routing!r}: its experts' width int(embed_dim x mlp_ratio) // {narrower} = "
+                             f"{H} // {narrower} = {hidden}: every width must be >= 1")
         if hidden != H:  # narrower experts (and DeepSeek-V3's shared one), with the dense FFN init (A.1)
             blk.mlp = revit.ExpertMlp(D, hidden, E)
             if routing == "deepseek":

@@ -199,6 +199,10 @@ class SRViT(nn.Module):
                  class_token=True, layer_scale=None, drop_path_rate=0.0, init=None, init_base="timm",
                  loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
+        dims = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+                    num_heads=num_heads, **{"int(embed_dim x mlp_ratio)": int(embed_dim * mlp_ratio)})  # (MLP width)
+        if min(dims.values()) < 1:  # (first: the checks below divide by these; a width of 0 computes nothing)
+            raise ValueError(", ".join(f"{k}={v}" for k, v in dims.items() if v < 1) + ": every width must be >= 1")
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")
         if embed_dim % num_heads:

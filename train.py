@@ -97,7 +97,7 @@ def main(argv=None, stop=None):
     # 7. compile (before DDP), DDP
     model, distiller, compiled = compile_and_wrap(args, run, model, distiller, scope, why)
     if run.master:
-        announce(args, run, raw_model, compiled, distiller is not None)
+        announce(args, run, raw_model, compiled, distiller is not None, notes=flags.rounded_to_nothing(p, args, run))
 
     # 8. the loop
     step = run.start_step

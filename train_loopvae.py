@@ -88,7 +88,8 @@ def main(argv=None, stop=None):
     # 7. compile (before DDP), DDP
     model, _, compiled = tutorial.compile_and_wrap(args, run, model, None, scope, why)
     if run.master:
-        announce(args, run, raw_model, compiled, False, *stage2_lines(args, run))
+        also, notes = stage2_lines(args, run)
+        announce(args, run, raw_model, compiled, False, also, (*notes, *flags.rounded_to_nothing(p, args, run)))
 
     # 8. the loop; --eval-only: the checkpoint's metrics
     step = run.start_step

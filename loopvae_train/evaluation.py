@@ -56,8 +56,9 @@ def evaluate_reconstruction(model, loader, device, amp_ctx, stop=None, rfid=None
 
 def reconstruction_report(args, run, raw_model, ema, val_loader, step, rfid=None):
     """--eval-only of a tokenizer: its validation metrics (evaluate_reconstruction; the EMA weights with
-    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json (`run`: the run's Run, its
-    device, precision and stop; `step`: the checkpoint's). Raises Preempted for a stop request (one process:
+    --eval-ema) printed as one line and written to OUT/reconstruction_eval.json, or reconstruction_eval-2.json (the
+    next free number) where OUT holds one (results_files) (`run`: the run's Run, its device, precision and stop;
+    `step`: the checkpoint's). Raises Preempted for a stop request (one process:
     after the batch in flight)."""
     device, amp_ctx, master, stop = run.device, run.amp_ctx, run.master, run.stop
     weights, model = ("ema", ema.module) if args.eval_ema else ("model", raw_model)

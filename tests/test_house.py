@@ -315,6 +315,56 @@ def test_every_path_the_docs_name_exists():
     assert not stale, stale
 
 
+def results_names():
+    """The records a run writes through training/evaluation.py results_files (grepped from the product's calls):
+    --eval-only never takes one's name where OUT holds it, and writes NAME-2.json, the next free number, instead."""
+    found = set()
+    for path in ["train.py", "train_loopvae.py", *glob.glob(os.path.join(ROOT, "training", "*.py")),
+                 *glob.glob(os.path.join(ROOT, "loopvae_train", "*.py"))]:
+        found |= set(re.findall(r'results_files\(args, master, "(\w+)\.json"', source(path)))
+    return found
+
+
+def eval_only_claims(texts, names):
+    """The sentences of `texts` ({where: text}) that say --eval-only writes NAME.json (a name of `names`) without
+    its next free name (NAME-2.json or NAME-N.json) beside it: 'WHERE: SENTENCE' each."""
+    wrong = []
+    for where, text in texts.items():
+        for sentence in re.split(r"\.\s+(?=[A-Z`])", " ".join(text.split())):
+            if "eval-only" not in sentence or not re.search(r"\b(writes|written|writing)\b", sentence):
+                continue
+            for name in names:
+                if f"{name}.json" in sentence and not re.search(rf"{name}-(2|N)\.json", sentence):
+                    at = sentence.index(f"{name}.json")
+                    wrong.append(f"{where}: {sentence[max(0, at - 150):at + 50]}")
+    return wrong
+
+
+def test_no_page_help_or_docstring_says_eval_only_writes_a_name_it_may_not_take():
+    """Since --eval-only stopped replacing records it did not make (results_files), it writes depth_eval.json or
+    reconstruction_eval.json only where OUT holds none, else NAME-2.json (the next free number): every page
+    (README, docs/, lab's pages) and every string of the product (docstrings, --help) that says it writes one of
+    the names says the other too. The members come from the code, and the check finds the old words."""
+    names = results_names()
+    assert names == {"depth_eval", "reconstruction_eval"}, names
+    pages = ["README.md", "lab/README.md", *glob.glob(os.path.join(ROOT, "docs", "*.md")),
+             *glob.glob(os.path.join(ROOT, "lab", "docs", "*.md"))]
+    texts = {os.path.relpath(os.path.join(ROOT, p), ROOT): source(p) for p in pages}
+    code = ["train.py", "train_loopvae.py", "export.py", "anytime.py", "hubconf.py", "bench.py"]
+    for folder in ("training", "loopvae_train", "scripts"):
+        code += glob.glob(os.path.join(ROOT, folder, "*.py"))
+    for path in code:
+        rel = os.path.relpath(os.path.join(ROOT, path), ROOT)
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                texts[f"{rel}:{node.lineno}"] = node.value
+    assert not eval_only_claims(texts, names), eval_only_claims(texts, names)
+    old = {"docs/training.md (before)": "`--eval-only --resume OUT/ckpt.pt` (no training: prints accuracy by depth and "
+           "writes `depth_eval.json`, plus a PNG, to `--out-dir`: never into `OUT`. Next.", "fixed": "`--eval-only` "
+           "writes `depth_eval.json` (`depth_eval-2.json` where OUT holds one). Writes `reconstruction_eval.json`."}
+    assert [w.split(": ")[0] for w in eval_only_claims(old, names)] == ["docs/training.md (before)"]
+
+
 def stale_paths(docs):
     """The paths the pages `docs` name that do not exist ('PAGE:LINE: PATH' each)."""
     stale = []

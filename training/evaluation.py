@@ -96,7 +96,8 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
     """Top-1/top-5 at --eval-depths (with --eval-only and none given: 0.5x-8x the trained depth in the
     model's unit), "beyond the training horizon" (Training Crossroads), of the weights trained to `step`:
     each once (a depth given twice is evaluated once: announce says so), one log.jsonl line each (training runs)
-    and depth_eval.json rewritten after each (write_depth_eval: a failure at a depth keeps the depths before
+    and depth_eval.json (results_files: depth_eval-2.json ... where OUT holds a record this run did not make)
+    rewritten after each (write_depth_eval: a failure at a depth keeps the depths before
     it), then depth_report's table and figure. `run`:
     the run's Run (training/run.py): its device, precision, log and stop, and val_images, the validation
     images of every process (`val_loader` holds this process's share), for its lines. Raises Fail for a depth
@@ -138,7 +139,7 @@ def evaluate_depths(args, run, raw_model, ema, val_loader, step):
         if r is None:
             done = "" if args.eval_only else f", after training to step {step}"
             line = stop.line(f"in the evaluation at depth {depth} ({len(rows)} of {len(depths)} depths done{done})")
-            if args.eval_only and rows:  # the depths done are in depth_eval.json (written after each)
+            if args.eval_only and rows:  # the depths done are in its results file (written after each)
                 line = line.replace("nothing was written", f"{os.path.basename(json_path)} holds depth(s) "
                                     + ", ".join(str(r["depth"]) for r in rows))
             raise Preempted(line)
@@ -231,9 +232,9 @@ def write_depth_eval(args, model, rows, step, kept, path=None):
 
 
 def depth_report(args, model, rows, kept, png=None):
-    """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json), and draw
-    OUT/depth_eval.png with matplotlib (an optional extra; without it one line says the figure was not
-    drawn: figures.pyplot). A write that fails raises
+    """Print accuracy by depth (rows: write_depth_eval's, which wrote depth_eval.json or results_files' name), and
+    draw OUT/depth_eval.png (or `png`, results_files' name beside it) with matplotlib (an optional extra; without
+    it one line says the figure was not drawn: figures.pyplot). A write that fails raises
     Fail saying what the run keeps (`kept`)."""
     print(f"{'depth':>6} {'nfe':>5} {'acc@1':>7} {'acc@5':>7} {'loss':>7}")
     for r in rows:

@@ -358,7 +358,8 @@ def add_run_flags(p):
       "paper's Table 6: 1.0, no cut); CIFAR is evaluated whole")
     a("--eval-depths", type=int_list, help="after training (or with --eval-only), evaluate at these "
       "depths, e.g. 3,6,12,24,48: block applications for vit/bvit, solver steps for odevit (see "
-      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed)")
+      "--extend); prints a table and writes OUT/depth_eval.json (and a PNG if matplotlib is installed; "
+      "depth_eval-2.json ... where OUT holds one this run did not make)")
     a("--eval-only", action="store_true", help="no training: evaluate --resume CKPT at --eval-depths "
       "(without them: 0.5, 1, 2, 4, 8 x its depth); model flags come from the checkpoint unless given; "
       "another --img-size interpolates the position embedding (dynamic_img_size); "
@@ -486,6 +487,30 @@ def resolve_warmup(args, p):
                 "warmup (the lr would end at its peak, the cosine and --min-lr never acting); give a shorter one, e.g. "
                 f"--warmup-epochs {short_warmup(args.epochs):g}, or 0")
     args.warmup_epochs = short_warmup(args.epochs)
+
+
+# The epoch-valued flags that the schedule turns into a count of optimizer steps (train.optimizer_and_schedule):
+# dest -> (the Run field holding its steps, what 0 steps of it leave). (--epochs itself: an epoch of 0 steps is
+# refused, train.py's main().)
+IN_STEPS = {"warmup_epochs": ("warmup", "no warmup, its lr at --lr from the first step")}
+
+
+def rounded_to_nothing(p, args, run):
+    """One note per flag of IN_STEPS given > 0 (command line, --config, preset: `given`) that comes to 0 optimizer
+    steps of `run` (a short --max-steps, a small training set): a warmup of 0 steps is none, and nothing else
+    would say so. The run's first lines print them (announce's `notes`)."""
+    if args.eval_only or not run.total_steps:
+        return []
+    notes = []
+    for dest, (steps, left) in IN_STEPS.items():
+        value, flag = getattr(args, dest), f"--{dest.replace('_', '-')}"
+        if value > 0 and not getattr(run, steps) and given(p, [dest]):
+            notes.append(f"note: {flag} {value:g} comes to 0 of this run's {run.total_steps} optimizer steps "
+                         f"({value:g} of --epochs {args.epochs}" + (f", cut to --max-steps {args.max_steps}" if
+                         args.max_steps and args.max_steps < args.epochs * run.steps_per_epoch else "") +
+                         f"): the run has {left}; " + (f"give {flag} {args.epochs / run.total_steps:.3g} or more for "
+                         "one step, or 0" if run.total_steps > 1 else "a run of one step has no room for one: give 0"))
+    return notes
 
 
 def parse_args(p, argv=None):
