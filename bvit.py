@@ -1,7 +1,7 @@
 """bViT: a single-block recurrent Vision Transformer (and, with more blocks, the plain ViT / DeiT).
 
-Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al.,
-arXiv 2605.10661) and "Training Crossroads for Recurrent ViTs" (Gruszczynski et al.).
+Papers: "Investigating Single-Block Recurrence in Vision Transformers" (bViT, Byra et al., arXiv 2605.10661), "Training
+Crossroads for Recurrent ViTs" (Gruszczynski et al.). Measured: see README.md "Results" (commands and hardware there).
 
 Idea. A ViT stacks `depth` distinct blocks; bViT applies ONE block `depth` times, z_{k+1} = F(z_k), so the parameters
 do not grow with depth and the depth can change at inference (`model(x, depth=24)`). Here `num_blocks` blocks serve
@@ -17,8 +17,6 @@ mean (GAP) through `fc_norm` (timm's names).
 
 After the model, its machinery: the base init (`init_base` "timm": trunc-normal 0.02, zero biases; "pytorch":
 PyTorch's defaults), the hook `init` (inits.py: mimetic, structured), compile regions, sizes, `resample_pos_embed`.
-
-Measured: see README.md "Results" (commands and hardware there).
 """
 import math
 
@@ -130,14 +128,13 @@ class BViT(nn.Module):
     layer, then `init(model)` if given (inits.py). ValueError for sizes that do not fit, an unknown init_base or loss.
     """
 
-    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000,
-                 embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, num_blocks=1,
-                 class_token=True, layer_scale=None, drop_path_rate=0.0, stages=1, init=None, init_base="timm",
-                 loss="ce", dynamic_img_size=False, block_fn=None):
+    def __init__(self, *, img_size=224, patch_size=16, in_chans=3, num_classes=1000, embed_dim=768, depth=12,
+                 num_heads=12, mlp_ratio=4.0, num_blocks=1, class_token=True, layer_scale=None, drop_path_rate=0.0,
+                 stages=1, init=None, init_base="timm", loss="ce", dynamic_img_size=False, block_fn=None):
         super().__init__()
         dims = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
-                    num_heads=num_heads, **{"int(embed_dim x mlp_ratio)": int(embed_dim * mlp_ratio)})  # (MLP width)
-        if min(dims.values()) < 1:  # (first: the checks below divide by these; a width of 0 computes nothing)
+                    num_heads=num_heads, **{"int(embed_dim x mlp_ratio)": int(embed_dim * mlp_ratio)})  # (first)
+        if min(dims.values()) < 1:
             raise ValueError(", ".join(f"{k}={v}" for k, v in dims.items() if v < 1) + ": every width must be >= 1")
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not divisible by patch_size {patch_size}")

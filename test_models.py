@@ -314,11 +314,10 @@ def test_repeated_primitives_are_identical_in_every_model_file():
 
 
 def test_model_files_stay_short_and_bvit_reaches_its_forward_first():
-    """Issue 78's targets: bvit.py at most 450 lines (455 since the constructor's check that every width is >= 1)
-    with BViT.forward before line 200, revit.py at most 600; the attention-init study lives in inits.py only (no
-    model file defines init_attention_)."""
+    """Issue 78's targets: bvit.py at most 450 lines with BViT.forward before line 200, revit.py at most 600;
+    the attention-init study lives in inits.py only (no model file defines init_attention_)."""
     length = {f: len(open(os.path.join(ROOT, f)).read().splitlines()) for f in MODEL_FILES}
-    assert length["bvit.py"] <= 455 and length["revit.py"] <= 600, length
+    assert length["bvit.py"] <= 450 and length["revit.py"] <= 600, length
     assert definitions("bvit.py")["Model.forward"][0] < 200
     assert not any("init_attention_" in definitions(f) for f in MODEL_FILES)
 
