@@ -113,7 +113,7 @@ def load_cifar100(root, train, download=False):
     if folder is None:
         raise DataError(f"CIFAR-100 not found: no '{split}' file in {candidates[0]} or {root}; "
                         "pass --data-dir DIR containing cifar-100-python/ (or set RVITS_DATA), "
-                        "or add --download to train.py to fetch it")
+                        "or fetch it once with `python train.py --download --data-dir DIR ...`")
     path = os.path.join(folder, split)
     try:
         with open(path, "rb") as f:

@@ -223,13 +223,21 @@ class ExitLoop(nn.Module):
         return out[2], out[3]
 
 
-def export_policy(model, policy, batch=2):
-    """torch.export.export of `model` under the anytime exit policy `policy` (anytime.Policy): program.module()(x),
-    x (B, C, H, W) with B dynamic, -> (logits (B, classes), steps (B,) long, 1..policy.budget), as policy(model, x)
-    (module docstring: every image is computed until the last one exits). Sets model.eval(). anytime.PolicyError
-    for a model whose weights are not the policy's; ValueError, with the reason, where the loop cannot be a graph
-    (export_loop's cases) or the model has no class head (num_classes=0)."""
+def export_policy(model, policy=None, batch=2):
+    """torch.export.export of `model` under the anytime exit policy `policy` (an anytime.Policy or its JSON file;
+    None: the policy of an anytime.Exiting model, what hubconf.from_run(run, policy=...) returns):
+    program.module()(x), x (B, C, H, W) with B dynamic, -> (logits (B, classes), steps (B,) long, 1..budget), as
+    policy(model, x) (module docstring: every image is computed until the last one exits). Sets model.eval().
+    anytime.PolicyError for a model whose weights are not the policy's or an unreadable policy file; ValueError,
+    with the reason, where the loop cannot be a graph (export_loop's cases) or the model has no class head."""
     import anytime
+    if isinstance(model, anytime.Exiting):
+        model, policy = model.model, model.policy if policy is None else policy
+    if policy is None:
+        raise ValueError("export_policy(model, policy): give the policy (anytime.Policy or its JSON file), or the "
+                         "model from hubconf.from_run(run, policy=FILE)")
+    if not isinstance(policy, anytime.Policy):
+        policy = anytime.Policy.load(policy)
     policy.check_model(model)
     if not getattr(model, "num_classes", 0):
         raise ValueError("num_classes=0: the model has no class head, so no logits for an exit rule to read")

@@ -90,7 +90,7 @@ def from_run(run, img_size=None, pretrained=False, policy=None):
     if policy is None:
         return model
     policy.check_model(model)
-    return anytime.Exiting(model, policy)
+    return anytime.Exiting(model, policy).eval()
 
 
 def _entry(family, size, patch):

@@ -236,6 +236,11 @@ def test_calibrate_then_evaluate_a_checkpoint_and_refuse_another_ones_policy(tmp
         logits, steps = exiting(x)
     assert isinstance(exiting, anytime.Exiting) and torch.equal(steps, anytime.Policy.load(pol)(exiting.model, x)[1])
     assert torch.equal(logits, anytime.Policy.load(pol)(exiting.model, x)[0]) and 1 <= steps.min() <= steps.max() <= 2
+    assert not exiting.training and not exiting.model.training  # (eval mode, as from_run promises)
+    import export  # the hub's model exports with its own policy, or the bare model with the policy's file
+    for program in (export.export_policy(exiting), export.export_policy(exiting.model, pol)):
+        with torch.no_grad():
+            assert all(torch.equal(a, b) for a, b in zip(program.module()(x), (logits, steps)))
     with pytest.raises(anytime.PolicyError, match="calibrate a policy for this checkpoint") as e:
         hubconf.from_run(str(tmp_path / "b"), policy=pol)
     assert "\n" not in str(e.value)
