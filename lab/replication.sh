@@ -5,7 +5,7 @@
 # then analyze.py's cka.json / steps.json for the bViT arms (the width trend's signature). Resumable: run it again.
 #
 #     bash lab/replication.sh &  bash lab/replication.sh &     # two lanes
-#     python lab/kept.py pack runs/replication lab/results/replication   # keep what finished
+#     python lab/keep_results.py runs/replication lab/results/replication   # keep what finished
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-runs/replication} DATA=${DATA:-${RVITS_DATA:-../shared/data}} JOBS=1

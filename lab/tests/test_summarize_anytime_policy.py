@@ -58,3 +58,19 @@ def test_a_folder_without_runs_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         s.main([str(tmp_path)])
     assert e.value.code == 2 and "no run of bvit" in capsys.readouterr().err
+
+
+def test_the_study_script_trains_and_studies_every_registered_arm_on_every_fresh_seed():
+    """lab/anytime_policy.sh: its list trains the arms the replication lacks on claims.ANYTIME_SEEDS (an elastic run
+    after its revit-e4), and its study loop reads every arm of claims.ANYTIME_ARMS on those seeds."""
+    import os
+    import re
+    text = open(os.path.join(os.path.dirname(claims.__file__), "anytime_policy.sh")).read()
+    items = re.search(r'LIST="([^"]*)"', text).group(1).split()
+    trained = {tuple(i.split(":")) for i in items}
+    seeds = {str(s) for s in claims.ANYTIME_SEEDS}
+    assert trained == {(a, s) for a in ("revit-e4", "revit-e4-elastic", "srvit-r2") for s in seeds}
+    assert all(items.index(f"revit-e4:{s}") < items.index(f"revit-e4-elastic:{s}") for s in seeds)
+    studied = re.findall(r"\$(REPL|OUT)/([\w-]+)/seed\{([\d,]+)\}", text)
+    assert {a for _, a, _ in studied} == set(claims.ANYTIME_ARMS)
+    assert all(set(ss.split(",")) == seeds for _, _, ss in studied)
