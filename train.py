@@ -32,7 +32,7 @@ import kernels
 from training import checkpoints, distill, evaluation, flags, optim, registry
 from training.exits import (INTERRUPTED, PREEMPTED, Fail, PeerFailed, Preempted, Stop, leave_process_group,
                             printable_output, say, stopping)
-from training.monitor import EpochSums, Monitor, announce, model_log
+from training.monitor import EpochSums, Monitor, announce
 from training.run import Run, choose_device
 
 
@@ -171,28 +171,11 @@ def train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scal
                 ema.update(raw_model)
             step += 1
             monitor.after_step(step, epoch, first + i + 1, loss, bad, sums)
-        epoch_time = sums.seconds()  # training only: the evaluation below is not counted
-        monitor.end_epoch(step)
-        # the last step's model terms, read now: under CUDA graphs (--compile, whole model) they live in
-        # the graph's memory, which the next replay overwrites; evaluation forwards may set them too
-        extras = model_log(raw_model, ddp)
+        # the epoch's end (training/monitor.py): its record (the model's terms, the evaluation, of the EMA too), the
+        # checkpoint with it, then its line in log.jsonl
         inside = first + left < steps_per_epoch  # stopped inside the epoch by --max-steps: resumable there
-        position = (epoch, first + left, sums.state()) if inside else (epoch + 1, 0, {})  # where it continues
-        rec = {"epoch": epoch, "step": step, "lr": scheduler.get_last_lr()[0], "train_loss": sums.mean_loss(world, ddp),
-               "nonfinite_steps": sums.nonfinite_steps()}
-        try:  # (a stop request waits for the evaluation; a second Ctrl-C saves the epoch's training first)
-            with monitor.evaluating(position, step):
-                rec.update(evaluation.evaluate(raw_model, val_loader, device, amp_ctx))
-                if ema is not None:
-                    rec.update({f"ema_{k}": v for k, v in evaluation.evaluate(ema.module, val_loader, device, amp_ctx).items()})
-        except evaluation.EmptyEvaluation as e:  # the epoch's training is kept first
-            save(*position, step)
-            raise evaluation.EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {run.ckpt_path} (--resume it)")
-        rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
-        if args.data in data.FOLDERS:
-            rec["skipped_images"] = sums.total_skipped(ddp)
-        save(*position, step, rec)  # the epoch's training first, with its record: a log write that fails loses nothing
-        monitor.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard
+        monitor.close_epoch(step, inside, sums, raw_model, ema,
+                            lambda m: evaluation.evaluate(m, val_loader, device, amp_ctx))
         if inside:
             break
         epoch += 1

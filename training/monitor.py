@@ -285,6 +285,38 @@ class Monitor:
         finally:
             self.stop.phase = Stop.ANYWHERE
 
+    def close_epoch(self, step, inside, sums, raw_model, ema, evaluate):
+        """The end of the epoch whose training ended at optimizer step `step` (`inside`: stopped inside it by
+        --max-steps, resumable there; `sums`: its EpochSums): the bar closed (end_epoch), its record (the lr, the
+        mean training loss, the non-finite steps, the last step's model terms (model_log, read first: under CUDA
+        graphs they live in the graph's memory, which the next replay overwrites, and evaluation forwards may set
+        them too), `evaluate(model)`'s metrics of `raw_model` and of the EMA's with the prefix ema_, img/s, the
+        training time), the checkpoint with that record, then its line in log.jsonl: a log write that fails
+        loses nothing. A stop request waits for the evaluation (evaluating); a training.evaluation.EmptyEvaluation
+        keeps the epoch's training first and says where. Returns the record."""
+        from training.evaluation import EmptyEvaluation
+        epoch, done, world, ddp = self.epoch_no, self.first + self.left, self.world, self.ddp
+        epoch_time = sums.seconds()  # training only: the evaluation below is not counted
+        self.end_epoch(step)
+        extras = model_log(raw_model, ddp)
+        position = (epoch, done, sums.state()) if inside else (epoch + 1, 0, {})  # where the run continues
+        rec = {"epoch": epoch, "step": step, "lr": self.scheduler.get_last_lr()[0],
+               "train_loss": sums.mean_loss(world, ddp), "nonfinite_steps": sums.nonfinite_steps()}
+        try:  # (a stop request waits for the evaluation; a second Ctrl-C saves the epoch's training first)
+            with self.evaluating(position, step):
+                rec.update(evaluate(raw_model))
+                if ema is not None:
+                    rec.update({f"ema_{k}": v for k, v in evaluate(ema.module).items()})
+        except EmptyEvaluation as e:  # the epoch's training is kept first
+            self.save(*position, step)
+            raise EmptyEvaluation(f"{e}; the training of epoch {epoch} is saved in {self.ckpt_path} (--resume it)")
+        rec.update({"img_per_s": sums.images / epoch_time, "epoch_time_s": epoch_time, **extras})
+        if self.args.data in data.FOLDERS:
+            rec["skipped_images"] = sums.total_skipped(ddp)
+        self.save(*position, step, rec)  # the epoch's training first, with its record
+        self.log_epoch(rec)  # log.jsonl, the epoch's line (rank 0); TensorBoard with --tensorboard
+        return rec
+
     def time_left(self, step, now):
         """The training time left, in words, at the pace since the estimate's first point (None before the
         estimate is measured): the same figure in the bar and in the progress lines."""
