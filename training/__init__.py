@@ -15,7 +15,8 @@ meets them:
     optim.py        the optimizers, the schedule, the step (optimizer_step) and EMA
     checkpoints.py  what is saved, how a run resumes or starts from weights, the run folder
     monitor.py      around the steps (bar, estimate, device reads, stop requests, --log-every's step
-                    records, --tensorboard) and the run's lines
+                    records, --tensorboard), an epoch's end (close_epoch: its evaluation, record,
+                    checkpoint, log line) and the run's lines
     figures.py      how is a figure drawn? matplotlib when installed, else one line naming the figure
                     left out; a run's curves from its log.jsonl (scripts/curves.py)
     evaluation.py   top-1 / top-5, the depth sweep and its report
