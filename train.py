@@ -125,7 +125,7 @@ def train(args, monitor, model, raw_model, distiller, optimizer, scheduler, scal
     and the save, and does what happens between steps: the bar, the estimate, the device reads, the
     stop requests (a checkpoint after the step in flight, then Preempted) and --save-every. `loaders`:
     (train, val, data.UsableImages or None). Returns the optimizer step reached."""
-    run, save, (train_loader, val_loader, usable) = monitor.run, monitor.save, loaders
+    run, (train_loader, val_loader, usable) = monitor.run, loaders
     device, ddp, world, stop, amp_ctx = run.device, run.ddp, run.world, run.stop, run.amp_ctx
     epoch, start_batch, step, progress = run.start_epoch, run.start_batch, run.start_step, run.progress
     start_epoch, steps_per_epoch, total_steps = epoch, run.steps_per_epoch, run.total_steps

@@ -114,7 +114,7 @@ def train(args, monitor, model, raw_model, adversary, optimizer, scheduler, scal
     module itself, `adversary` Stage 2's discriminator and its term (None in Stage 1); `monitor`
     (training/monitor.py) holds the run and the save and does what happens between steps. `loaders`:
     (train, val, data.UsableImages or None); `rfid`: --rfid's metric or None. Returns the step reached."""
-    run, save, (train_loader, val_loader, usable) = monitor.run, monitor.save, loaders
+    run, (train_loader, val_loader, usable) = monitor.run, loaders
     device, ddp, world, stop, amp_ctx = run.device, run.ddp, run.world, run.stop, run.amp_ctx
     epoch, start_batch, step, progress = run.start_epoch, run.start_batch, run.start_step, run.progress
     start_epoch, steps_per_epoch, total_steps = epoch, run.steps_per_epoch, run.total_steps
